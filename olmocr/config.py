@@ -1,0 +1,186 @@
+"""Structured-config schemas behind the YAML tree, and config validation.
+
+Schemas for ``_target_`` nodes are generated from the target's own signature, so a builder and its
+schema cannot drift apart. YAML options name their schema in their defaults list, which makes an
+unknown key or a wrong type a compose-time error naming the key. Entries of free-form maps (the data
+steps) are checked against the same generated schemas by :func:`validate`, which every entrypoint
+calls before doing any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
+# Parameters that stages hand to builders at run time rather than through config.
+RUNTIME_PARAMETERS = {"processor"}
+
+OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=True)
+OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
+
+
+def _omegaconf_type(annotation):
+    """Map a signature annotation onto a type OmegaConf can enforce (Any where it cannot)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        inner = _omegaconf_type(args[0]) if len(args) == 1 else Any
+        return Optional[inner] if type(None) in typing.get_args(annotation) else inner
+    if annotation in (int, float, str, bool):
+        return annotation
+    if origin in (list, typing.List) or annotation is list:
+        args = typing.get_args(annotation)
+        return typing.List[_omegaconf_type(args[0]) if args else Any]
+    if origin in (dict, typing.Dict) or annotation is dict:
+        args = typing.get_args(annotation)
+        return typing.Dict[str, _omegaconf_type(args[1]) if args else Any]
+    return Any
+
+
+def schema_for(target: str | type) -> type:
+    """A dataclass with ``_target_`` and one field per constructor parameter of ``target``."""
+    from hydra.utils import get_object
+
+    obj = get_object(target) if isinstance(target, str) else target
+    return _schema_for_object(obj)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema_for_object(obj) -> type:
+    path = f"{obj.__module__}.{obj.__qualname__}"
+    func = obj.__init__ if inspect.isclass(obj) else obj
+    hints = typing.get_type_hints(func)
+    specs: list = [("_target_", str, field(default=path))]
+    for name, param in inspect.signature(obj).parameters.items():
+        if name in RUNTIME_PARAMETERS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        kind = _omegaconf_type(hints.get(name, Any))
+        default = MISSING if param.default is inspect.Parameter.empty else param.default
+        if isinstance(default, (list, dict)):
+            default = field(default_factory=lambda value=default: value)
+        else:
+            default = field(default=default)
+        specs.append((name, kind, default))
+    return dataclasses.make_dataclass(f"{obj.__name__}Config", specs)
+
+
+@dataclass
+class SourceConfig:
+    roots: list[str] = MISSING
+    weight: float = 1.0
+
+
+@dataclass
+class DataConfig:
+    """``data`` group: named train sources (weights are repeat factors), named eval sources (one eval
+    loss each) and the per-sample steps (name → ``_target_`` config, null disables a step)."""
+
+    train: dict[str, SourceConfig] = field(default_factory=dict)
+    eval: dict[str, SourceConfig] = field(default_factory=dict)
+    steps: dict[str, Any] = field(default_factory=dict)
+    step_order: Optional[list[str]] = None
+
+
+@dataclass
+class PathsConfig:
+    cache: str = "${olmocr.expand:${oc.env:OLMOCR_CACHE,'~/.cache/olmocr'}}"
+    sample_data: str = "${olmocr.root:}/data/sample"
+    olmocr_mix: str = "${oc.env:OLMOCR_MIX_DIR,/data/olmOCR-mix-1025}"
+
+
+@dataclass
+class SynthConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    out_dir: Optional[str] = None  # default: <run dir>/pages
+    num_pages: int = 24
+    seed: int = 0
+    first_index: int = 0
+    layout_weights: dict[str, float] = field(default_factory=dict)
+    language_weights: dict[str, float] = field(default_factory=dict)
+    render_check: bool = True
+
+
+@dataclass
+class CheckDataConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: Any = MISSING
+    data: DataConfig = MISSING
+    seed: int = 0
+    max_samples: Optional[int] = None
+    num_workers: int = 0
+
+
+def register_configs() -> None:
+    from olmocr.models import HubModel, TinyModel
+
+    cs = ConfigStore.instance()
+    cs.store(name="synth_schema", node=SynthConfig)
+    cs.store(name="check_data_schema", node=CheckDataConfig)
+    cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="model", name="tiny_schema", node=schema_for(TinyModel))
+    cs.store(group="model", name="hub_schema", node=schema_for(HubModel))
+
+
+def _target_nodes(node, path: str = ""):
+    if node._is_none() or node._is_missing():
+        return
+    if isinstance(node, DictConfig):
+        if "_target_" in node:
+            yield path, node
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)):
+                yield from _target_nodes(child, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, ListConfig):
+        for i in range(len(node)):
+            child = node._get_node(i)
+            if isinstance(child, (DictConfig, ListConfig)):
+                yield from _target_nodes(child, f"{path}[{i}]")
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check every ``_target_`` node against its target's signature; raise ValueError naming the key.
+
+    Also resolves every interpolation, so a bad ``${…}`` fails here rather than mid-run.
+    """
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as exc:
+        raise ValueError(f"config: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+    for path, node in _target_nodes(cfg):
+        try:
+            schema = schema_for(node._target_)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ValueError(f"{path}._target_: cannot import {node._target_!r} ({exc})") from None
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+        except OmegaConfBaseException as exc:
+            key = f"{path}.{exc.key}" if getattr(exc, "key", None) else path
+            raise ValueError(f"{key}: {str(exc).splitlines()[0]} (target {node._target_})") from None
+        missing = [k for k in OmegaConf.missing_keys(merged)]
+        if missing:
+            raise ValueError(f"{path}: missing required key(s) {', '.join(missing)} for {node._target_}")
+    return cfg
+
+
+def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
+    """Compose a primary config outside ``@hydra.main`` (tests, notebooks), validated."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = hydra_compose(config_name=config_name, overrides=overrides or [])
+    return validate(cfg)

@@ -1,0 +1,113 @@
+"""Map-style datasets over indexed pairs, weighted mixtures of them, and the builder the stages call."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from torch.utils.data import Dataset
+
+from olmocr.data.index import PairRecord, index_root
+from olmocr.data.pipeline import Pipeline, RejectReport, build_pipeline
+from olmocr.data.steps import Reject
+
+log = logging.getLogger(__name__)
+
+
+class PageDataset(Dataset):
+    """One source's pairs run through the step pipeline. A rejected sample comes back as ``None``
+    (collators drop it) and is recorded in the report; it never raises."""
+
+    def __init__(self, name: str, records: list[PairRecord], pipeline: Pipeline,
+                 report: RejectReport | None = None, seed: int = 0):
+        self.name = name
+        self.records = records
+        self.pipeline = pipeline
+        self.report = report or RejectReport()
+        self.seed = seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def item(self, index: int) -> dict:
+        record = self.records[index]
+        return {"md_path": record.md_path, "pdf_path": record.pdf_path, "source": self.name,
+                "meta": record.meta, "index": index,
+                "rng": random.Random(f"{self.seed}/{self.epoch}/{self.name}/{index}")}
+
+    def __getitem__(self, index: int) -> dict | None:
+        sample = self.item(index)
+        try:
+            return self.pipeline(sample)
+        except Reject as reject:
+            self.report.add(sample, reject)
+            return None
+
+
+class MixtureDataset(Dataset):
+    """Several sources with weights. A weight is a repeat factor per epoch: 2.0 shows each page of
+    that source twice, 0.25 a seeded quarter of them (a different quarter each epoch)."""
+
+    def __init__(self, sources: Mapping[str, tuple[PageDataset, float]], seed: int = 0):
+        self.sources = dict(sources)
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.index: list[tuple[str, int]] = []
+        for name, (dataset, weight) in self.sources.items():
+            dataset.epoch = epoch
+            whole, fraction = divmod(weight, 1.0)
+            ids = list(range(len(dataset)))
+            self.index += [(name, i) for _ in range(int(whole)) for i in ids]
+            extra = round(fraction * len(ids))
+            if extra:
+                rng = random.Random(f"{self.seed}/{epoch}/{name}")
+                self.index += [(name, i) for i in sorted(rng.sample(ids, extra))]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> dict | None:
+        name, index = self.index[i]
+        return self.sources[name][0][index]
+
+
+@dataclass
+class Source:
+    """One entry of ``data.train`` / ``data.eval``."""
+
+    roots: list[str]
+    weight: float = 1.0
+
+
+def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, step_order: list[str] | None = None,
+                   cache_dir: str | None = None, report_path: str | None = None, seed: int = 0,
+                   **runtime) -> tuple[MixtureDataset, dict[str, PageDataset], RejectReport]:
+    """Index every root, build the step pipeline once, and return the train mixture, one eval dataset
+    per named eval source, and the shared reject report (problems found while indexing included)."""
+    pipeline = build_pipeline(steps, step_order, **runtime)
+    report = RejectReport(report_path)
+
+    def source_dataset(name: str, roots: list[str]) -> PageDataset:
+        records = []
+        for root in roots:
+            index = index_root(root, cache_dir)
+            log.info("indexed %s: %d pairs, %d problems (%d cached, %d parsed) in %.2fs", root,
+                     len(index.pairs), len(index.problems), index.reused, index.parsed, index.seconds)
+            for bad in index.problems:
+                report.add({"md_path": bad.md_path, "pdf_path": bad.pdf_path, "source": name},
+                           Reject(bad.problem, bad.detail))
+            records += index.pairs
+        if not records:
+            raise ValueError(f"data source {name!r} has no usable md+pdf pairs under {list(roots)}")
+        return PageDataset(name, records, pipeline, report, seed)
+
+    mixture = MixtureDataset({name: (source_dataset(name, list(src["roots"])), float(src.get("weight", 1.0)))
+                              for name, src in train.items()}, seed)
+    evals = {name: source_dataset(name, list(src["roots"])) for name, src in eval.items()}
+    return mixture, evals, report

@@ -1,0 +1,186 @@
+"""Finding md+pdf training pairs under one or more roots (local folders or s3:// prefixes).
+
+A start lists each root (sizes and modification times come with the listing) and reads only the
+.md files that are new or changed since the last start: the parsed front matter of the others comes
+from a manifest cached per root. PDFs are not opened here: that costs milliseconds per file and is
+done when the sample is loaded (the CheckPdf step), so a first start on a large folder stays fast.
+Problems found here — an .md without its .pdf, an empty .pdf, broken front matter — are returned,
+not raised, so one bad file never stops a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from olmocr.data.frontmatter import FrontMatterError, PageMeta, parse_document
+from olmocr.utils.io import filesystem, is_remote
+
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class PairRecord:
+    stem: str
+    md_path: str | None
+    pdf_path: str | None
+    meta: PageMeta | None = None
+    problem: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class DatasetIndex:
+    root: str
+    pairs: list[PairRecord]
+    problems: list[PairRecord]
+    reused: int = 0
+    parsed: int = 0
+    seconds: float = 0.0
+    stats: Counter = field(default_factory=Counter)
+
+
+def _list_local(root: str) -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=True):
+                    stack.append(entry.path)
+                elif entry.name.lower().endswith((".md", ".pdf")):
+                    st = entry.stat()
+                    found[entry.path] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def _list_remote(root: str) -> dict[str, tuple[int, int]]:
+    fs = filesystem(root)
+    protocol = root.split("://", 1)[0]
+    found = {}
+    for path, info in fs.find(root, detail=True).items():
+        if path.lower().endswith((".md", ".pdf")):
+            stamp = info.get("ETag") or info.get("LastModified") or info.get("mtime") or ""
+            found[f"{protocol}://{path}"] = (int(info.get("size") or 0), int(hashlib.md5(str(stamp).encode()).hexdigest()[:12], 16))
+    return found
+
+
+def _read_many(paths: list[str]) -> dict[str, bytes | Exception]:
+    if not paths:
+        return {}
+    if not is_remote(paths[0]):
+        out: dict[str, bytes | Exception] = {}
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    out[path] = fh.read()
+            except OSError as exc:
+                out[path] = exc
+        return out
+    fs = filesystem(paths[0])
+    protocol = paths[0].split("://", 1)[0]
+    # fsspec fetches a list of paths concurrently; keys come back without the protocol.
+    fetched = fs.cat(paths, on_error="return")
+    return {f"{protocol}://{k}" if "://" not in k else k: v for k, v in fetched.items()}
+
+
+def _manifest_path(cache_dir: str, root: str) -> str:
+    digest = hashlib.sha256(root.rstrip("/").encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser(cache_dir), f"manifest-{digest}.json")
+
+
+def _load_manifest(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        return data["entries"] if data.get("version") == MANIFEST_VERSION else {}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _save_manifest(path: str, root: str, entries: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"version": MANIFEST_VERSION, "root": root, "entries": entries}, fh, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def index_root(root: str, cache_dir: str | None = None) -> DatasetIndex:
+    """Index one root. ``cache_dir`` holds the manifest; None disables caching."""
+    start = time.perf_counter()
+    root = root.rstrip("/") if is_remote(root) else os.path.abspath(os.path.expanduser(root))
+    if is_remote(root):
+        listing = _list_remote(root)
+    else:
+        if not os.path.isdir(root):
+            raise ValueError(f"data root {root!r} is not a directory")
+        listing = _list_local(root)
+
+    by_stem: dict[str, dict[str, str]] = {}
+    for path in listing:
+        stem, ext = os.path.splitext(path)
+        by_stem.setdefault(stem, {})[ext.lower()] = path
+
+    manifest_file = _manifest_path(cache_dir, root) if cache_dir else None
+    cached = _load_manifest(manifest_file) if manifest_file else {}
+    entries: dict[str, list] = {}
+    pairs, problems, to_parse = [], [], []
+    stats: Counter = Counter()
+    reused = 0
+    for stem in sorted(by_stem):
+        files = by_stem[stem]
+        md, pdf = files.get(".md"), files.get(".pdf")
+        if md is None:
+            stats["pdf_without_md"] += 1
+            continue
+        rel = os.path.relpath(stem, root) if not is_remote(root) else stem[len(root) + 1:]
+        key = [listing[md][0], listing[md][1], listing[pdf][0] if pdf else None, listing[pdf][1] if pdf else None]
+        record = PairRecord(stem=rel, md_path=md, pdf_path=pdf)
+        hit = cached.get(rel)
+        if hit is not None and hit[:4] == key:
+            reused += 1
+            meta, problem, detail = hit[4], hit[5], hit[6]
+            record.meta = PageMeta(**meta) if meta else None
+            record.problem, record.detail = problem, detail
+            entries[rel] = hit
+            (problems if record.problem else pairs).append(record)
+        else:
+            to_parse.append((rel, key, record))
+
+    contents = _read_many([record.md_path for _, _, record in to_parse])
+    for rel, key, record in to_parse:
+        data = contents.get(record.md_path)
+        if isinstance(data, Exception) or data is None:
+            record.problem, record.detail = "unreadable_md", f"{record.md_path}: {data}"
+        else:
+            try:
+                record.meta, _ = parse_document(data.decode("utf-8"))
+            except FrontMatterError as exc:
+                record.problem, record.detail = "front_matter", f"{record.md_path}: {exc}"
+            except UnicodeDecodeError as exc:
+                record.problem, record.detail = "unreadable_md", f"{record.md_path}: {exc}"
+        if record.problem is None and record.pdf_path is None:
+            record.problem, record.detail = "missing_pdf", f"{record.md_path} has no .pdf beside it"
+        elif record.problem is None and key[2] == 0:
+            record.problem, record.detail = "empty_pdf", f"{record.pdf_path} is zero bytes"
+        entries[rel] = key + [record.meta.to_dict() if record.meta else None, record.problem, record.detail]
+        (problems if record.problem else pairs).append(record)
+
+    if manifest_file and (to_parse or len(entries) != len(cached)):
+        _save_manifest(manifest_file, root, entries)
+    pairs.sort(key=lambda r: r.stem)
+    problems.sort(key=lambda r: r.stem)
+    for record in problems:
+        stats[record.problem] += 1
+    return DatasetIndex(root=root, pairs=pairs, problems=problems, reused=reused, parsed=len(to_parse),
+                        seconds=time.perf_counter() - start, stats=stats)
+
+
+def index_roots(roots: list[str], cache_dir: str | None = None) -> list[DatasetIndex]:
+    return [index_root(root, cache_dir) for root in roots]

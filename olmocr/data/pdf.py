@@ -1,0 +1,100 @@
+"""Reading a PDF's structure and text layer with pypdf (no rendering)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+
+from olmocr.utils.io import read_bytes
+
+# pypdf logs every recoverable oddity of real-world PDFs at WARNING; rejections are reported by us.
+logging.getLogger("pypdf").setLevel(logging.ERROR)
+
+
+class PdfError(ValueError):
+    """A PDF that cannot serve as a training page; the message says why."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PdfInfo:
+    num_pages: int
+    width: float
+    height: float
+
+
+def open_pdf(path: str, data: bytes | None = None):
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    data = read_bytes(path) if data is None else data
+    if not data:
+        raise PdfError("empty_pdf", f"{path} is zero bytes")
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            # An owner-password-only PDF opens with the empty user password and renders fine.
+            try:
+                if not reader.decrypt(""):
+                    raise PdfError("encrypted_pdf", f"{path} needs a password")
+            except PdfError:
+                raise
+            except Exception as exc:  # pypdf raises several types for unsupported encryption
+                raise PdfError("encrypted_pdf", f"{path}: {exc}") from None
+        len(reader.pages)
+    except PdfError:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
+        raise PdfError("unreadable_pdf", f"{path}: {exc}") from None
+    return reader
+
+
+def pdf_info(path: str, data: bytes | None = None) -> PdfInfo:
+    reader = open_pdf(path, data)
+    pages = len(reader.pages)
+    if pages == 0:
+        raise PdfError("unreadable_pdf", f"{path} has no pages")
+    box = reader.pages[0].mediabox
+    rotate = int(reader.pages[0].get("/Rotate", 0) or 0) % 360
+    width, height = float(box.width), float(box.height)
+    if rotate in (90, 270):
+        width, height = height, width
+    return PdfInfo(num_pages=pages, width=width, height=height)
+
+
+def anchor_text(path: str, page: int = 1, max_chars: int = 4000, data: bytes | None = None) -> str:
+    """The page's text layer as ``[x,y]text`` lines (PDF points, origin bottom-left), capped.
+
+    When the page has more text than ``max_chars`` the lines are kept in reading order up to the cap:
+    a prompt that ends mid-page tells the model less than the image does, never something false.
+    """
+    reader = open_pdf(path, data)
+    pdf_page = reader.pages[page - 1]
+    box = pdf_page.mediabox
+    pieces: list[tuple[float, float, str]] = []
+
+    def visit(text, cm, tm, font_dict, font_size):
+        text = text.strip()
+        if text:
+            x = tm[4] * cm[0] + tm[5] * cm[2] + cm[4]
+            y = tm[4] * cm[1] + tm[5] * cm[3] + cm[5]
+            pieces.append((x, y, text))
+
+    try:
+        pdf_page.extract_text(visitor_text=visit)
+    except Exception as exc:  # pypdf's text extraction raises many types on odd content streams
+        raise PdfError("unreadable_pdf", f"{path}: text layer: {exc}") from None
+    header = f"Page dimensions: {float(box.width):.1f}x{float(box.height):.1f}\n"
+    out = [header]
+    used = len(header)
+    for x, y, text in pieces:
+        line = f"[{x:.0f}x{y:.0f}]{text}\n"
+        if used + len(line) > max_chars:
+            break
+        out.append(line)
+        used += len(line)
+    return "".join(out).rstrip("\n")

@@ -1,0 +1,91 @@
+"""The ordered list of per-sample steps, built from the ``data.steps`` config."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import threading
+from collections import Counter
+from collections.abc import Mapping
+
+from olmocr.data.steps import Reject, Step
+
+
+class Pipeline:
+    def __init__(self, steps: Mapping[str, Step]):
+        self.steps = dict(steps)
+
+    def __call__(self, sample: dict) -> dict:
+        for name, step in self.steps.items():
+            try:
+                sample = step(sample)
+            except Reject as reject:
+                reject.step = name
+                raise
+        return sample
+
+    def __repr__(self) -> str:
+        return "Pipeline(\n" + "".join(f"  {name}: {step!r}\n" for name, step in self.steps.items()) + ")"
+
+
+def build_pipeline(steps: Mapping, order: list[str] | None = None, **runtime) -> Pipeline:
+    """Instantiate ``steps`` (name → ``_target_`` config, ``None`` to disable) in config or ``order`` order.
+
+    ``runtime`` holds objects that configs cannot express (the model's processor); a step receives one
+    when its constructor takes a parameter of that name.
+    """
+    from hydra.utils import get_class, instantiate
+
+    enabled = [name for name, cfg in steps.items() if cfg is not None]
+    if order is not None:
+        unknown = [name for name in order if name not in enabled]
+        if unknown:
+            raise ValueError(f"data.step_order names steps that are not enabled in data.steps: {unknown}")
+        missing = [name for name in enabled if name not in order]
+        if missing:
+            raise ValueError(f"data.step_order leaves out enabled steps {missing}: list them or set them to null")
+        enabled = list(order)
+    built = {}
+    for name in enabled:
+        cfg = steps[name]
+        params = inspect.signature(get_class(cfg["_target_"])).parameters
+        extra = {key: value for key, value in runtime.items() if key in params and key not in cfg}
+        built[name] = instantiate(cfg, **extra)
+    return Pipeline(built)
+
+
+class RejectReport:
+    """Counts rejected samples by reason and appends one JSON line per rejection to a report file.
+
+    Lines are written with O_APPEND in one call, so DataLoader workers may share the file.
+    """
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.counts: Counter = Counter()
+        self._lock = threading.Lock()
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def add(self, item: Mapping, reject: Reject) -> None:
+        with self._lock:
+            self.counts[reject.reason] += 1
+        if self.path:
+            line = json.dumps({"md": item.get("md_path"), "pdf": item.get("pdf_path"), "source": item.get("source"),
+                               "step": getattr(reject, "step", None), "reason": reject.reason,
+                               "detail": reject.detail}, ensure_ascii=False) + "\n"
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+    def file_counts(self) -> Counter:
+        """Counts over every process that wrote to the report file."""
+        counts: Counter = Counter()
+        if self.path and os.path.exists(self.path):
+            with open(self.path) as fh:
+                for line in fh:
+                    counts[json.loads(line)["reason"]] += 1
+        return counts

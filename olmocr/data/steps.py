@@ -1,0 +1,279 @@
+"""Per-sample steps. Each is a small callable ``step(sample) -> sample`` configured by keyword arguments.
+
+A sample is a plain dict that the steps fill in: ``md_path``/``pdf_path`` to start with, then
+``meta`` and ``text``, ``image``, ``anchor_text``, ``prompt``, ``target``, ``messages`` and finally
+the model inputs. A step that cannot or should not produce a training example raises
+:class:`Reject` with a short reason; the dataset counts reasons and reports the rejected files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from olmocr.data import text_rules
+from olmocr.data.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
+from olmocr.data.pdf import PdfError, anchor_text, pdf_info
+from olmocr.data.prompts import build_prompt
+from olmocr.data.render import RenderError, render_page
+from olmocr.utils.io import read_bytes, read_text
+
+IGNORE_INDEX = -100
+
+
+class Reject(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class Step:
+    def __call__(self, sample: dict) -> dict:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items()
+                           if isinstance(v, (bool, int, float, str, type(None))))
+        return f"{type(self).__name__}({fields})"
+
+
+class ParseFrontMatter(Step):
+    """Read the .md beside the PDF and split it into typed front matter and page text."""
+
+    def __call__(self, sample):
+        if sample.get("md_path") is None:
+            raise Reject("missing_md", f"{sample.get('pdf_path')} has no .md beside it")
+        try:
+            sample["meta"], sample["text"] = parse_document(read_text(sample["md_path"]))
+        except FrontMatterError as exc:
+            raise Reject("front_matter", f"{sample['md_path']}: {exc}") from None
+        except (UnicodeDecodeError, OSError) as exc:
+            raise Reject("unreadable_md", f"{sample['md_path']}: {exc}") from None
+        return sample
+
+
+class CheckPdf(Step):
+    """Open the PDF's structure (no rendering): reject missing, empty, encrypted, unreadable or
+    multi-page files before any expensive step. Keeps the bytes for later steps."""
+
+    def __init__(self, max_pages: int = 1):
+        self.max_pages = max_pages
+
+    def __call__(self, sample):
+        path = sample.get("pdf_path")
+        if path is None:
+            raise Reject("missing_pdf", f"{sample.get('md_path')} has no .pdf beside it")
+        try:
+            data = read_bytes(path)
+            info = pdf_info(path, data)
+        except FileNotFoundError:
+            raise Reject("missing_pdf", f"{path} does not exist") from None
+        except PdfError as exc:
+            raise Reject(exc.reason, str(exc)) from None
+        if info.num_pages > self.max_pages:
+            raise Reject("too_many_pages", f"{path} has {info.num_pages} pages (at most {self.max_pages})")
+        sample["pdf_bytes"] = data
+        sample["page_size"] = (info.width, info.height)
+        return sample
+
+
+class DropRotated(Step):
+    """Drop pages whose front matter says the page is not upright."""
+
+    def __call__(self, sample):
+        meta = sample["meta"]
+        if not meta.is_rotation_valid or meta.rotation_correction:
+            raise Reject("rotated", f"{sample['md_path']}: rotation_correction={meta.rotation_correction}")
+        return sample
+
+
+class RenderPage(Step):
+    def __init__(self, longest_side: int = 1288):
+        self.longest_side = longest_side
+
+    def __call__(self, sample):
+        try:
+            sample["image"] = render_page(sample["pdf_path"], 1, self.longest_side)
+        except RenderError as exc:
+            raise Reject("render_failed", str(exc)) from None
+        return sample
+
+
+class RotationAugmentation(Step):
+    """Turn upright pages by 90, 180 or 270 degrees clockwise, with the front matter updated to match.
+
+    ``rotation_correction`` is the clockwise turn that makes the page upright again.
+    """
+
+    def __init__(self, probability: float = 0.5):
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be in [0, 1], got {probability}")
+        self.probability = probability
+
+    def __call__(self, sample):
+        meta = sample["meta"]
+        rng = sample["rng"]
+        if meta.rotation_correction or not meta.is_rotation_valid or rng.random() >= self.probability:
+            return sample
+        turn = rng.choice((90, 180, 270))
+        # PIL rotates counter-clockwise; a clockwise turn of `turn` degrees is rotate(-turn).
+        sample["image"] = sample["image"].rotate(-turn, expand=True, fillcolor="white")
+        sample["meta"] = dataclasses.replace(meta, is_rotation_valid=False, rotation_correction=(360 - turn) % 360)
+        return sample
+
+
+class AnchorText(Step):
+    def __init__(self, max_chars: int = 4000):
+        self.max_chars = max_chars
+
+    def __call__(self, sample):
+        try:
+            sample["anchor_text"] = anchor_text(sample["pdf_path"], 1, self.max_chars, sample.get("pdf_bytes"))
+        except PdfError as exc:
+            raise Reject(exc.reason, str(exc)) from None
+        return sample
+
+
+class NormalizeLatex(Step):
+    """$$…$$ → \\[…\\], $…$ → \\(…\\), and \\textbf/\\textit/\\emph → markdown outside math."""
+
+    def __call__(self, sample):
+        sample["text"] = text_rules.normalize_latex(sample["text"])
+        return sample
+
+
+class RuleFilter(Step):
+    """Drop targets that break the output conventions the model is taught."""
+
+    def __init__(self, markdown_tables: bool = True, malformed_html_tables: bool = True,
+                 latex_outside_math: bool = True):
+        self.markdown_tables = markdown_tables
+        self.malformed_html_tables = malformed_html_tables
+        self.latex_outside_math = latex_outside_math
+
+    def __call__(self, sample):
+        text = sample["text"]
+        where = sample.get("md_path")
+        if self.markdown_tables and text_rules.has_markdown_table(text):
+            raise Reject("markdown_table", f"{where}: tables must be HTML")
+        if self.malformed_html_tables:
+            error = text_rules.html_table_error(text)
+            if error:
+                raise Reject("malformed_html_table", f"{where}: {error}")
+        if self.latex_outside_math and text_rules.has_latex_outside_math(text):
+            raise Reject("latex_outside_math", f"{where}: LaTeX command outside \\( \\) or \\[ \\]")
+        return sample
+
+
+class BuildPrompt(Step):
+    def __init__(self, version: str = "v4"):
+        build_prompt(version, anchor_text="")  # fail at construction on an unknown version
+        self.version = version
+
+    def __call__(self, sample):
+        sample["prompt"] = build_prompt(self.version, sample.get("anchor_text"))
+        return sample
+
+
+class BuildTarget(Step):
+    FORMATS = ("front_matter", "json")
+
+    def __init__(self, format: str = "front_matter"):
+        if format not in self.FORMATS:
+            raise ValueError(f"target format must be one of {', '.join(self.FORMATS)}, got {format!r}")
+        self.format = format
+
+    def __call__(self, sample):
+        meta, text = sample["meta"], sample["text"]
+        sample["target"] = write_document(meta, text) if self.format == "front_matter" else to_json_target(meta, text)
+        return sample
+
+
+class BuildMessages(Step):
+    """The chat turn. Production puts the instruction before the image; inference must match."""
+
+    def __init__(self, image_first: bool = False):
+        self.image_first = image_first
+
+    def __call__(self, sample):
+        parts = [{"type": "text", "text": sample["prompt"]}, {"type": "image"}]
+        if self.image_first:
+            parts.reverse()
+        sample["messages"] = [{"role": "user", "content": parts}]
+        if "target" in sample:
+            sample["messages"].append({"role": "assistant", "content": sample["target"]})
+        return sample
+
+
+class Tokenize(Step):
+    """Model inputs with labels: -100 over the prompt; the target ends with the end-of-turn token.
+
+    ``processor`` is injected by the pipeline builder from the configured model.
+    """
+
+    def __init__(self, processor, max_length: int | None = None, end_of_turn: str = "<|im_end|>"):
+        self.processor = processor
+        self.max_length = max_length
+        tokenizer = processor.tokenizer
+        self.end_of_turn_id = tokenizer.convert_tokens_to_ids(end_of_turn)
+        if self.end_of_turn_id is None or self.end_of_turn_id == tokenizer.unk_token_id:
+            raise ValueError(f"end_of_turn token {end_of_turn!r} is not in the tokenizer's vocabulary")
+        header = processor.apply_chat_template(
+            [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+        )
+        assistant_header = header[header.rindex("<|im_start|>"):]
+        self.header_ids = tokenizer(assistant_header, add_special_tokens=False)["input_ids"]
+
+    def _assistant_start(self, ids: list[int]) -> int:
+        n = len(self.header_ids)
+        for start in range(len(ids) - n, -1, -1):
+            if ids[start:start + n] == self.header_ids:
+                return start + n
+        raise Reject("no_assistant_turn", "the chat template produced no assistant turn to learn")
+
+    def __call__(self, sample):
+        text = self.processor.apply_chat_template(sample["messages"], tokenize=False)
+        enc = self.processor(text=[text], images=[sample["image"]], return_tensors="pt")
+        input_ids = enc["input_ids"][0]
+        ids = input_ids.tolist()
+        if self.max_length is not None and len(ids) > self.max_length:
+            raise Reject("too_long", f"{sample.get('md_path')}: {len(ids)} tokens > max_length {self.max_length}")
+        labels = input_ids.clone()
+        labels[: self._assistant_start(ids)] = IGNORE_INDEX
+        end = len(ids) - 1 - ids[::-1].index(self.end_of_turn_id)
+        labels[end + 1:] = IGNORE_INDEX
+        sample["input_ids"] = input_ids
+        sample["attention_mask"] = enc["attention_mask"][0]
+        sample["labels"] = labels
+        sample["pixel_values"] = enc["pixel_values"]
+        sample["image_grid_thw"] = enc["image_grid_thw"]
+        return sample
+
+
+class RandomTokenFlip(Step):
+    """Replace a fraction of the target's input tokens with random ones, labels unchanged, so the model
+    learns to continue correctly after its own mistakes."""
+
+    def __init__(self, processor, probability: float = 0.01):
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"probability must be in [0, 1], got {probability}")
+        self.probability = probability
+        tokenizer = processor.tokenizer
+        special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+        # Special tokens are never drawn: an extra image-pad token would break the vision inputs.
+        self.candidates = [i for i in range(len(tokenizer)) if i not in special]
+
+    def __call__(self, sample):
+        if self.probability == 0.0:
+            return sample
+        labels = sample["labels"]
+        input_ids = sample["input_ids"].clone()
+        # Flip only inside the target, never the end-of-turn token itself.
+        positions = (labels != IGNORE_INDEX).nonzero().flatten()[:-1].tolist()
+        rng = sample["rng"]
+        for pos in positions:
+            if rng.random() < self.probability:
+                input_ids[pos] = rng.choice(self.candidates)
+        sample["input_ids"] = input_ids
+        return sample
+

@@ -1,0 +1,73 @@
+"""Where a model comes from, and the one place that loads its processor and weights."""
+
+from __future__ import annotations
+
+import torch
+
+from olmocr.models.families import get_family, transformers_class
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelSource:
+    """A model checkpoint in Hugging Face format plus how to load it.
+
+    Subclasses only decide ``path``; loading is shared so every stage loads models the same way.
+    """
+
+    def __init__(self, family: str, dtype: str = "bfloat16", attn_implementation: str = "sdpa",
+                 image_min_pixels: int | None = None, image_max_pixels: int | None = None):
+        self.family = get_family(family)
+        if dtype not in DTYPES:
+            raise ValueError(f"model.dtype: expected one of {', '.join(DTYPES)}, got {dtype!r}")
+        self.dtype = dtype
+        self.attn_implementation = attn_implementation
+        self.image_min_pixels = image_min_pixels
+        self.image_max_pixels = image_max_pixels
+
+    @property
+    def path(self) -> str:
+        raise NotImplementedError
+
+    def pretrained_kwargs(self) -> dict:
+        """Extra ``from_pretrained`` arguments of this source (a hub revision, say)."""
+        return {}
+
+    def processor_kwargs(self) -> dict:
+        size = {}
+        if self.image_min_pixels is not None:
+            size["shortest_edge"] = self.image_min_pixels
+        if self.image_max_pixels is not None:
+            size["longest_edge"] = self.image_max_pixels
+        return {"size": size} if size else {}
+
+    def load_processor(self):
+        from transformers import AutoProcessor
+
+        return AutoProcessor.from_pretrained(self.path, **self.pretrained_kwargs(), **self.processor_kwargs())
+
+    def load_model(self, device: str | torch.device = "cpu"):
+        model_cls = transformers_class(self.family.model_class)
+        model = model_cls.from_pretrained(
+            self.path, dtype=DTYPES[self.dtype], attn_implementation=self.attn_implementation,
+            **self.pretrained_kwargs(),
+        )
+        return model.to(device)
+
+
+class HubModel(ModelSource):
+    """A published checkpoint: a hub id or a local/remote directory in Hugging Face format."""
+
+    def __init__(self, name_or_path: str, family: str, revision: str | None = None, dtype: str = "bfloat16",
+                 attn_implementation: str = "sdpa", image_min_pixels: int | None = None,
+                 image_max_pixels: int | None = None):
+        super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
+        self.name_or_path = name_or_path
+        self.revision = revision
+
+    @property
+    def path(self) -> str:
+        return self.name_or_path
+
+    def pretrained_kwargs(self) -> dict:
+        return {"revision": self.revision}

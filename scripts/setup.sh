@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Set up (or bring up to date) .venv with the pinned dependencies, and poppler-utils. Safe to re-run:
+# it reinstalls only when pyproject.toml, requirements.lock or the requested extras change.
+#   bash scripts/setup.sh          runtime dependencies
+#   bash scripts/setup.sh --dev    plus the test tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=""
+case "${1:-}" in
+  --dev) extras="[dev]" ;;
+  "") ;;
+  *) echo "setup.sh: unknown option '$1' (expected --dev or nothing)" >&2; exit 2 ;;
+esac
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo "$@"; else return 1; fi
+}
+
+apt_install() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! command -v pdftoppm >/dev/null; then
+  echo "setup: installing poppler-utils (pdftoppm renders PDF pages)"
+  apt_install poppler-utils || {
+    echo "setup: pdftoppm is missing and cannot be installed without root: run 'sudo apt-get install -y poppler-utils'" >&2
+    exit 1
+  }
+fi
+
+python=""
+for candidate in "${PYTHON:-}" python3.11 python3.12 python3; do
+  if [ -n "$candidate" ] && command -v "$candidate" >/dev/null &&
+     "$candidate" -c 'import sys; sys.exit(not ((3, 11) <= sys.version_info[:2] <= (3, 12)))'; then
+    python="$candidate"; break
+  fi
+done
+[ -n "$python" ] || { echo "setup: Python 3.11 or 3.12 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $python"
+  if ! "$python" -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    version=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+    apt_install "python${version}-venv" || apt_install python3-venv || {
+      echo "setup: '$python -m venv' needs the venv module: run 'sudo apt-get install -y python${version}-venv'" >&2
+      exit 1
+    }
+    "$python" -m venv .venv
+  fi
+fi
+
+stamp=".venv/.olmocr-setup"
+want="$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)${extras}"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import olmocr' 2>/dev/null; then
+  echo "setup: installing pinned dependencies into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c requirements.lock -e ".${extras}"
+  .venv/bin/python -m pip check
+  echo "$want" > "$stamp"
+fi
