@@ -168,7 +168,10 @@ class PageGenerator:
     # -- drawing ------------------------------------------------------------------------------------------------
     def draw(self, page: Page, path: str) -> None:
         width, height = page.page_size
-        canvas = Canvas(path, pagesize=page.page_size, invariant=1, pageCompression=1)
+        # reportlab's pagesize is the displayed size: for a quarter turn it swaps the MediaBox back, so
+        # passing the swapped size keeps the MediaBox in the coordinates the content is drawn in.
+        displayed = (height, width) if page.rotation in (90, 270) else (width, height)
+        canvas = Canvas(path, pagesize=displayed, invariant=1, pageCompression=1)
         canvas.setTitle(page.name)
         canvas.setCreator("olmocr.synth")
         if page.rotation:

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from olmocr.config import PROJECT_ROOT
+
+SAMPLE = os.path.join(PROJECT_ROOT, "data", "sample")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> str:
+    """One model/index cache for the session, isolated from the user's ~/.cache/olmocr."""
+    path = str(tmp_path_factory.mktemp("olmocr-cache"))
+    os.environ["OLMOCR_CACHE"] = path
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny(cache_dir):
+    from olmocr.models import TinyModel
+
+    return TinyModel(cache_dir=os.path.join(cache_dir, "models"))
+
+
+@pytest.fixture(scope="session")
+def processor(tiny):
+    return tiny.load_processor()
+
+
+def write_pdf(path: str, pages: list[str], rotate: int = 0) -> str:
+    from reportlab.lib.pagesizes import LETTER
+    from reportlab.pdfgen.canvas import Canvas
+
+    # reportlab's pagesize is the displayed size; it swaps the MediaBox back for quarter turns.
+    canvas = Canvas(path, pagesize=LETTER[::-1] if rotate in (90, 270) else LETTER, invariant=1)
+    for text in pages:
+        if rotate:
+            canvas.setPageRotation(rotate)
+        canvas.setFont("Helvetica", 14)
+        y = 700
+        for line in text.split("\n"):
+            canvas.drawString(72, y, line)
+            y -= 20
+        canvas.showPage()
+    canvas.save()
+    return path
+
+
+def write_md(path: str, body: str = "Hello world.", **fields) -> str:
+    meta = {"primary_language": "en", "is_rotation_valid": True, "rotation_correction": 0, "is_table": False,
+            "is_diagram": False, **fields}
+    with open(path, "w") as fh:
+        fh.write("---\n" + "".join(f"{k}: {v}\n" for k, v in meta.items()) + "---\n" + body + "\n")
+    return path
+
+
+def write_encrypted_pdf(path: str, text: str = "secret page") -> str:
+    from pypdf import PdfReader, PdfWriter
+
+    plain = write_pdf(path + ".plain.pdf", [text])
+    writer = PdfWriter()
+    writer.append(PdfReader(plain))
+    writer.encrypt(user_password="user-secret", owner_password="owner-secret", algorithm="AES-128")
+    with open(path, "wb") as fh:
+        writer.write(fh)
+    os.remove(plain)
+    return path
+
+
+@pytest.fixture
+def sample_copy(tmp_path) -> str:
+    """A writable copy of the bundled training pages."""
+    dest = tmp_path / "pages"
+    shutil.copytree(os.path.join(SAMPLE, "train", "pdfs"), dest)
+    return str(dest)

@@ -1,0 +1,260 @@
+"""Every per-sample step on real PDFs rendered with poppler."""
+
+import os
+import random
+
+import pytest
+import torch
+
+from conftest import SAMPLE, write_encrypted_pdf, write_md, write_pdf
+from olmocr.data.frontmatter import PageMeta
+from olmocr.data.pipeline import build_pipeline
+from olmocr.data.prompts import PROMPT_V4
+from olmocr.data.render import render_page
+from olmocr.data.steps import (
+    IGNORE_INDEX, AnchorText, BuildMessages, BuildPrompt, BuildTarget, CheckPdf, DropRotated, NormalizeLatex,
+    ParseFrontMatter, RandomTokenFlip, Reject, RenderPage, RotationAugmentation, RuleFilter, Tokenize,
+)
+
+TRAIN = os.path.join(SAMPLE, "train", "pdfs")
+
+
+def sample_for(stem: str, **extra) -> dict:
+    return {"md_path": os.path.join(TRAIN, stem + ".md"), "pdf_path": os.path.join(TRAIN, stem + ".pdf"),
+            "rng": random.Random(0), **extra}
+
+
+def first_page(predicate) -> str:
+    from olmocr.data.frontmatter import parse_document
+
+    for name in sorted(os.listdir(TRAIN)):
+        if name.endswith(".md"):
+            with open(os.path.join(TRAIN, name)) as fh:
+                meta, text = parse_document(fh.read())
+            if predicate(meta, text):
+                return name[:-3]
+    raise AssertionError("no bundled page matches")
+
+
+def test_render_longest_side_and_orientation(tmp_path):
+    pdf = write_pdf(str(tmp_path / "p.pdf"), ["Portrait page"])
+    image = render_page(pdf, 1, 1288)
+    assert max(image.size) == 1288 and image.size[0] < image.size[1]
+    # A page with /Rotate 90 renders landscape: the image shows what the model will see.
+    rotated = render_page(write_pdf(str(tmp_path / "r.pdf"), ["Sideways"], rotate=90), 1, 640)
+    assert max(rotated.size) == 640 and rotated.size[0] > rotated.size[1]
+
+
+def test_render_matches_pdftoppm_png_pixels(tmp_path):
+    """Same poppler pixels as a plain pdftoppm PNG render at the equivalent size."""
+    import subprocess
+
+    from PIL import Image, ImageChops
+
+    pdf = os.path.join(TRAIN, first_page(lambda m, t: m.is_table) + ".pdf")
+    subprocess.run(["pdftoppm", "-png", "-scale-to", "700", "-singlefile", pdf, str(tmp_path / "ref")], check=True)
+    reference = Image.open(tmp_path / "ref.png").convert("RGB")
+    ours = render_page(pdf, 1, 700)
+    assert ours.size == reference.size
+    assert ImageChops.difference(ours, reference).getbbox() is None
+
+
+def test_render_reject_on_corrupt_pdf(tmp_path):
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(b"%PDF-1.4 this is not a pdf")
+    with pytest.raises(Reject) as info:
+        RenderPage(256)({"pdf_path": str(bad)})
+    assert info.value.reason == "render_failed" and "bad.pdf" in str(info.value)
+
+
+def test_parse_front_matter_step(tmp_path):
+    sample = ParseFrontMatter()(sample_for(first_page(lambda m, t: m.primary_language == "no")))
+    assert sample["meta"].primary_language == "no" and sample["text"]
+    broken = tmp_path / "x.md"
+    broken.write_text("---\nprimary_language: en\n---\nno other fields")
+    with pytest.raises(Reject) as info:
+        ParseFrontMatter()({"md_path": str(broken), "pdf_path": None})
+    assert info.value.reason == "front_matter" and "is_rotation_valid" in info.value.detail
+
+
+def test_check_pdf_rejections(tmp_path):
+    good = write_pdf(str(tmp_path / "good.pdf"), ["one page"])
+    out = CheckPdf()({"pdf_path": good})
+    assert out["page_size"] == (612.0, 792.0) and out["pdf_bytes"].startswith(b"%PDF")
+    cases = {
+        "too_many_pages": write_pdf(str(tmp_path / "two.pdf"), ["one", "two"]),
+        "encrypted_pdf": write_encrypted_pdf(str(tmp_path / "enc.pdf")),
+        "empty_pdf": str(tmp_path / "empty.pdf"),
+        "unreadable_pdf": str(tmp_path / "corrupt.pdf"),
+        "missing_pdf": str(tmp_path / "nothere.pdf"),
+    }
+    (tmp_path / "empty.pdf").write_bytes(b"")
+    (tmp_path / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj garbage\n%%EOF")
+    for reason, path in cases.items():
+        with pytest.raises(Reject) as info:
+            CheckPdf()({"pdf_path": path, "md_path": None})
+        assert info.value.reason == reason, (reason, info.value)
+    assert CheckPdf(max_pages=2)({"pdf_path": cases["too_many_pages"]})["pdf_bytes"]
+
+
+def test_drop_rotated():
+    upright = {"meta": PageMeta(), "md_path": "a.md"}
+    assert DropRotated()(upright) is upright
+    with pytest.raises(Reject, match="rotated"):
+        DropRotated()({"meta": PageMeta(is_rotation_valid=False, rotation_correction=90), "md_path": "a.md"})
+
+
+def test_rotation_augmentation_label_undoes_the_turn(tmp_path):
+    from PIL import ImageChops
+
+    pdf = write_pdf(str(tmp_path / "p.pdf"), ["Top left text"])
+    image = render_page(pdf, 1, 400)
+    turns = set()
+    for seed in range(30):
+        sample = RotationAugmentation(1.0)({"image": image, "meta": PageMeta(), "rng": random.Random(seed)})
+        meta = sample["meta"]
+        assert not meta.is_rotation_valid and meta.rotation_correction in (90, 180, 270)
+        turns.add(meta.rotation_correction)
+        # Applying the correction (a clockwise turn) gives back the upright render.
+        restored = sample["image"].rotate(-meta.rotation_correction, expand=True)
+        assert restored.size == image.size
+        assert ImageChops.difference(restored, image).getbbox() is None
+    assert turns == {90, 180, 270}
+    untouched = RotationAugmentation(0.0)({"image": image, "meta": PageMeta(), "rng": random.Random(0)})
+    assert untouched["meta"] == PageMeta() and untouched["image"] is image
+
+
+def test_rotation_augmentation_leaves_already_rotated_pages():
+    meta = PageMeta(is_rotation_valid=False, rotation_correction=90)
+    out = RotationAugmentation(1.0)({"image": None, "meta": meta, "rng": random.Random(0)})
+    assert out["meta"] is meta
+
+
+def test_anchor_text_has_coordinates_and_cap(tmp_path):
+    pdf = write_pdf(str(tmp_path / "p.pdf"), ["First line of text\nSecond line here\nThird"])
+    text = AnchorText(4000)({"pdf_path": pdf})["anchor_text"]
+    lines = text.split("\n")
+    assert lines[0] == "Page dimensions: 612.0x792.0"
+    assert lines[1] == "[72x700]First line of text" and lines[2] == "[72x680]Second line here"
+    capped = AnchorText(60)({"pdf_path": pdf})["anchor_text"]
+    assert len(capped) <= 60 and capped.startswith("Page dimensions")
+
+
+def test_normalize_latex():
+    text = ("Energy $$E = mc^2$$ and inline $a+b$ cost $5 and $10. \\textbf{Bold \\textit{both}} "
+            "and \\emph{this} but \\(\\textbf{x}\\) stays.")
+    out = NormalizeLatex()({"text": text})["text"]
+    assert "\\[E = mc^2\\]" in out and "\\(a+b\\)" in out
+    assert "$5 and $10" in out
+    assert "**Bold *both***" in out and "*this*" in out
+    assert "\\(\\textbf{x}\\)" in out
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("| a | b |\n|---|---|\n| 1 | 2 |", "markdown_table"),
+    ("<table><tr><td>1</td></table>", "malformed_html_table"),
+    ("<table><td>1</td></table>", "malformed_html_table"),
+    ("<table><tr><td colspan='x'>1</td></tr></table>", "malformed_html_table"),
+    ("The value \\frac{1}{2} is half", "latex_outside_math"),
+    ("x^{2} outside math", "latex_outside_math"),
+])
+def test_rule_filter_rejects(text, reason):
+    with pytest.raises(Reject) as info:
+        RuleFilter()({"text": text, "md_path": "p.md"})
+    assert info.value.reason == reason
+
+
+def test_rule_filter_accepts_good_text_and_switches():
+    good = ("<table><thead><tr><th>a</th></tr></thead><tbody><tr><td rowspan=\"2\">1</td></tr></tbody></table>"
+            " and \\(\\frac{1}{2}\\) and | not a table")
+    assert RuleFilter()({"text": good})["text"] == good
+    off = RuleFilter(markdown_tables=False, malformed_html_tables=False, latex_outside_math=False)
+    assert off({"text": "| a |\n|---|\n\\frac{1}{2} <table>"})
+
+
+def test_prompts_and_targets():
+    v4 = BuildPrompt("v4")({})["prompt"]
+    assert v4 == PROMPT_V4 and "front matter" in v4
+    v1 = BuildPrompt("v1")({"anchor_text": "Page dimensions: 1x1"})["prompt"]
+    assert "RAW_TEXT_START\nPage dimensions: 1x1\nRAW_TEXT_END" in v1
+    with pytest.raises(ValueError, match="anchor"):
+        BuildPrompt("v1")({})
+    with pytest.raises(ValueError, match="v1, v4"):
+        BuildPrompt("v9")
+    meta = PageMeta(primary_language="no")
+    fm = BuildTarget("front_matter")({"meta": meta, "text": "Tekst"})["target"]
+    assert fm.startswith("---\nprimary_language: no\n") and fm.endswith("---\nTekst\n")
+    js = BuildTarget("json")({"meta": meta, "text": "Tekst"})["target"]
+    assert '"natural_text": "Tekst"' in js
+    with pytest.raises(ValueError, match="front_matter, json"):
+        BuildTarget("yaml")
+
+
+def test_message_order():
+    text_first = BuildMessages()({"prompt": "P", "target": "T"})["messages"]
+    assert [p["type"] for p in text_first[0]["content"]] == ["text", "image"]
+    assert text_first[1] == {"role": "assistant", "content": "T"}
+    image_first = BuildMessages(image_first=True)({"prompt": "P"})["messages"]
+    assert [p["type"] for p in image_first[0]["content"]] == ["image", "text"] and len(image_first) == 1
+
+
+def _production(processor, **overrides):
+    steps = {
+        "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
+        "check_pdf": {"_target_": "olmocr.data.steps.CheckPdf"},
+        "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 512},
+        "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "v4"},
+        "target": {"_target_": "olmocr.data.steps.BuildTarget"},
+        "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
+        "tokenize": {"_target_": "olmocr.data.steps.Tokenize"},
+        **overrides,
+    }
+    return build_pipeline(steps, processor=processor)
+
+
+def test_tokenize_masks_prompt_and_ends_with_end_of_turn(processor):
+    sample = _production(processor)(sample_for(first_page(lambda m, t: m.is_table)))
+    ids, labels = sample["input_ids"], sample["labels"]
+    tok = processor.tokenizer
+    learned = ids[labels != IGNORE_INDEX]
+    assert tok.decode(learned) == sample["target"] + "<|im_end|>"
+    assert learned[-1].item() == tok.convert_tokens_to_ids("<|im_end|>")
+    image_pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert (labels[ids == image_pad] == IGNORE_INDEX).all()
+    grid = sample["image_grid_thw"][0]
+    assert (ids == image_pad).sum().item() == int(grid.prod()) // 4  # 2x2 merge
+    assert sample["pixel_values"].shape[0] == int(grid.prod())
+    # The prompt comes before the image, as production inference expects.
+    text = tok.decode(ids)
+    assert text.index(PROMPT_V4[:40]) < text.index("<|vision_start|>")
+
+
+def test_tokenize_too_long_is_rejected(processor):
+    pipeline = _production(processor, tokenize={"_target_": "olmocr.data.steps.Tokenize", "max_length": 50})
+    with pytest.raises(Reject) as info:
+        pipeline(sample_for(first_page(lambda m, t: True)))
+    assert info.value.reason == "too_long" and info.value.step == "tokenize"
+
+
+def test_random_token_flip_changes_only_target_inputs(processor):
+    sample = _production(processor)(sample_for(first_page(lambda m, t: len(t) > 200)))
+    flipped = RandomTokenFlip(processor, probability=0.5)(dict(sample, rng=random.Random(1)))
+    changed = flipped["input_ids"] != sample["input_ids"]
+    assert changed.any()
+    assert (sample["labels"][changed] != IGNORE_INDEX).all()
+    assert torch.equal(flipped["labels"], sample["labels"])
+    special = set(processor.tokenizer.all_special_ids)
+    assert not set(flipped["input_ids"][changed].tolist()) & special
+    same = RandomTokenFlip(processor, probability=0.0)(dict(sample))
+    assert torch.equal(same["input_ids"], sample["input_ids"])
+
+
+def test_step_order_and_injection(processor):
+    steps = {"a": {"_target_": "olmocr.data.steps.BuildPrompt"}, "b": None,
+             "c": {"_target_": "olmocr.data.steps.BuildTarget"}}
+    pipeline = build_pipeline(steps, ["c", "a"])
+    assert list(pipeline.steps) == ["c", "a"]
+    with pytest.raises(ValueError, match="not enabled"):
+        build_pipeline(steps, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="leaves out"):
+        build_pipeline(steps, ["a"])
