@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import inspect
+import sys
 import os
 import types
 import typing
@@ -49,12 +51,26 @@ def _omegaconf_type(annotation):
     return Any
 
 
+def locate(path: str):
+    """Import ``package.module.Name``; ValueError naming the path when it does not exist."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        try:
+            for name in parts[cut:]:
+                obj = getattr(obj, name)
+        except AttributeError:
+            break
+        return obj
+    raise ValueError(f"cannot import {path!r}")
+
+
 def schema_for(target: str | type) -> type:
     """A dataclass with ``_target_`` and one field per constructor parameter of ``target``."""
-    from hydra.utils import get_object
-
-    obj = get_object(target) if isinstance(target, str) else target
-    return _schema_for_object(obj)
+    return _schema_for_object(locate(target) if isinstance(target, str) else target)
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,8 +103,10 @@ class DataConfig:
     """``data`` group: named train sources (weights are repeat factors), named eval sources (one eval
     loss each) and the per-sample steps (name → ``_target_`` config, null disables a step)."""
 
-    train: dict[str, SourceConfig] = field(default_factory=dict)
-    eval: dict[str, SourceConfig] = field(default_factory=dict)
+    # Typed as Any because OmegaConf cannot add an entry to a dict of dataclasses from the command line
+    # (+data.train.mine={roots: [...]}); validate() checks each entry against SourceConfig instead.
+    train: dict[str, Any] = field(default_factory=dict)
+    eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     step_order: Optional[list[str]] = None
 
@@ -150,6 +168,22 @@ def _target_nodes(node, path: str = ""):
                 yield from _target_nodes(child, f"{path}[{i}]")
 
 
+# Maps whose entries have one schema but must stay open to new keys (see DataConfig).
+TYPED_MAP_ENTRIES = {"data.train": SourceConfig, "data.eval": SourceConfig}
+
+
+def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
+    except OmegaConfBaseException as exc:
+        key = f"{path}.{exc.key}" if getattr(exc, "key", None) else path
+        raise ValueError(f"{key}: {str(exc).splitlines()[0]} ({what})") from None
+    missing = list(OmegaConf.missing_keys(merged))
+    if missing:
+        raise ValueError(f"{path}: missing required key(s) {', '.join(missing)} ({what})")
+    return merged
+
+
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every ``_target_`` node against its target's signature; raise ValueError naming the key.
 
@@ -162,16 +196,17 @@ def validate(cfg: DictConfig) -> DictConfig:
     for path, node in _target_nodes(cfg):
         try:
             schema = schema_for(node._target_)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ValueError(f"{path}._target_: cannot import {node._target_!r} ({exc})") from None
-        try:
-            merged = OmegaConf.merge(OmegaConf.structured(schema), node)
-        except OmegaConfBaseException as exc:
-            key = f"{path}.{exc.key}" if getattr(exc, "key", None) else path
-            raise ValueError(f"{key}: {str(exc).splitlines()[0]} (target {node._target_})") from None
-        missing = [k for k in OmegaConf.missing_keys(merged)]
-        if missing:
-            raise ValueError(f"{path}: missing required key(s) {', '.join(missing)} for {node._target_}")
+        except ValueError as exc:
+            raise ValueError(f"{path}._target_: {exc}") from None
+        _check_against(schema, node, path, f"target {node._target_}")
+    for path, schema in TYPED_MAP_ENTRIES.items():
+        entries = OmegaConf.select(cfg, path)
+        for name in entries or {}:
+            entry = entries._get_node(name)
+            if not isinstance(entry, DictConfig):
+                raise ValueError(f"{path}.{name}: expected a mapping like {{roots: [...], weight: 1.0}}, got {entry!r}")
+            # Written back with its defaults filled in, so readers see a complete entry.
+            entries[name] = _check_against(schema, entry, f"{path}.{name}", schema.__name__)
     return cfg
 
 
@@ -184,3 +219,12 @@ def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = hydra_compose(config_name=config_name, overrides=overrides or [])
     return validate(cfg)
+
+
+def run_stage(run, cfg: DictConfig, output_dir: str):
+    """Call a stage's ``run``; a user error (ValueError) ends it with one line and exit code 2."""
+    try:
+        return run(cfg, output_dir)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

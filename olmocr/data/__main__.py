@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from olmocr.config import register_configs, validate
+from olmocr.config import register_configs, run_stage, validate
 
 log = logging.getLogger("olmocr.data")
 register_configs()
@@ -75,7 +75,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
 @hydra.main(config_path="../../conf", config_name="check_data", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run(cfg, HydraConfig.get().runtime.output_dir)
+    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from torch.utils.data import Dataset
 
@@ -75,14 +74,6 @@ class MixtureDataset(Dataset):
     def __getitem__(self, i: int) -> dict | None:
         name, index = self.index[i]
         return self.sources[name][0][index]
-
-
-@dataclass
-class Source:
-    """One entry of ``data.train`` / ``data.eval``."""
-
-    roots: list[str]
-    weight: float = 1.0
 
 
 def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, step_order: list[str] | None = None,

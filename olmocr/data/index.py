@@ -62,8 +62,12 @@ def _list_local(root: str) -> dict[str, tuple[int, int]]:
 def _list_remote(root: str) -> dict[str, tuple[int, int]]:
     fs = filesystem(root)
     protocol = root.split("://", 1)[0]
+    try:
+        listing = fs.find(root, detail=True)
+    except Exception as exc:  # botocore/aiohttp/gcsfs each raise their own types for the same failure
+        raise ValueError(f"{root}: cannot list ({type(exc).__name__}: {exc})") from None
     found = {}
-    for path, info in fs.find(root, detail=True).items():
+    for path, info in listing.items():
         if path.lower().endswith((".md", ".pdf")):
             stamp = info.get("ETag") or info.get("LastModified") or info.get("mtime") or ""
             found[f"{protocol}://{path}"] = (int(info.get("size") or 0), int(hashlib.md5(str(stamp).encode()).hexdigest()[:12], 16))

@@ -35,7 +35,9 @@ def build_pipeline(steps: Mapping, order: list[str] | None = None, **runtime) ->
     ``runtime`` holds objects that configs cannot express (the model's processor); a step receives one
     when its constructor takes a parameter of that name.
     """
-    from hydra.utils import get_class, instantiate
+    from hydra.utils import instantiate
+
+    from olmocr.config import locate
 
     enabled = [name for name, cfg in steps.items() if cfg is not None]
     if order is not None:
@@ -49,7 +51,7 @@ def build_pipeline(steps: Mapping, order: list[str] | None = None, **runtime) ->
     built = {}
     for name in enabled:
         cfg = steps[name]
-        params = inspect.signature(get_class(cfg["_target_"])).parameters
+        params = inspect.signature(locate(cfg["_target_"])).parameters
         extra = {key: value for key, value in runtime.items() if key in params and key not in cfg}
         built[name] = instantiate(cfg, **extra)
     return Pipeline(built)

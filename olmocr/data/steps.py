@@ -242,11 +242,12 @@ class Tokenize(Step):
         labels[: self._assistant_start(ids)] = IGNORE_INDEX
         end = len(ids) - 1 - ids[::-1].index(self.end_of_turn_id)
         labels[end + 1:] = IGNORE_INDEX
-        sample["input_ids"] = input_ids
-        sample["attention_mask"] = enc["attention_mask"][0]
+        # Keep every model input the processor returns (Qwen2-VL and Qwen3-VL also need mm_token_type_ids
+        # for M-RoPE); per-token tensors lose their batch dimension so collators can pad them.
+        for key, value in enc.items():
+            per_token = value.dim() == 2 and value.shape == enc["input_ids"].shape
+            sample[key] = value[0] if per_token else value
         sample["labels"] = labels
-        sample["pixel_values"] = enc["pixel_values"]
-        sample["image_grid_thw"] = enc["image_grid_thw"]
         return sample
 
 

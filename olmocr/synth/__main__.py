@@ -12,7 +12,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from olmocr.config import register_configs, validate
+from olmocr.config import register_configs, run_stage, validate
 
 log = logging.getLogger("olmocr.synth")
 register_configs()
@@ -59,7 +59,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
 @hydra.main(config_path="../../conf", config_name="synth", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run(cfg, HydraConfig.get().runtime.output_dir)
+    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
 
 
 if __name__ == "__main__":

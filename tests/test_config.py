@@ -1,0 +1,97 @@
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
+from olmocr.data.pipeline import build_pipeline
+from olmocr.models import HubModel, TinyModel
+
+
+def options(group: str) -> list[str]:
+    return sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_DIR, group, "*.yaml")))
+
+
+PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_DIR, "*.yaml")))
+
+
+def test_groups_have_the_promised_options():
+    assert options("model") == ["olmocr2_7b", "qwen25_vl_7b", "qwen2_vl_7b", "qwen3_vl_8b", "tiny"]
+    assert {"sample", "olmocr_mix"} <= set(options("data"))
+    assert {"v1", "v4", "v4_augmented"} <= set(options("data/steps"))
+
+
+@pytest.mark.parametrize("name", PRIMARY)
+def test_every_primary_config_composes(name):
+    cfg = compose(name)
+    assert OmegaConf.to_container(cfg, resolve=True)
+
+
+@pytest.mark.parametrize("model", options("model"))
+def test_every_model_option_instantiates_without_downloading(model, cache_dir):
+    cfg = compose("check_data", [f"model={model}"])
+    source = instantiate(cfg.model)
+    assert isinstance(source, TinyModel if model == "tiny" else HubModel)
+    if isinstance(source, HubModel):
+        assert "/" in source.name_or_path and source.family.name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
+@pytest.mark.parametrize("data", options("data"))
+@pytest.mark.parametrize("steps", options("data/steps"))
+def test_every_data_and_steps_option_builds(data, steps, processor):
+    cfg = compose("check_data", [f"data={data}", f"data/steps={steps}"])
+    container = OmegaConf.to_container(cfg.data, resolve=True)
+    pipeline = build_pipeline(container["steps"], container["step_order"], processor=processor)
+    assert list(pipeline.steps) == [k for k, v in container["steps"].items() if v is not None]
+    for source in list(container["train"].values()) + list(container["eval"].values()):
+        assert source["roots"] and source["weight"] > 0
+
+
+@pytest.mark.parametrize("config, override, key", [
+    ("synth", "num_pagez=3", "num_pagez"),
+    ("synth", "num_pages=three", "num_pages"),
+    ("synth", "paths.cachee=/tmp", "cachee"),
+    ("check_data", "model.dtypee=float16", "dtypee"),
+    ("check_data", "model.num_layers=two", "num_layers"),
+    ("check_data", ["model=qwen25_vl_7b", "model.hidden_size=64"], "hidden_size"),
+    ("check_data", "data.trian={}", "trian"),
+    ("check_data", "data.train.synth.wieght=2", "wieght"),
+    ("check_data", "data.train.synth.weight=heavy", "weight"),
+    ("check_data", "data.steps.render.longest_sid=1024", "longest_sid"),
+    ("check_data", "data.steps.render.longest_side=big", "longest_side"),
+    ("check_data", "+data.steps.extra={_target_: olmocr.data.steps.NoSuchStep}", "NoSuchStep"),
+    ("check_data", "max_samplez=3", "max_samplez"),
+])
+def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
+    with pytest.raises((ConfigCompositionException, ValueError)) as info:
+        compose(config, override if isinstance(override, list) else [override])
+    message = str(info.value) + str(getattr(info.value, "__cause__", ""))
+    assert key in message
+
+
+def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "olmocr.data", "data.steps.render.longest_sid=1024"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "data.steps.render.longest_sid" in proc.stderr
+    assert not os.path.exists(tmp_path / "outputs" / "check_data") or not glob.glob(
+        str(tmp_path / "outputs/check_data/*/summary.json"))
+
+
+def test_multirun_gives_one_dir_per_job(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmocr.synth", "-m", "seed=1,2", "num_pages=2", f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for job, seed in (("0", 1), ("1", 2)):
+        pdfs = sorted(os.listdir(tmp_path / "sweep" / job / "pages" / "pdfs"))
+        assert pdfs[0].startswith(f"synth_s{seed}_")
+        saved = OmegaConf.load(tmp_path / "sweep" / job / ".hydra" / "config.yaml")
+        assert saved.seed == seed
+        assert (tmp_path / "sweep" / job / "run_info.json").exists()

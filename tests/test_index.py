@@ -1,0 +1,172 @@
+"""The dataset index and datasets on a folder seeded with bad pairs, locally and on a real S3 server."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import write_encrypted_pdf, write_md, write_pdf
+from olmocr.data.dataset import build_datasets
+from olmocr.data.index import index_root
+
+STEPS = {
+    "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
+    "check_pdf": {"_target_": "olmocr.data.steps.CheckPdf"},
+    "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 256},
+    "prompt": {"_target_": "olmocr.data.steps.BuildPrompt"},
+    "target": {"_target_": "olmocr.data.steps.BuildTarget"},
+    "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
+}
+
+
+@pytest.fixture
+def messy(tmp_path):
+    """Three good pairs (one nested) and one of every kind of bad pair."""
+    root = tmp_path / "messy"
+    (root / "nested" / "deeper").mkdir(parents=True)
+    for i, where in enumerate(["", "nested", "nested/deeper"]):
+        write_pdf(str(root / where / f"good{i}.pdf"), [f"Good page {i}"])
+        write_md(str(root / where / f"good{i}.md"), f"Good page {i}")
+    write_md(str(root / "corrupt.md"))
+    (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n1 0 obj << /Type /Catalog >> garbage\n%%EOF")
+    write_md(str(root / "encrypted.md"))
+    write_encrypted_pdf(str(root / "encrypted.pdf"))
+    write_md(str(root / "twopage.md"))
+    write_pdf(str(root / "twopage.pdf"), ["one", "two"])
+    write_md(str(root / "empty.md"))
+    (root / "empty.pdf").write_bytes(b"")
+    write_md(str(root / "orphan.md"))
+    write_pdf(str(root / "brokenfm.pdf"), ["fine pdf"])
+    (root / "brokenfm.md").write_text("---\nprimary_language: en\nis_table: perhaps\n---\ntext")
+    write_pdf(str(root / "pdf_only.pdf"), ["no truth"])
+    return root
+
+
+EXPECTED_BAD = {"corrupt": "unreadable_pdf", "encrypted": "encrypted_pdf", "twopage": "too_many_pages",
+                "empty": "empty_pdf", "orphan": "missing_pdf", "brokenfm": "front_matter"}
+
+
+def test_index_finds_pairs_and_flags_listing_problems(messy, tmp_path):
+    index = index_root(str(messy), cache_dir=str(tmp_path / "cache"))
+    assert sorted(r.stem for r in index.pairs) == sorted(
+        ["good0", "nested/good1", "nested/deeper/good2", "corrupt", "encrypted", "twopage"])
+    assert {r.stem: r.problem for r in index.problems} == {"empty": "empty_pdf", "orphan": "missing_pdf",
+                                                           "brokenfm": "front_matter"}
+    assert index.stats["pdf_without_md"] == 1
+    assert "is_table: expected True or False" in next(r for r in index.problems if r.stem == "brokenfm").detail
+
+
+def test_manifest_reuses_unchanged_and_rereads_changed(messy, tmp_path):
+    cache = str(tmp_path / "cache")
+    cold = index_root(str(messy), cache)
+    assert cold.reused == 0 and cold.parsed == 9
+    warm = index_root(str(messy), cache)
+    assert warm.reused == 9 and warm.parsed == 0
+    assert [(r.stem, r.meta, r.problem) for r in warm.pairs + warm.problems] == \
+        [(r.stem, r.meta, r.problem) for r in cold.pairs + cold.problems]
+    # Fix the broken front matter and add a new pair: only those two are read again.
+    write_md(str(messy / "brokenfm.md"), "now fine", primary_language="no")
+    write_pdf(str(messy / "new.pdf"), ["new"])
+    write_md(str(messy / "new.md"), "new")
+    again = index_root(str(messy), cache)
+    assert again.parsed == 2 and again.reused == 8
+    fixed = next(r for r in again.pairs if r.stem == "brokenfm")
+    assert fixed.meta.primary_language == "no"
+    os.remove(messy / "new.md")
+    assert "new" not in [r.stem for r in index_root(str(messy), cache).pairs]
+
+
+def test_missing_root_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="is not a directory"):
+        index_root(str(tmp_path / "nope"))
+
+
+def test_bad_pairs_are_skipped_counted_and_reported(messy, tmp_path):
+    report_path = str(tmp_path / "run" / "rejected.jsonl")
+    train, evals, report = build_datasets({"messy": {"roots": [str(messy)]}}, {}, STEPS,
+                                          cache_dir=str(tmp_path / "cache"), report_path=report_path)
+    samples = [train[i] for i in range(len(train))]
+    good = [s for s in samples if s is not None]
+    assert sorted(os.path.basename(s["md_path"]) for s in good) == ["good0.md", "good1.md", "good2.md"]
+    assert all(s["image"].size[1] == 256 for s in good)
+    lines = [json.loads(line) for line in open(report_path)]
+    got = {os.path.basename(line["md"])[:-3]: line["reason"] for line in lines}
+    assert got == EXPECTED_BAD
+    assert all(line["detail"] for line in lines)
+    assert report.file_counts() == {reason: 1 for reason in EXPECTED_BAD.values()}
+
+
+def test_mixture_weights_are_repeat_factors(sample_copy, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    for i in range(4):
+        write_pdf(str(other / f"p{i}.pdf"), [f"page {i}"])
+        write_md(str(other / f"p{i}.md"), f"page {i}")
+    train, _, _ = build_datasets({"sample": {"roots": [sample_copy], "weight": 0.5},
+                                  "other": {"roots": [str(other)], "weight": 2.0}}, {}, STEPS)
+    n_sample = len(train.sources["sample"][0])
+    assert len(train) == round(n_sample * 0.5) + 8
+    names = [train.index[i][0] for i in range(len(train))]
+    assert names.count("other") == 8
+    first = [i for name, i in train.index if name == "sample"]
+    train.set_epoch(1)
+    second = [i for name, i in train.index if name == "sample"]
+    assert len(first) == len(second) and first != second
+
+
+def test_empty_source_is_a_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="'nothing' has no usable md\\+pdf pairs"):
+        build_datasets({"nothing": {"roots": [str(tmp_path / "empty")]}}, {}, STEPS)
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    import fsspec
+
+    fsspec.config.conf.pop("s3", None)
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_s3_roots_index_and_load(s3_server, messy, tmp_path):
+    import boto3
+
+    from olmocr.utils.io import filesystem
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="pages")
+    fs = filesystem("s3://pages")
+    fs.put(str(messy) + "/", "s3://pages/messy/", recursive=True)
+    index = index_root("s3://pages/messy", cache_dir=str(tmp_path / "cache"))
+    assert sorted(r.stem for r in index.pairs) == sorted(
+        ["good0", "nested/good1", "nested/deeper/good2", "corrupt", "encrypted", "twopage"])
+    assert {r.stem for r in index.problems} == {"empty", "orphan", "brokenfm"}
+    assert index_root("s3://pages/messy", cache_dir=str(tmp_path / "cache")).reused == 9
+
+    report_path = str(tmp_path / "rejected.jsonl")
+    train, _, _ = build_datasets({"s3": {"roots": ["s3://pages/messy"]}}, {}, STEPS, report_path=report_path)
+    good = [s for s in (train[i] for i in range(len(train))) if s is not None]
+    assert sorted(s["md_path"] for s in good) == [
+        "s3://pages/messy/good0.md", "s3://pages/messy/nested/deeper/good2.md", "s3://pages/messy/nested/good1.md"]
+    assert good[0]["image"].size[1] == 256
+    got = {json.loads(line)["md"].rsplit("/", 1)[1][:-3]: json.loads(line)["reason"] for line in open(report_path)}
+    assert got == EXPECTED_BAD
+
+
+def test_unreachable_s3_endpoint_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(ValueError, match="s3://pages/x: cannot list"):
+        index_root("s3://pages/x")

@@ -1,0 +1,86 @@
+import os
+import random
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import SAMPLE
+from olmocr.data.pipeline import build_pipeline
+from olmocr.data.steps import IGNORE_INDEX
+from olmocr.models import TinyModel
+from olmocr.models.families import FAMILIES
+
+STEPS = {
+    "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
+    "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 300},
+    "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "v4"},
+    "target": {"_target_": "olmocr.data.steps.BuildTarget"},
+    "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
+    "tokenize": {"_target_": "olmocr.data.steps.Tokenize"},
+}
+PAGE = os.path.join(SAMPLE, "train", "pdfs", "synth_s0_00000")
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family_model(request, cache_dir):
+    return TinyModel(family=request.param, cache_dir=os.path.join(cache_dir, "models"))
+
+
+def test_tiny_builds_reloads_and_generates(family_model):
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(family_model.path)
+    assert type(processor).__name__ == family_model.family.processor_class
+    assert processor.tokenizer.convert_tokens_to_ids("<|image_pad|>") != processor.tokenizer.unk_token_id
+    model = family_model.load_model()
+    assert type(model).__name__ == family_model.family.model_class
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Read the page."}, {"type": "image"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    inputs = processor(text=[text], images=[Image.new("RGB", (180, 240), "white")], return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == inputs["input_ids"].shape[1] + 4
+
+
+def test_tiny_is_built_once_and_keyed_on_its_config(cache_dir):
+    a = TinyModel(cache_dir=os.path.join(cache_dir, "models"))
+    stamp = os.path.getmtime(os.path.join(a.path, "config.json"))
+    again = TinyModel(cache_dir=os.path.join(cache_dir, "models"))
+    assert again.path == a.path and os.path.getmtime(os.path.join(again.path, "config.json")) == stamp
+    other = TinyModel(cache_dir=os.path.join(cache_dir, "models"), num_layers=1)
+    assert other.cache_path != a.cache_path
+
+
+def test_tiny_weights_are_deterministic(tmp_path):
+    from safetensors.torch import load_file
+
+    a = TinyModel(cache_dir=str(tmp_path / "a"), vocab_size=600)
+    b = TinyModel(cache_dir=str(tmp_path / "b"), vocab_size=600)
+    wa, wb = load_file(os.path.join(a.path, "model.safetensors")), load_file(os.path.join(b.path, "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_bad_model_settings_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="model.family: unknown family 'llava'"):
+        TinyModel(family="llava", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="model.dtype"):
+        TinyModel(dtype="fp8", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="hidden_size 60 must split into 4 heads"):
+        TinyModel(hidden_size=60, cache_dir=str(tmp_path))
+
+
+def test_label_masking_with_each_family_processor(family_model):
+    processor = family_model.load_processor()
+    sample = build_pipeline(STEPS, processor=processor)(
+        {"md_path": PAGE + ".md", "pdf_path": PAGE + ".pdf", "rng": random.Random(0)})
+    ids, labels = sample["input_ids"], sample["labels"]
+    first = int((labels != IGNORE_INDEX).nonzero()[0])
+    # Everything before the target is the prompt (system turn, instruction, image, assistant header).
+    assert processor.tokenizer.decode(ids[:first]).endswith("<|im_start|>assistant\n")
+    assert processor.tokenizer.decode(ids[first:]) == sample["target"] + "<|im_end|>\n"
+    assert processor.tokenizer.decode(ids[labels != IGNORE_INDEX]) == sample["target"] + "<|im_end|>"
+    model = family_model.load_model()
+    per_token = {k: sample[k][None] for k in ("input_ids", "attention_mask", "labels", "mm_token_type_ids") if k in sample}
+    out = model(**per_token, pixel_values=sample["pixel_values"], image_grid_thw=sample["image_grid_thw"])
+    assert torch.isfinite(out.loss)

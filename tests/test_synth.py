@@ -1,0 +1,117 @@
+import filecmp
+import os
+
+import pytest
+
+from conftest import SAMPLE
+from olmocr.bench.records import load_tests
+from olmocr.data.frontmatter import parse_document
+from olmocr.data.pdf import pdf_info
+from olmocr.data.render import render_page
+from olmocr.synth.generator import LAYOUTS, PageGenerator, generate
+
+ALL_LAYOUTS = {name: 1.0 for name in LAYOUTS}
+LANGS = {"en": 2, "de": 1, "fr": 1, "no": 1}
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("synth"))
+    counts = generate(out, 40, seed=7, layout_weights=ALL_LAYOUTS, language_weights=LANGS)
+    return out, counts
+
+
+def test_every_file_round_trips(pages):
+    out, counts = pages
+    pdfs = sorted(f for f in os.listdir(os.path.join(out, "pdfs")) if f.endswith(".pdf"))
+    assert len(pdfs) == 40
+    metas = []
+    for name in pdfs:
+        path = os.path.join(out, "pdfs", name)
+        with open(path[:-4] + ".md", encoding="utf-8") as fh:
+            meta, text = parse_document(fh.read())
+        metas.append(meta)
+        info = pdf_info(path)
+        assert info.num_pages == 1
+        image = render_page(path, 1, 200)
+        assert max(image.size) == 200
+        if meta.rotation_correction in (90, 270):
+            assert image.size[0] > image.size[1] or info.width > info.height
+        if meta.primary_language is None:
+            assert text == ""
+    tests, errors = load_tests(os.path.join(out, "synth.jsonl"))
+    assert errors == [] and len(tests) == sum(v for k, v in counts.items() if k.startswith("test:"))
+    assert {t.type for t in tests} == {"present", "absent", "order", "table", "math", "baseline"}
+    assert {t.pdf for t in tests} <= set(pdfs)
+    assert len({t.id for t in tests}) == len(tests)
+    assert {m.primary_language for m in metas} >= {"en", "de", "fr", "no", None}
+    assert any(m.is_table for m in metas) and any(m.is_diagram for m in metas)
+    assert {m.rotation_correction for m in metas} - {0}, "no rotated page generated"
+
+
+def test_tests_agree_with_the_truth(pages):
+    """Exact-match checks of each test against its own page's truth (fuzzy matching is the bench's job)."""
+    out, _ = pages
+    truth = {}
+    for name in os.listdir(os.path.join(out, "pdfs")):
+        if name.endswith(".md"):
+            with open(os.path.join(out, "pdfs", name), encoding="utf-8") as fh:
+                truth[name[:-3] + ".pdf"] = parse_document(fh.read())[1]
+    tests, _ = load_tests(os.path.join(out, "synth.jsonl"))
+    for t in tests:
+        text = truth[t.pdf]
+        if t.type == "present":
+            hay = text if t.case_sensitive else text.lower()
+            hay = hay[: t.first_n] if t.first_n else hay
+            assert t.text in hay, t
+        elif t.type == "absent":
+            assert t.text not in text, t
+        elif t.type == "order":
+            assert text.index(t.before) < text.index(t.after), t
+        elif t.type == "table":
+            for cell in (t.cell, t.up, t.down, t.left, t.right, t.top_heading):
+                assert cell is None or f">{cell}<" in text, t
+        elif t.type == "math":
+            assert f"\\[{t.math}\\]" in text, t
+        elif t.type == "baseline":
+            assert text.strip(), t
+
+
+def test_same_seed_same_bytes(tmp_path):
+    a, b, c = (str(tmp_path / x) for x in "abc")
+    generate(a, 12, seed=3, layout_weights=ALL_LAYOUTS)
+    generate(b, 12, seed=3, layout_weights=ALL_LAYOUTS)
+    generate(c, 12, seed=4, layout_weights=ALL_LAYOUTS)
+    cmp = filecmp.dircmp(os.path.join(a, "pdfs"), os.path.join(b, "pdfs"))
+    assert cmp.left_only == cmp.right_only == [] and len(cmp.common) == 24
+    match, mismatch, errors = filecmp.cmpfiles(os.path.join(a, "pdfs"), os.path.join(b, "pdfs"), cmp.common, shallow=False)
+    assert mismatch == errors == []
+    assert filecmp.cmp(os.path.join(a, "synth.jsonl"), os.path.join(b, "synth.jsonl"), shallow=False)
+    assert not filecmp.cmp(os.path.join(a, "synth.jsonl"), os.path.join(c, "synth.jsonl"), shallow=False)
+
+
+def test_bundled_sample_is_what_the_generator_makes(tmp_path):
+    """data/sample must be regenerable: the same command gives the same bytes (and is not stale)."""
+    from omegaconf import OmegaConf
+
+    from olmocr.config import compose
+
+    cfg = compose("synth")
+    weights = dict(layout_weights=OmegaConf.to_container(cfg.layout_weights),
+                   language_weights=OmegaConf.to_container(cfg.language_weights))
+    for split, n, first in (("train", 32, 0), ("eval", 8, 1000)):
+        out = str(tmp_path / split)
+        generate(out, n, seed=0, first_index=first, **weights)
+        ref = os.path.join(SAMPLE, split)
+        names = sorted(os.listdir(os.path.join(ref, "pdfs")))
+        assert names == sorted(os.listdir(os.path.join(out, "pdfs")))
+        _, mismatch, errors = filecmp.cmpfiles(os.path.join(ref, "pdfs"), os.path.join(out, "pdfs"), names, shallow=False)
+        assert mismatch == errors == [], f"data/sample/{split} is stale: regenerate it (see README)"
+        assert filecmp.cmp(os.path.join(ref, "synth.jsonl"), os.path.join(out, "synth.jsonl"), shallow=False)
+
+
+def test_unknown_layout_or_language_is_named():
+    with pytest.raises(ValueError, match="unknown layout.*'poster'"):
+        PageGenerator(0, {"poster": 1.0})
+    with pytest.raises(ValueError, match="unknown language.*'xx'"):
+        PageGenerator(0, None, {"xx": 1.0})
