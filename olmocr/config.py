@@ -101,14 +101,14 @@ class SourceConfig:
 @dataclass
 class DataConfig:
     """``data`` group: named train sources (weights are repeat factors), named eval sources (one eval
-    loss each) and the per-sample steps (name → ``_target_`` config, null disables a step)."""
+    loss each) and the per-sample steps (name → ``_target_`` config, null disables a step, an optional
+    ``_after_: <step>`` places it after another step)."""
 
     # Typed as Any because OmegaConf cannot add an entry to a dict of dataclasses from the command line
     # (+data.train.mine={roots: [...]}); validate() checks each entry against SourceConfig instead.
     train: dict[str, Any] = field(default_factory=dict)
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
-    step_order: Optional[list[str]] = None
 
 
 @dataclass
@@ -198,7 +198,9 @@ def validate(cfg: DictConfig) -> DictConfig:
             schema = schema_for(node._target_)
         except ValueError as exc:
             raise ValueError(f"{path}._target_: {exc}") from None
-        _check_against(schema, node, path, f"target {node._target_}")
+        # `_after_` positions a data step (olmocr.data.pipeline.step_order); it is not a constructor argument.
+        params = {k: node._get_node(k) for k in node.keys() if k != "_after_"}
+        _check_against(schema, OmegaConf.create(params), path, f"target {node._target_}")
     for path, schema in TYPED_MAP_ENTRIES.items():
         entries = OmegaConf.select(cfg, path)
         for name in entries or {}:

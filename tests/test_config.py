@@ -46,8 +46,13 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir):
 def test_every_data_and_steps_option_builds(data, steps, processor):
     cfg = compose("check_data", [f"data={data}", f"data/steps={steps}"])
     container = OmegaConf.to_container(cfg.data, resolve=True)
-    pipeline = build_pipeline(container["steps"], container["step_order"], processor=processor)
-    assert list(pipeline.steps) == [k for k, v in container["steps"].items() if v is not None]
+    pipeline = build_pipeline(container["steps"], processor=processor)
+    assert list(pipeline.steps)[:3] == ["front_matter", "drop_rotated" if steps == "v1" else "check_pdf",
+                                        "check_pdf" if steps == "v1" else "render"]
+    names = list(pipeline.steps)
+    assert names.index("render") < names.index("prompt") < names.index("tokenize")
+    if steps == "v4_augmented":
+        assert names.index("rotation") == names.index("render") + 1 and names[-1] == "token_flip"
     for source in list(container["train"].values()) + list(container["eval"].values()):
         assert source["roots"] and source["weight"] > 0
 
@@ -66,6 +71,8 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("check_data", "data.steps.render.longest_side=big", "longest_side"),
     ("check_data", "+data.steps.extra={_target_: olmocr.data.steps.NoSuchStep}", "NoSuchStep"),
     ("check_data", "max_samplez=3", "max_samplez"),
+    ("check_data", "+data.steps.rotate={_target_: olmocr.data.steps.RotationAugmentation, probabilty: 0.1}",
+     "probabilty"),
 ])
 def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     with pytest.raises((ConfigCompositionException, ValueError)) as info:
@@ -95,3 +102,13 @@ def test_multirun_gives_one_dir_per_job(tmp_path):
         saved = OmegaConf.load(tmp_path / "sweep" / job / ".hydra" / "config.yaml")
         assert saved.seed == seed
         assert (tmp_path / "sweep" / job / "run_info.json").exists()
+
+
+def test_a_step_added_from_the_command_line_lands_in_place(processor):
+    cfg = compose("check_data", [
+        "+data.steps.rotate={_target_: olmocr.data.steps.RotationAugmentation, probability: 0.1, _after_: render}",
+        "+data.steps.latex._after_=target", "~data.steps.rules"])
+    steps = OmegaConf.to_container(cfg.data.steps, resolve=True)
+    names = list(build_pipeline(steps, processor=processor).steps)
+    assert names == ["front_matter", "check_pdf", "render", "rotate", "prompt", "target", "latex", "messages",
+                     "tokenize"]

@@ -249,12 +249,26 @@ def test_random_token_flip_changes_only_target_inputs(processor):
     assert torch.equal(same["input_ids"], sample["input_ids"])
 
 
-def test_step_order_and_injection(processor):
+def test_step_order_follows_config_and_after_keys(processor):
+    from olmocr.data.pipeline import step_order
+
     steps = {"a": {"_target_": "olmocr.data.steps.BuildPrompt"}, "b": None,
-             "c": {"_target_": "olmocr.data.steps.BuildTarget"}}
-    pipeline = build_pipeline(steps, ["c", "a"])
-    assert list(pipeline.steps) == ["c", "a"]
-    with pytest.raises(ValueError, match="not enabled"):
-        build_pipeline(steps, ["a", "b", "c"])
-    with pytest.raises(ValueError, match="leaves out"):
-        build_pipeline(steps, ["a"])
+             "c": {"_target_": "olmocr.data.steps.BuildTarget"},
+             "d": {"_target_": "olmocr.data.steps.NormalizeLatex", "_after_": "a"},
+             "e": {"_target_": "olmocr.data.steps.DropRotated", "_after_": "a"},
+             "f": {"_target_": "olmocr.data.steps.BuildMessages", "_after_": "d"}}
+    assert step_order(steps) == ["a", "d", "f", "e", "c"]
+    pipeline = build_pipeline(steps)
+    assert list(pipeline.steps) == ["a", "d", "f", "e", "c"]
+    assert isinstance(pipeline.steps["d"], NormalizeLatex)
+    with pytest.raises(ValueError, match="data.steps.x._after_: 'b' is not an enabled step"):
+        step_order({**steps, "x": {"_target_": "olmocr.data.steps.DropRotated", "_after_": "b"}})
+    with pytest.raises(ValueError, match="is not an enabled step"):
+        step_order({"p": {"_target_": "t", "_after_": "q"}, "q": {"_target_": "t", "_after_": "p"}})
+
+
+def test_processor_is_injected_only_where_asked(processor):
+    pipeline = build_pipeline({"tok": {"_target_": "olmocr.data.steps.Tokenize"},
+                               "prompt": {"_target_": "olmocr.data.steps.BuildPrompt"}}, processor=processor)
+    assert pipeline.steps["tok"].processor is processor
+    assert not hasattr(pipeline.steps["prompt"], "processor")

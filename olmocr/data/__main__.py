@@ -39,7 +39,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     processor = model.load_processor()
     data = OmegaConf.to_container(cfg.data, resolve=True)
     train, evals, report = build_datasets(
-        data["train"], data["eval"], data["steps"], data["step_order"], cache_dir=os.path.join(cfg.paths.cache, "index"),
+        data["train"], data["eval"], data["steps"], cache_dir=os.path.join(cfg.paths.cache, "index"),
         report_path=os.path.join(output_dir, "rejected.jsonl"), seed=cfg.seed, processor=processor,
     )
     log.info("steps:\n%s", train.sources[next(iter(train.sources))][0].pipeline)

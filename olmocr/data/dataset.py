@@ -76,12 +76,11 @@ class MixtureDataset(Dataset):
         return self.sources[name][0][index]
 
 
-def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, step_order: list[str] | None = None,
-                   cache_dir: str | None = None, report_path: str | None = None, seed: int = 0,
-                   **runtime) -> tuple[MixtureDataset, dict[str, PageDataset], RejectReport]:
+def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str | None = None,
+                   report_path: str | None = None, seed: int = 0, **runtime) -> tuple[MixtureDataset, dict[str, PageDataset], RejectReport]:
     """Index every root, build the step pipeline once, and return the train mixture, one eval dataset
     per named eval source, and the shared reject report (problems found while indexing included)."""
-    pipeline = build_pipeline(steps, step_order, **runtime)
+    pipeline = build_pipeline(steps, **runtime)
     report = RejectReport(report_path)
 
     def source_dataset(name: str, roots: list[str]) -> PageDataset:

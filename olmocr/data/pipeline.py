@@ -29,8 +29,32 @@ class Pipeline:
         return "Pipeline(\n" + "".join(f"  {name}: {step!r}\n" for name, step in self.steps.items()) + ")"
 
 
-def build_pipeline(steps: Mapping, order: list[str] | None = None, **runtime) -> Pipeline:
-    """Instantiate ``steps`` (name → ``_target_`` config, ``None`` to disable) in config or ``order`` order.
+AFTER_KEY = "_after_"
+
+
+def step_order(steps: Mapping) -> list[str]:
+    """Enabled step names in pipeline order: config order, except that a step with ``_after_: <name>``
+    runs right after that step (several steps after one anchor keep their config order)."""
+    enabled = [name for name, cfg in steps.items() if cfg is not None]
+    order = [name for name in enabled if not steps[name].get(AFTER_KEY)]
+    pending = [name for name in enabled if steps[name].get(AFTER_KEY)]
+    last_follower: dict[str, str] = {}
+    while pending:
+        placed = [name for name in pending if steps[name][AFTER_KEY] in order]
+        if not placed:
+            name = pending[0]
+            raise ValueError(f"data.steps.{name}._after_: {steps[name][AFTER_KEY]!r} is not an enabled step "
+                             f"(enabled: {', '.join(enabled)})")
+        for name in placed:
+            anchor = steps[name][AFTER_KEY]
+            order.insert(order.index(last_follower.get(anchor, anchor)) + 1, name)
+            last_follower[anchor] = name
+            pending.remove(name)
+    return order
+
+
+def build_pipeline(steps: Mapping, **runtime) -> Pipeline:
+    """Instantiate ``steps`` (name → ``_target_`` config, ``None`` to disable) in :func:`step_order`.
 
     ``runtime`` holds objects that configs cannot express (the model's processor); a step receives one
     when its constructor takes a parameter of that name.
@@ -39,18 +63,9 @@ def build_pipeline(steps: Mapping, order: list[str] | None = None, **runtime) ->
 
     from olmocr.config import locate
 
-    enabled = [name for name, cfg in steps.items() if cfg is not None]
-    if order is not None:
-        unknown = [name for name in order if name not in enabled]
-        if unknown:
-            raise ValueError(f"data.step_order names steps that are not enabled in data.steps: {unknown}")
-        missing = [name for name in enabled if name not in order]
-        if missing:
-            raise ValueError(f"data.step_order leaves out enabled steps {missing}: list them or set them to null")
-        enabled = list(order)
     built = {}
-    for name in enabled:
-        cfg = steps[name]
+    for name in step_order(steps):
+        cfg = {key: value for key, value in steps[name].items() if key != AFTER_KEY}
         params = inspect.signature(locate(cfg["_target_"])).parameters
         extra = {key: value for key, value in runtime.items() if key in params and key not in cfg}
         built[name] = instantiate(cfg, **extra)
