@@ -45,18 +45,27 @@ def test_render_longest_side_and_orientation(tmp_path):
     assert max(rotated.size) == 640 and rotated.size[0] > rotated.size[1]
 
 
-def test_render_matches_pdftoppm_png_pixels(tmp_path):
-    """Same poppler pixels as a plain pdftoppm PNG render at the equivalent size."""
+def test_render_matches_the_pdfinfo_dpi_png_pixels(tmp_path):
+    """Exactly the pixels of pdfinfo + `pdftoppm -png -r <dpi>` (how released models' pages were rendered),
+    on Letter, A4, landscape and rotated pages."""
+    import re
     import subprocess
 
     from PIL import Image, ImageChops
 
-    pdf = os.path.join(TRAIN, first_page(lambda m, t: m.is_table) + ".pdf")
-    subprocess.run(["pdftoppm", "-png", "-scale-to", "700", "-singlefile", pdf, str(tmp_path / "ref")], check=True)
-    reference = Image.open(tmp_path / "ref.png").convert("RGB")
-    ours = render_page(pdf, 1, 700)
-    assert ours.size == reference.size
-    assert ImageChops.difference(ours, reference).getbbox() is None
+    pdfs = [os.path.join(TRAIN, n) for n in sorted(os.listdir(TRAIN)) if n.endswith(".pdf")]
+    sizes = set()
+    for pdf in pdfs:
+        info = subprocess.run(["pdfinfo", pdf], capture_output=True, text=True, check=True).stdout
+        width, height = map(float, re.search(r"Page size:\s+([\d.]+) x ([\d.]+)", info).groups())
+        sizes.add((width, height))
+        dpi = 1288 * 72 / max(width, height)
+        subprocess.run(["pdftoppm", "-png", "-r", str(dpi), "-singlefile", pdf, str(tmp_path / "ref")], check=True)
+        reference = Image.open(tmp_path / "ref.png").convert("RGB")
+        ours = render_page(pdf, 1, 1288)
+        assert ours.size == reference.size, pdf
+        assert ImageChops.difference(ours, reference).getbbox() is None, pdf
+    assert len(sizes) >= 2  # Letter and A4 among the bundled pages
 
 
 def test_render_reject_on_corrupt_pdf(tmp_path):

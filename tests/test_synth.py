@@ -34,7 +34,7 @@ def test_every_file_round_trips(pages):
         info = pdf_info(path)
         assert info.num_pages == 1
         image = render_page(path, 1, 200)
-        assert max(image.size) == 200
+        assert max(image.size) in (200, 201)  # poppler rounds the dpi-derived size up
         if meta.rotation_correction in (90, 270):
             assert image.size[0] > image.size[1] or info.width > info.height
         if meta.primary_language is None:

@@ -53,17 +53,28 @@ def open_pdf(path: str, data: bytes | None = None):
     return reader
 
 
+def _displayed_size(pdf_page) -> tuple[float, float]:
+    box = pdf_page.mediabox
+    width, height = float(box.width), float(box.height)
+    if int(pdf_page.get("/Rotate", 0) or 0) % 180 == 90:
+        width, height = height, width
+    return width, height
+
+
 def pdf_info(path: str, data: bytes | None = None) -> PdfInfo:
+    """Page count and the first page's displayed size (MediaBox, turned by /Rotate) in points."""
     reader = open_pdf(path, data)
     pages = len(reader.pages)
     if pages == 0:
         raise PdfError("unreadable_pdf", f"{path} has no pages")
-    box = reader.pages[0].mediabox
-    rotate = int(reader.pages[0].get("/Rotate", 0) or 0) % 360
-    width, height = float(box.width), float(box.height)
-    if rotate in (90, 270):
-        width, height = height, width
-    return PdfInfo(num_pages=pages, width=width, height=height)
+    return PdfInfo(pages, *_displayed_size(reader.pages[0]))
+
+
+def pdf_page_size(path: str, page: int = 1, data: bytes | None = None) -> tuple[float, float]:
+    reader = open_pdf(path, data)
+    if not 1 <= page <= len(reader.pages):
+        raise PdfError("unreadable_pdf", f"{path} has no page {page} (it has {len(reader.pages)})")
+    return _displayed_size(reader.pages[page - 1])
 
 
 def anchor_text(path: str, page: int = 1, max_chars: int = 4000, data: bytes | None = None) -> str:

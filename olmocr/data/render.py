@@ -1,8 +1,11 @@
 """Render a PDF page to a PIL image whose longest side is a given number of pixels.
 
-One ``pdftoppm`` call per page: ``-scale-to`` sizes the longest side without a separate ``pdfinfo``
-call, and raw PPM on stdout skips the PNG encode/decode round trip. The pixels are poppler's, the
-same renderer released olmOCR models were trained on.
+The pixels are exactly those of the renders released olmOCR models were trained on: poppler at
+dpi = longest_side * 72 / longest page side, with the page size as pdfinfo prints it. (``-scale-to``
+gives the same size but a slightly different effective resolution, so different anti-aliasing on A4
+pages.) It is one ``pdftoppm`` call per page: the MediaBox comes from pypdf (usually already parsed
+by the CheckPdf step) instead of a ``pdfinfo`` subprocess, and raw PPM on stdout skips the PNG
+encode/decode round trip.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import subprocess
 
 from PIL import Image
 
+from olmocr.data.pdf import PdfError, pdf_page_size
 from olmocr.utils.io import local_path
 
 
@@ -29,13 +33,25 @@ def require_poppler() -> str:
     return exe
 
 
-def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288, timeout: float = 60.0) -> Image.Image:
-    """Render ``page`` (1-based) of ``pdf_path`` so its longest side is ``longest_side`` pixels."""
+def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288,
+                page_size: tuple[float, float] | None = None, timeout: float = 60.0) -> Image.Image:
+    """Render ``page`` (1-based) of ``pdf_path`` so its longest side is ``longest_side`` pixels (poppler
+    rounds up, so floating-point error in the dpi can add one pixel, as in the reference renders).
+
+    ``page_size`` is the page's MediaBox (width, height) in points; read with pypdf when not given.
+    """
     if longest_side < 16:
         raise ValueError(f"longest_side must be at least 16 pixels, got {longest_side}")
+    if page_size is None:
+        try:
+            page_size = pdf_page_size(pdf_path, page)
+        except PdfError as exc:
+            raise RenderError(str(exc)) from None
+    # pdfinfo prints sizes with %g (841.89, not 841.8898); dpi from the printed value is what the
+    # reference renders used, and the sixth digit is enough to change anti-aliasing at 1288 px.
+    dpi = longest_side * 72 / float(f"{max(page_size):g}")
     with local_path(pdf_path) as path:
-        cmd = [require_poppler(), "-f", str(page), "-l", str(page), "-scale-to", str(longest_side),
-               "-singlefile", path]
+        cmd = [require_poppler(), "-f", str(page), "-l", str(page), "-r", repr(dpi), "-singlefile", path]
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
