@@ -29,17 +29,14 @@ from olmocr.data.render import render_page
 from olmocr.models import TinyModel
 from olmocr.synth.generator import LAYOUTS, generate
 
-PRODUCTION_STEPS = {
-    "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
-    "check_pdf": {"_target_": "olmocr.data.steps.CheckPdf"},
-    "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 1288},
-    "latex": {"_target_": "olmocr.data.steps.NormalizeLatex"},
-    "rules": {"_target_": "olmocr.data.steps.RuleFilter"},
-    "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "v4"},
-    "target": {"_target_": "olmocr.data.steps.BuildTarget", "format": "front_matter"},
-    "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
-    "tokenize": {"_target_": "olmocr.data.steps.Tokenize"},
-}
+def production_steps(longest_side: int) -> dict:
+    """The v4 step list exactly as configured (conf/data/steps/v4.yaml), at the given render size."""
+    from omegaconf import OmegaConf
+
+    from olmocr.config import compose
+
+    cfg = compose("check_data", ["data/steps=v4", f"data.steps.render.longest_side={longest_side}"])
+    return OmegaConf.to_container(cfg.data.steps, resolve=True)
 
 
 def baseline_render(pdf: str, longest_side: int, workdir: str) -> Image.Image:
@@ -99,7 +96,7 @@ def main() -> None:
               f"   speed-up {ours_rate / base_rate:.2f}x")
 
         processor = TinyModel(cache_dir=os.path.join(work, "models")).load_processor()
-        steps = {**PRODUCTION_STEPS, "render": {**PRODUCTION_STEPS["render"], "longest_side": args.longest_side}}
+        steps = production_steps(args.longest_side)
         train, _, report = build_datasets({"synth": {"roots": [os.path.join(pages, "pdfs")]}}, {}, steps,
                                           processor=processor)
         single = median_rate(lambda ds: sum(1 for i in range(len(ds)) if ds[i] is not None), train, args.repeats)

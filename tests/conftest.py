@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from olmocr.config import PROJECT_ROOT
+from olmocr.config import CONF_DIR, PROJECT_ROOT
 
 SAMPLE = os.path.join(PROJECT_ROOT, "data", "sample")
 
@@ -38,6 +38,15 @@ def tiny(cache_dir):
 @pytest.fixture(scope="session")
 def processor(tiny):
     return tiny.load_processor()
+
+
+def v4_steps(longest_side: int = 512, drop: tuple[str, ...] = (), **replace) -> dict:
+    """The production step list from conf/data/steps/v4.yaml, smaller renders, some steps dropped or replaced."""
+    from omegaconf import OmegaConf
+
+    steps = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "data", "steps", "v4.yaml")))
+    steps["render"]["longest_side"] = longest_side
+    return {name: replace.get(name, cfg) for name, cfg in steps.items() if name not in drop}
 
 
 def write_pdf(path: str, pages: list[str], rotate: int = 0) -> str:

@@ -6,18 +6,11 @@ import shutil
 
 import pytest
 
-from conftest import write_encrypted_pdf, write_md, write_pdf
+from conftest import v4_steps, write_encrypted_pdf, write_md, write_pdf
 from olmocr.data.dataset import build_datasets
 from olmocr.data.index import index_root
 
-STEPS = {
-    "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
-    "check_pdf": {"_target_": "olmocr.data.steps.CheckPdf"},
-    "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 256},
-    "prompt": {"_target_": "olmocr.data.steps.BuildPrompt"},
-    "target": {"_target_": "olmocr.data.steps.BuildTarget"},
-    "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
-}
+STEPS = v4_steps(256, drop=("tokenize",))
 
 
 @pytest.fixture

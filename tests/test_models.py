@@ -5,20 +5,12 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import SAMPLE
+from conftest import SAMPLE, v4_steps
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.steps import IGNORE_INDEX
 from olmocr.models import TinyModel
 from olmocr.models.families import FAMILIES
 
-STEPS = {
-    "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
-    "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 300},
-    "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "v4"},
-    "target": {"_target_": "olmocr.data.steps.BuildTarget"},
-    "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
-    "tokenize": {"_target_": "olmocr.data.steps.Tokenize"},
-}
 PAGE = os.path.join(SAMPLE, "train", "pdfs", "synth_s0_00000")
 
 
@@ -72,7 +64,7 @@ def test_bad_model_settings_are_clear_errors(tmp_path):
 
 def test_label_masking_with_each_family_processor(family_model):
     processor = family_model.load_processor()
-    sample = build_pipeline(STEPS, processor=processor)(
+    sample = build_pipeline(v4_steps(300), processor=processor)(
         {"md_path": PAGE + ".md", "pdf_path": PAGE + ".pdf", "rng": random.Random(0)})
     ids, labels = sample["input_ids"], sample["labels"]
     first = int((labels != IGNORE_INDEX).nonzero()[0])

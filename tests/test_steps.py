@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from conftest import SAMPLE, write_encrypted_pdf, write_md, write_pdf
+from conftest import SAMPLE, v4_steps, write_encrypted_pdf, write_pdf
 from olmocr.data.frontmatter import PageMeta
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.prompts import PROMPT_V4
@@ -207,18 +207,8 @@ def test_message_order():
     assert [p["type"] for p in image_first[0]["content"]] == ["image", "text"] and len(image_first) == 1
 
 
-def _production(processor, **overrides):
-    steps = {
-        "front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
-        "check_pdf": {"_target_": "olmocr.data.steps.CheckPdf"},
-        "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 512},
-        "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "v4"},
-        "target": {"_target_": "olmocr.data.steps.BuildTarget"},
-        "messages": {"_target_": "olmocr.data.steps.BuildMessages"},
-        "tokenize": {"_target_": "olmocr.data.steps.Tokenize"},
-        **overrides,
-    }
-    return build_pipeline(steps, processor=processor)
+def _production(processor, **replace):
+    return build_pipeline(v4_steps(**replace), processor=processor)
 
 
 def test_tokenize_masks_prompt_and_ends_with_end_of_turn(processor):

@@ -49,6 +49,7 @@ class Block:
     rows: list[list[str]] = field(default_factory=list)
     latex: str = ""
     sentences: list[str] = field(default_factory=list)
+    height: float = 0.0  # figures only, in points
 
 
 @dataclass
@@ -67,6 +68,13 @@ class Page:
     @property
     def markdown(self) -> str:
         return "\n\n".join(b.markdown for b in self.blocks)
+
+
+def _table_share(blocks: list[Block]) -> float:
+    """Fraction of the page's visible characters that are table cells."""
+    table = sum(len(cell) for b in blocks if b.kind == "table" for row in b.rows for cell in row)
+    prose = sum(len(sentence) for b in blocks if b.kind != "table" for sentence in b.sentences)
+    return table / max(table + prose, 1)
 
 
 class PageGenerator:
@@ -103,24 +111,27 @@ class PageGenerator:
             primary_language=None if layout == "blank" else lang,
             is_rotation_valid=rotation == 0,
             rotation_correction=(360 - rotation) % 360,
-            is_table=any(b.kind == "table" for b in blocks),
-            is_diagram=any(b.kind == "figure" for b in blocks),
+            # As in olmOCR's schema, the flags say whether *most* of the page is a table or a diagram.
+            is_table=_table_share(blocks) > 0.5,
+            is_diagram=layout == "diagram",
         )
         return Page(name, meta, blocks, header, footer, columns, page_size, font, body, rotation)
 
     def _blocks(self, rng: random.Random, layout: str, lang: str) -> list[Block]:
         blocks = [self._heading(rng, lang, 1)]
+        if layout == "table":  # mostly table: a short lead-in, then a large table
+            return blocks + [self._paragraph(rng, lang, (1, 1)), self._table(rng, lang, (8, 14), (3, 5))]
+        if layout == "diagram":  # mostly figure: a large chart and a short caption paragraph
+            return blocks + [self._figure(rng, lang, 260.0), self._paragraph(rng, lang, (1, 2))]
         count = {"two_column": 6, "single_column": 4}.get(layout, 3)
         for i in range(count):
             if i and rng.random() < 0.3:
                 blocks.append(self._heading(rng, lang, 2))
             blocks.append(self._list(rng, lang) if rng.random() < 0.15 else self._paragraph(rng, lang))
-            if layout == "table" and i == 0:
-                blocks.append(self._table(rng, lang))
+            if layout == "single_column" and i == 0 and rng.random() < 0.3:
+                blocks.append(self._table(rng, lang, (2, 3), (2, 3)))  # a small table on a text page
             if layout == "math" and i < 2:
                 blocks.append(self._equation(rng))
-            if layout == "diagram" and i == 0:
-                blocks.append(self._figure(rng, lang))
         return blocks
 
     def _heading(self, rng, lang, level) -> Block:
@@ -129,16 +140,16 @@ class PageGenerator:
             text = f"{rng.randint(1, 9)}. {text}"
         return Block("heading", "#" * level + " " + text, sentences=[text])
 
-    def _paragraph(self, rng, lang) -> Block:
-        sentences = [words.sentence(rng, lang) for _ in range(rng.randint(2, 5))]
+    def _paragraph(self, rng, lang, count: tuple[int, int] = (2, 5)) -> Block:
+        sentences = [words.sentence(rng, lang) for _ in range(rng.randint(*count))]
         return Block("paragraph", " ".join(sentences), sentences=sentences)
 
     def _list(self, rng, lang) -> Block:
         items = [words.sentence(rng, lang, 3, 8) for _ in range(rng.randint(2, 4))]
         return Block("list", "\n".join(f"- {item}" for item in items), sentences=items)
 
-    def _table(self, rng, lang) -> Block:
-        cols, rows = rng.randint(2, 4), rng.randint(2, 5)
+    def _table(self, rng, lang, rows: tuple[int, int], cols: tuple[int, int]) -> Block:
+        cols, rows = rng.randint(*cols), rng.randint(*rows)
         header = [words.title(rng, lang, (1, 2)) for _ in range(cols)]
         body = [[words.title(rng, lang, (1, 1))] + [f"{rng.uniform(0, 1000):.1f}" for _ in range(cols - 1)]
                 for _ in range(rows)]
@@ -161,9 +172,10 @@ class PageGenerator:
         latex = latex.format(**values)
         return Block("equation", f"\\[{latex}\\]", lines=[(shown.format(**values), "", 0.0)], latex=latex)
 
-    def _figure(self, rng, lang) -> Block:
+    def _figure(self, rng, lang, height: float) -> Block:
         caption = words.title(rng, lang, (2, 4))
-        return Block("figure", "", sentences=[caption], rows=[[str(rng.randint(10, 90)) for _ in range(rng.randint(3, 6))]])
+        bars = [str(rng.randint(10, 90)) for _ in range(rng.randint(3, 6))]
+        return Block("figure", "", sentences=[caption], rows=[bars], height=height)
 
     # -- drawing ------------------------------------------------------------------------------------------------
     def draw(self, page: Page, path: str) -> None:
@@ -223,7 +235,7 @@ class PageGenerator:
         elif block.kind == "table":
             yield "table", (None, size, regular)
         elif block.kind == "figure":
-            yield "figure", (None, size, 120.0)
+            yield "figure", (None, size, block.height)
 
     def _draw_piece(self, canvas, kind, payload, block, x, y, width, page) -> float:
         regular, bold = page.font
@@ -256,7 +268,7 @@ class PageGenerator:
         if kind == "figure":
             fig_h = payload[2]
             values = [int(v) for v in block.rows[0]]
-            fig_w = min(width, 260.0)
+            fig_w = min(width, 1.3 * fig_h)
             left, base = x + (width - fig_w) / 2, y - fig_h
             bar_w = fig_w / (2 * len(values))
             canvas.setLineWidth(0.8)

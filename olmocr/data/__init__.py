@@ -1,0 +1,1 @@
+"""Page data: front matter, rendering, per-sample steps, dataset index and datasets."""
