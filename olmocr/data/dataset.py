@@ -87,8 +87,9 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
         records = []
         for root in roots:
             index = index_root(root, cache_dir)
-            log.info("indexed %s: %d pairs, %d problems (%d cached, %d parsed) in %.2fs", root,
-                     len(index.pairs), len(index.problems), index.reused, index.parsed, index.seconds)
+            log.info("indexed %s: %d pairs, %d problems, %d pdfs without .md (%d cached, %d parsed) in %.2fs",
+                     root, len(index.pairs), len(index.problems), index.stats["pdf_without_md"], index.reused,
+                     index.parsed, index.seconds)
             for bad in index.problems:
                 report.add({"md_path": bad.md_path, "pdf_path": bad.pdf_path, "source": name},
                            Reject(bad.problem, bad.detail))

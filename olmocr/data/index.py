@@ -185,6 +185,3 @@ def index_root(root: str, cache_dir: str | None = None) -> DatasetIndex:
     return DatasetIndex(root=root, pairs=pairs, problems=problems, reused=reused, parsed=len(to_parse),
                         seconds=time.perf_counter() - start, stats=stats)
 
-
-def index_roots(roots: list[str], cache_dir: str | None = None) -> list[DatasetIndex]:
-    return [index_root(root, cache_dir) for root in roots]
