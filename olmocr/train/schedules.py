@@ -1,0 +1,76 @@
+"""Learning-rate schedules, all with linear warm-up, as multipliers of each group's base lr.
+
+``warmup`` is a number of steps (>= 1) or a fraction of the run (< 1). Every schedule is a plain
+function of the step, so resuming needs only the step count.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch.optim.lr_scheduler import LambdaLR
+
+
+def _warmup_steps(warmup: float, total_steps: int) -> int:
+    if warmup < 0:
+        raise ValueError(f"scheduler.warmup must be >= 0, got {warmup}")
+    return int(round(warmup * total_steps)) if warmup < 1 else int(warmup)
+
+
+def _warmup(step: int, warmup_steps: int) -> float | None:
+    return (step + 1) / warmup_steps if step < warmup_steps else None
+
+
+def linear(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
+    w = _warmup_steps(warmup, total_steps)
+
+    def factor(step: int) -> float:
+        up = _warmup(step, w)
+        if up is not None:
+            return up
+        progress = min(1.0, (step - w) / max(1, total_steps - w))
+        return 1.0 - (1.0 - final_ratio) * progress
+
+    return LambdaLR(optimizer, factor)
+
+
+def cosine(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
+    w = _warmup_steps(warmup, total_steps)
+
+    def factor(step: int) -> float:
+        up = _warmup(step, w)
+        if up is not None:
+            return up
+        progress = min(1.0, (step - w) / max(1, total_steps - w))
+        return final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)
+
+
+def constant(optimizer, total_steps: int, warmup: float = 0.0) -> LambdaLR:
+    w = _warmup_steps(warmup, total_steps)
+    return LambdaLR(optimizer, lambda step: _warmup(step, w) or 1.0)
+
+
+def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, final_ratio: float = 0.0) -> LambdaLR:
+    """Warm-up, stable, then linear decay over the last ``decay`` (steps, or fraction of the run)."""
+    w = _warmup_steps(warmup, total_steps)
+    d = _warmup_steps(decay, total_steps)
+    if w + d > total_steps:
+        raise ValueError(f"scheduler: warm-up ({w}) and decay ({d}) steps exceed the run ({total_steps} steps)")
+
+    def factor(step: int) -> float:
+        up = _warmup(step, w)
+        if up is not None:
+            return up
+        into_decay = step - (total_steps - d)
+        if into_decay < 0:
+            return 1.0
+        return 1.0 - (1.0 - final_ratio) * min(1.0, into_decay / max(1, d))
+
+    return LambdaLR(optimizer, factor)
+
+
+def inverse_sqrt(optimizer, total_steps: int, warmup: float = 0.05) -> LambdaLR:
+    w = max(1, _warmup_steps(warmup, total_steps))
+    return LambdaLR(optimizer, lambda step: _warmup(step, w) or math.sqrt(w / (step + 1)))
