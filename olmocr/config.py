@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
 # Parameters that stages hand to builders at run time rather than through config.
-RUNTIME_PARAMETERS = {"processor"}
+RUNTIME_PARAMETERS = {"processor", "model", "optimizer", "total_steps", "run_config", "output_dir"}
 
 OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=True)
 OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
@@ -66,6 +66,20 @@ def locate(path: str):
             break
         return obj
     raise ValueError(f"cannot import {path!r}")
+
+
+def build(node, **runtime):
+    """``hydra.utils.instantiate`` with run-time objects (a processor, the model, …) passed to the target
+    only where its signature takes them and the config does not set them."""
+    from hydra.utils import instantiate
+
+    node = {k: v for k, v in (node.items() if isinstance(node, dict) else OmegaConf.to_container(node).items())
+            if k != "_after_"}
+    params = inspect.signature(locate(node["_target_"])).parameters
+    # Run-time objects are passed to the built partial, not through Hydra, which would copy them or
+    # instantiate `_target_`s found inside them.
+    factory = instantiate(node, _partial_=True)
+    return factory(**{k: v for k, v in runtime.items() if k in params and k not in node})
 
 
 def schema_for(target: str | type) -> type:
@@ -140,15 +154,83 @@ class CheckDataConfig:
     num_workers: int = 0
 
 
+@dataclass
+class DurationConfig:
+    unit: str = "steps"  # steps, epochs or tokens
+    value: Optional[float] = 100
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    alpha: int = 32
+    dropout: float = 0.1
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class FinetuneConfig:
+    """What trains: freeze the vision tower or the language model, or train LoRA adapters on the LM."""
+
+    freeze_vision: bool = False
+    freeze_language: bool = False
+    lora: Optional[LoraConfig] = None
+
+
+@dataclass
+class TrainerConfig:
+    batch_size: int = 1  # per device
+    grad_accum: int = 1
+    max_duration: DurationConfig = field(default_factory=DurationConfig)
+    # Stop early without changing the schedule; value null = no hard stop. (Not Optional[DurationConfig]:
+    # OmegaConf cannot merge a command-line dict into a null structured node.)
+    hard_stop: DurationConfig = field(default_factory=lambda: DurationConfig(value=None))
+    precision: str = "fp32"  # fp32 or bf16 (autocast)
+    clip_grad_norm: Optional[float] = 1.0
+    eval_interval: Optional[int] = 500
+    eval_max_batches: Optional[int] = None
+    save_interval: Optional[int] = 500
+    keep_last: Optional[int] = 3
+    num_workers: int = 0
+    activation_checkpointing: bool = False
+    compile: bool = False
+    resume: bool = True
+    device: str = "auto"
+    ddp_find_unused_parameters: bool = False
+
+
+@dataclass
+class TrainConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    model: Any = MISSING
+    data: DataConfig = MISSING
+    optimizer: Any = MISSING
+    scheduler: Any = MISSING
+    callbacks: dict[str, Any] = field(default_factory=dict)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    run_name: str = "tiny_sft"
+    seed: int = 0
+    dry_run: bool = False
+
+
 def register_configs() -> None:
     from olmocr.models import HubModel, TinyModel
 
     cs = ConfigStore.instance()
     cs.store(name="synth_schema", node=SynthConfig)
     cs.store(name="check_data_schema", node=CheckDataConfig)
+    cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
     cs.store(group="model", name="tiny_schema", node=schema_for(TinyModel))
     cs.store(group="model", name="hub_schema", node=schema_for(HubModel))
+    from olmocr.train import muon, optim, schedules
+
+    for group, builders in (("optimizer", (optim.adamw, muon.muon)),
+                            ("scheduler", (schedules.linear, schedules.cosine, schedules.constant, schedules.wsd,
+                                           schedules.inverse_sqrt))):
+        for builder in builders:
+            cs.store(group=group, name=f"{builder.__name__}_schema", node=schema_for(builder))
 
 
 def _target_nodes(node, path: str = ""):

@@ -112,3 +112,21 @@ def test_a_step_added_from_the_command_line_lands_in_place(processor):
     names = list(build_pipeline(steps, processor=processor).steps)
     assert names == ["front_matter", "check_pdf", "render", "rotate", "prompt", "target", "latex", "messages",
                      "tokenize"]
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_every_experiment_composes_and_instantiates(experiment, processor, tiny):
+    from olmocr.config import build
+
+    cfg = compose("train", [f"+experiment={experiment}"])
+    source = instantiate(cfg.model)
+    assert isinstance(source, HubModel)  # constructing a hub model downloads nothing
+    model = tiny.load_model()
+    optimizer = build(cfg.optimizer, model=model)
+    build(cfg.scheduler, optimizer=optimizer, total_steps=100)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for callback in cfg.callbacks.values():
+        build(callback, run_config=resolved, output_dir="/tmp")
+    steps = OmegaConf.to_container(cfg.data.steps, resolve=True)
+    assert "tokenize" in build_pipeline(steps, processor=processor).steps
+    assert cfg.run_name == experiment

@@ -31,6 +31,9 @@ class PageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
     def item(self, index: int) -> dict:
         record = self.records[index]
         return {"md_path": record.md_path, "pdf_path": record.pdf_path, "source": self.name,
@@ -59,7 +62,7 @@ class MixtureDataset(Dataset):
         self.epoch = epoch
         self.index: list[tuple[str, int]] = []
         for name, (dataset, weight) in self.sources.items():
-            dataset.epoch = epoch
+            dataset.set_epoch(epoch)
             whole, fraction = divmod(weight, 1.0)
             ids = list(range(len(dataset)))
             self.index += [(name, i) for _ in range(int(whole)) for i in ids]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import threading
@@ -59,16 +58,9 @@ def build_pipeline(steps: Mapping, **runtime) -> Pipeline:
     ``runtime`` holds objects that configs cannot express (the model's processor); a step receives one
     when its constructor takes a parameter of that name.
     """
-    from hydra.utils import instantiate
+    from olmocr.config import build
 
-    from olmocr.config import locate
-
-    built = {}
-    for name in step_order(steps):
-        cfg = {key: value for key, value in steps[name].items() if key != AFTER_KEY}
-        params = inspect.signature(locate(cfg["_target_"])).parameters
-        extra = {key: value for key, value in runtime.items() if key in params and key not in cfg}
-        built[name] = instantiate(cfg, **extra)
+    built = {name: build(steps[name], **runtime) for name in step_order(steps)}
     return Pipeline(built)
 
 

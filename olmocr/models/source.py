@@ -46,11 +46,12 @@ class ModelSource:
 
         return AutoProcessor.from_pretrained(self.path, **self.pretrained_kwargs(), **self.processor_kwargs())
 
-    def load_model(self, device: str | torch.device = "cpu"):
+    def load_model(self, device: str | torch.device = "cpu", path: str | None = None):
+        """Load the weights (from ``path`` instead, e.g. a training checkpoint, when given)."""
         model_cls = transformers_class(self.family.model_class)
+        extra = {} if path else self.pretrained_kwargs()
         model = model_cls.from_pretrained(
-            self.path, dtype=DTYPES[self.dtype], attn_implementation=self.attn_implementation,
-            **self.pretrained_kwargs(),
+            path or self.path, dtype=DTYPES[self.dtype], attn_implementation=self.attn_implementation, **extra,
         )
         return model.to(device)
 

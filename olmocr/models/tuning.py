@@ -1,0 +1,55 @@
+"""What a stage trains of a loaded model: everything, the language model or vision tower alone, or LoRA
+adapters on the language model's attention projections."""
+
+from __future__ import annotations
+
+from torch import nn
+
+VISION_PREFIX = "model.visual."
+LANGUAGE_PREFIXES = ("model.language_model.", "lm_head.")
+
+
+def freeze(model: nn.Module, vision: bool = False, language: bool = False) -> None:
+    if vision and language:
+        raise ValueError("finetune.freeze_vision and finetune.freeze_language are both true: nothing would train")
+    for name, param in model.named_parameters():
+        if (vision and name.startswith(VISION_PREFIX)) or (language and name.startswith(LANGUAGE_PREFIXES)):
+            param.requires_grad_(False)
+
+
+def lora_target_regex(modules: list[str]) -> str:
+    # Vision blocks have gate/up/down_proj too: the regex keeps adapters on the language model only.
+    return r"model\.language_model\..*\.(" + "|".join(modules) + r")"
+
+
+def apply_lora(model: nn.Module, r: int = 8, alpha: int = 32, dropout: float = 0.1,
+               target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, bias="none",
+                        target_modules=lora_target_regex(list(target_modules)))
+    return get_peft_model(model, config)
+
+
+def trainable_summary(model: nn.Module) -> tuple[int, int]:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, total
+
+
+def load_trainable(source, device="cpu", freeze_vision: bool = False, freeze_language: bool = False,
+                   lora: dict | None = None, checkpoint: str | None = None):
+    """Load ``source`` for training: full, partly frozen, or with LoRA adapters. ``checkpoint`` is a saved
+    model directory (full weights, or an adapter over ``source``) to continue from."""
+    if lora is not None and freeze_language:
+        raise ValueError("finetune.lora trains the language model: it cannot go with finetune.freeze_language")
+    if lora is None:
+        model = source.load_model(device, path=checkpoint)
+        freeze(model, vision=freeze_vision, language=freeze_language)
+        return model
+    model = source.load_model(device)
+    if checkpoint is None:
+        return apply_lora(model, **lora)
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, checkpoint, is_trainable=True)

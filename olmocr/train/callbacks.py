@@ -1,0 +1,146 @@
+"""Side work of the training loop. A callback implements any of the hooks of :class:`Callback`."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import torch
+
+log = logging.getLogger("olmocr.train")
+
+
+class Callback:
+    def on_fit_start(self, trainer) -> None: ...
+    def on_step_end(self, trainer, metrics: dict) -> None: ...
+    def on_eval_end(self, trainer, metrics: dict) -> None: ...
+    def on_save(self, trainer, path: str) -> None: ...
+    def on_fit_end(self, trainer) -> None: ...
+
+
+class GPUMemory(Callback):
+    def on_step_end(self, trainer, metrics):
+        if trainer.device.type == "cuda":
+            metrics["gpu/max_allocated_gib"] = torch.cuda.max_memory_allocated(trainer.device) / 2**30
+            metrics["gpu/max_reserved_gib"] = torch.cuda.max_memory_reserved(trainer.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+
+
+class GarbageCollection(Callback):
+    """Python's GC pauses hit steps at random; collect at a fixed interval instead."""
+
+    def __init__(self, interval: int = 100):
+        self.interval = interval
+
+    def on_fit_start(self, trainer):
+        gc.disable()
+
+    def on_step_end(self, trainer, metrics):
+        if trainer.state.step % self.interval == 0:
+            gc.collect(1)
+
+    def on_fit_end(self, trainer):
+        gc.enable()
+
+
+class Profiler(Callback):
+    """torch.profiler over a few steps; a Chrome trace lands in ``<run dir>/profile``."""
+
+    def __init__(self, output_dir: str, wait: int = 1, warmup: int = 1, active: int = 3):
+        self.output_dir = output_dir
+        self.schedule = dict(wait=wait, warmup=warmup, active=active, repeat=1)
+
+    def on_fit_start(self, trainer):
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profiler = torch.profiler.profile(
+            activities=activities, schedule=torch.profiler.schedule(**self.schedule),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(self.output_dir), record_shapes=True)
+        self.profiler.start()
+
+    def on_step_end(self, trainer, metrics):
+        self.profiler.step()
+
+    def on_fit_end(self, trainer):
+        self.profiler.stop()
+
+
+class MetricsFile(Callback):
+    """Every step's and eval's metrics as JSON lines in ``<run dir>/metrics.jsonl`` (rank 0)."""
+
+    def __init__(self, output_dir: str):
+        self.path = os.path.join(output_dir, "metrics.jsonl")
+
+    def _write(self, trainer, kind: str, metrics: dict):
+        if trainer.rank == 0:
+            with open(self.path, "a") as fh:
+                fh.write(json.dumps({"kind": kind, "step": trainer.state.step, **metrics}) + "\n")
+
+    def on_step_end(self, trainer, metrics):
+        self._write(trainer, "train", metrics)
+
+    def on_eval_end(self, trainer, metrics):
+        self._write(trainer, "eval", metrics)
+
+
+class Console(Callback):
+    """A progress bar over optimizer steps and a log line every ``interval`` steps (rank 0)."""
+
+    def __init__(self, interval: int = 10):
+        self.interval = interval
+
+    def on_fit_start(self, trainer):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=trainer.stop_step, initial=trainer.state.step, unit="step", desc="train",
+                        disable=trainer.rank != 0)
+
+    def on_step_end(self, trainer, metrics):
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", lr=f"{metrics['train/lr']:.2e}")
+        if trainer.rank == 0 and (trainer.state.step % self.interval == 0 or trainer.state.step == 1):
+            log.info("step %d/%d loss %.4f grad_norm %.3f lr %.3e | %.1f samples/s %.0f tokens/s data wait %.0f%%",
+                     trainer.state.step, trainer.stop_step, metrics["train/loss"], metrics["train/grad_norm"],
+                     metrics["train/lr"], metrics["perf/samples_per_s"], metrics["perf/tokens_per_s"],
+                     100 * metrics["perf/data_wait_share"])
+
+    def on_eval_end(self, trainer, metrics):
+        if trainer.rank == 0:
+            log.info("eval at step %d: %s", trainer.state.step,
+                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.endswith("/loss")))
+
+    def on_save(self, trainer, path):
+        log.info("saved %s", path)
+
+    def on_fit_end(self, trainer):
+        self.bar.close()
+
+
+class Wandb(Callback):
+    """Weights & Biases logging. The API key is read by wandb from WANDB_API_KEY, never from config;
+    ``mode: offline`` writes runs locally for a later ``wandb sync``."""
+
+    def __init__(self, project: str, run_config: dict, output_dir: str, entity: str | None = None,
+                 name: str | None = None, mode: str = "online", tags: list[str] | None = None):
+        self.kwargs = dict(project=project, entity=entity, name=name, mode=mode, tags=tags, config=run_config,
+                           dir=output_dir)
+
+    def on_fit_start(self, trainer):
+        if trainer.rank == 0:
+            import wandb
+
+            self.run = wandb.init(resume="allow", **self.kwargs)
+
+    def on_step_end(self, trainer, metrics):
+        if trainer.rank == 0:
+            self.run.log(metrics, step=trainer.state.step)
+
+    def on_eval_end(self, trainer, metrics):
+        if trainer.rank == 0:
+            self.run.log(metrics, step=trainer.state.step)
+
+    def on_fit_end(self, trainer):
+        if trainer.rank == 0:
+            self.run.finish()

@@ -1,0 +1,216 @@
+"""The training loop. Each step is a named method; logging, profiling and the like are callbacks."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from olmocr.data.steps import IGNORE_INDEX
+from olmocr.train.checkpoint import CheckpointManager, set_rng_state
+from olmocr.train.collate import model_inputs
+from olmocr.train.data import epoch_loader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # samples drawn (all ranks) in the current epoch
+    tokens: int = 0  # label tokens trained on (all ranks)
+    samples: int = 0  # samples trained on (all ranks)
+
+
+class Trainer:
+    def __init__(self, model, processor, optimizer, scheduler, train_data, eval_data: dict, collator,
+                 checkpoints: CheckpointManager, callbacks: list, *, total_steps: int, stop_step: int,
+                 batch_size: int, grad_accum: int, precision: str, clip_grad_norm: float | None,
+                 eval_interval: int | None, save_interval: int | None, num_workers: int,
+                 seed: int, device: torch.device, eval_max_batches: int | None = None, rank: int = 0,
+                 world_size: int = 1, resume_from: str | None = None):
+        self.model, self.processor = model, processor
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.train_data, self.eval_data, self.collator = train_data, eval_data, collator
+        self.checkpoints, self.callbacks = checkpoints, callbacks
+        self.total_steps, self.stop_step = total_steps, stop_step
+        self.batch_size, self.grad_accum = batch_size, grad_accum
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp32": None}[precision]
+        self.clip_grad_norm = clip_grad_norm
+        self.eval_interval, self.save_interval = eval_interval, save_interval
+        self.num_workers, self.seed, self.device = num_workers, seed, device
+        self.eval_max_batches = eval_max_batches
+        self.rank, self.world_size = rank, world_size
+        self.resume_from = resume_from
+        self.state = TrainState()
+        self.data_wait = 0.0
+        self._clock = (time.perf_counter(), 0.0)
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def fit(self) -> TrainState:
+        self.restore()
+        self._emit("on_fit_start")
+        self._clock = (time.perf_counter(), self.data_wait)
+        windows = self.windows()
+        while self.state.step < self.stop_step:
+            window = next(windows)
+            metrics = self.train_step(window)
+            self._emit("on_step_end", metrics)
+            if self._due(self.eval_interval):
+                self.evaluate()
+            if self._due(self.save_interval) or self.state.step == self.stop_step:
+                self.save()
+        self._emit("on_fit_end")
+        return self.state
+
+    def train_step(self, window: list[dict]) -> dict:
+        self.model.train()
+        tokens = self._global_sum(sum(self._label_tokens(b) for b in window))
+        loss_sum = torch.zeros((), device=self.device)
+        for i, batch in enumerate(window):
+            sync = contextlib.nullcontext() if i == len(window) - 1 or self.world_size == 1 else self.model.no_sync()
+            with sync:
+                batch_loss = self.loss_sum(batch)
+                # Every label token of the optimizer step weighs the same, across micro-batches and ranks
+                # (DDP averages gradients over ranks, hence the world_size factor).
+                (batch_loss * self.world_size / max(tokens, 1)).backward()
+            loss_sum += batch_loss.detach()
+        grad_norm = self.optimizer_step()
+        samples = self._global_sum(sum(b["size"] for b in window))
+        self.state.step += 1
+        self.state.tokens += tokens
+        self.state.samples += samples
+        now, waited = time.perf_counter(), self.data_wait
+        elapsed = max(now - self._clock[0], 1e-9)
+        wait_share = (waited - self._clock[1]) / elapsed
+        self._clock = (now, waited)
+        return {"train/loss": self._global_sum(loss_sum).item() / max(tokens, 1), "train/grad_norm": grad_norm,
+                "train/lr": self.optimizer.param_groups[0]["lr"], "train/tokens": tokens, "train/samples": samples,
+                "perf/samples_per_s": samples / elapsed, "perf/tokens_per_s": tokens / elapsed,
+                "perf/data_wait_share": wait_share}
+
+    def loss_sum(self, batch: dict) -> torch.Tensor:
+        """Summed next-token cross-entropy over the batch's label tokens."""
+        inputs = {k: v.to(self.device, non_blocking=True) for k, v in model_inputs(batch).items()}
+        labels = batch["labels"].to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            logits = self.model(**inputs).logits
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+
+    def optimizer_step(self) -> float:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.clip_grad_norm:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm))
+        else:
+            grad_norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        self.model.eval()
+        metrics = {}
+        for name, dataset in self.eval_data.items():
+            loader = epoch_loader(dataset, self.collator, self.batch_size, self.seed, 0, 0, self.rank,
+                                  self.world_size, self.num_workers, shuffle=False)
+            loss, tokens = torch.zeros((), device=self.device), 0
+            for i, batch in enumerate(loader):
+                if self.eval_max_batches is not None and i >= self.eval_max_batches:
+                    break
+                if batch["size"]:
+                    loss += self.loss_sum(batch)
+                    tokens += self._label_tokens(batch)
+            tokens = self._global_sum(tokens)
+            metrics[f"eval/{name}/loss"] = self._global_sum(loss).item() / max(tokens, 1)
+            metrics[f"eval/{name}/tokens"] = tokens
+        self._emit("on_eval_end", metrics)
+        return metrics
+
+    def save(self) -> str | None:
+        path = None
+        if self.rank == 0:
+            path = self.checkpoints.save(self.state.step, self.model, self.processor, {
+                "state": vars(self.state), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+            })
+            self._emit("on_save", path)
+        if self.world_size > 1:
+            dist.barrier()
+        return path
+
+    def restore(self) -> None:
+        path = self.resume_from
+        if path is None:
+            return
+        saved = self.checkpoints.load_state(path)
+        self.state = TrainState(**saved["state"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+        log.info("resumed from %s (step %d, epoch %d, %d samples into it)", path, self.state.step,
+                 self.state.epoch, self.state.position)
+
+    # -- data -------------------------------------------------------------------------------------------------
+    def windows(self):
+        """Lists of ``grad_accum`` non-empty micro-batches, epoch after epoch, from the saved position on."""
+        window: list[dict] = []
+        while True:
+            loader = epoch_loader(self.train_data, self.collator, self.batch_size, self.seed, self.state.epoch,
+                                  self.state.position, self.rank, self.world_size, self.num_workers)
+            batches = iter(loader)
+            while True:
+                start = time.perf_counter()
+                batch = next(batches, None)
+                self.data_wait += time.perf_counter() - start
+                if batch is None:
+                    break
+                self.state.position += batch["drawn"] * self.world_size
+                if batch["size"]:
+                    window.append(batch)
+                if len(window) == self.grad_accum:
+                    yield window
+                    window = []
+            self.state.epoch += 1
+            self.state.position = 0
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _label_tokens(batch: dict) -> int:
+        return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+    def _global_sum(self, value):
+        if self.world_size == 1:
+            return value
+        tensor = torch.as_tensor(value, device=self.device, dtype=torch.float64).clone()
+        dist.all_reduce(tensor)
+        return int(tensor.item()) if isinstance(value, int) else tensor.to(torch.float32)
+
+    def _due(self, interval: int | None) -> bool:
+        return bool(interval) and self.state.step % interval == 0
+
+    def _emit(self, hook: str, *args) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+
+def steps_for(unit: str, value: float, samples_per_step: int, dataset_size: int, tokens_per_sample: float) -> int:
+    """Optimizer steps for a duration in ``steps``, ``epochs`` or ``tokens``."""
+    if value <= 0:
+        raise ValueError(f"duration value must be positive, got {value}")
+    if unit == "steps":
+        return int(value)
+    if unit == "epochs":
+        return max(1, math.ceil(value * dataset_size / samples_per_step))
+    if unit == "tokens":
+        return max(1, math.ceil(value / (tokens_per_sample * samples_per_step)))
+    raise ValueError(f"duration unit must be steps, epochs or tokens, got {unit!r}")

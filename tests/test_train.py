@@ -1,0 +1,175 @@
+"""SFT on the tiny model, on CPU, for real steps."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from olmocr.config import PROJECT_ROOT, compose
+
+EXPECTED = os.path.join(os.path.dirname(__file__), "expected", "tiny_sft_losses.json")
+FAST = ["data.steps.render.longest_side=256", "trainer.eval_interval=null", "trainer.batch_size=2"]
+
+
+def train(tmp_path, overrides, name="run"):
+    from olmocr.train.__main__ import run
+
+    out = str(tmp_path / name)
+    cfg = compose("train", FAST + overrides)
+    return run(cfg, out), out
+
+
+def losses(out, kind="train"):
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    return {r["step"]: r["train/loss"] for r in rows if r["kind"] == kind}
+
+
+def test_loss_falls_and_matches_stored_losses(tmp_path, cache_dir):
+    result, out = train(tmp_path, ["trainer.max_duration.value=30", "trainer.save_interval=null"])
+    got = losses(out)
+    assert len(got) == 30 and result["state"]["step"] == 30
+    first, last = sum(got[s] for s in range(1, 6)) / 5, sum(got[s] for s in range(26, 31)) / 5
+    assert last < first - 0.5, (first, last)
+    expected = json.load(open(EXPECTED))
+    for step, value in expected.items():
+        assert got[int(step)] == pytest.approx(value, abs=2e-3), step
+    # The final checkpoint is a normal Hugging Face model that reloads and generates.
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+    path = os.path.join(result["checkpoint"], "model")
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    from PIL import Image
+
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Read."}, {"type": "image"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    inputs = processor(text=[text], images=[Image.new("RGB", (200, 260), "white")], return_tensors="pt")
+    assert model.generate(**inputs, max_new_tokens=5, do_sample=False).shape[1] == inputs["input_ids"].shape[1] + 5
+
+
+def test_padding_batch_equals_two_single_batches(processor, tiny):
+    from conftest import SAMPLE, v4_steps
+    from olmocr.data.dataset import build_datasets
+    from olmocr.train.collate import Collator
+    from olmocr.train.trainer import Trainer
+
+    train_data, _, _ = build_datasets({"s": {"roots": [os.path.join(SAMPLE, "train", "pdfs")]}}, {},
+                                      v4_steps(256), processor=processor)
+    a, b = train_data[0], train_data[3]
+    assert len(a["input_ids"]) != len(b["input_ids"])
+    collate = Collator(processor.tokenizer.pad_token_id)
+    trainer = Trainer.__new__(Trainer)
+    trainer.model, trainer.device, trainer.autocast_dtype = tiny.load_model(), torch.device("cpu"), None
+    pair = trainer.loss_sum(collate([a, b]))
+    single = trainer.loss_sum(collate([a])) + trainer.loss_sum(collate([b]))
+    assert pair.item() == pytest.approx(single.item(), rel=1e-5)
+    batch = collate([a, None, b])
+    assert batch["drawn"] == 3 and batch["size"] == 2
+    assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir):
+    common = ["trainer.max_duration.value=10", "trainer.save_interval=5", "optimizer=muon", "optimizer.lr=0.01",
+              "optimizer.adam_lr=1e-3", "finetune.freeze_vision=true"]
+    _, straight = train(tmp_path, common, "straight")
+    # hard_stop halts at step 5 with the schedule of a 10-step run, as a killed job would.
+    first, resumed = train(tmp_path, common + ["trainer.hard_stop.value=5"], "resumed")
+    assert first["state"]["step"] == 5
+    second, _ = train(tmp_path, common, "resumed")
+    assert second["state"]["step"] == 10
+    a, b = losses(straight), losses(resumed)
+    assert sorted(b) == list(range(1, 11))
+    for step in range(1, 11):
+        assert b[step] == pytest.approx(a[step], abs=1e-6), step
+
+
+def test_resume_false_refuses_to_overwrite(tmp_path, cache_dir):
+    train(tmp_path, ["trainer.max_duration.value=2", "trainer.save_interval=1"], "once")
+    with pytest.raises(ValueError, match="holds checkpoints"):
+        train(tmp_path, ["trainer.max_duration.value=2", "trainer.resume=false"], "once")
+
+
+def test_lora_trains_only_adapters_and_reloads(tmp_path, cache_dir, tiny):
+    from peft import PeftModel
+
+    result, out = train(tmp_path, ["finetune=lora", "optimizer.lr=1e-2", "trainer.max_duration.value=6",
+                                   "trainer.save_interval=null"])
+    adapter = os.path.join(result["checkpoint"], "model")
+    assert os.path.exists(os.path.join(adapter, "adapter_model.safetensors"))
+    assert not os.path.exists(os.path.join(adapter, "model.safetensors"))
+    config = json.load(open(os.path.join(adapter, "adapter_config.json")))
+    assert config["r"] == 8 and config["lora_alpha"] == 32
+    base = tiny.load_model()
+    reloaded = PeftModel.from_pretrained(base, adapter)
+    names = [n for n, _ in reloaded.named_modules() if n.endswith("lora_A")]
+    assert names and all("language_model" in n and "visual" not in n for n in names)
+    # The adapter changed the model: its logits differ from the base model's.
+    ids = torch.tensor([[1, 5, 9, 13]])
+    with torch.no_grad():
+        merged = reloaded.merge_and_unload()(input_ids=ids).logits
+        plain = tiny.load_model()(input_ids=ids).logits
+    assert not torch.allclose(merged, plain)
+
+
+def test_full_finetune_with_frozen_vision_keeps_vision_weights(tmp_path, cache_dir, tiny):
+    from safetensors.torch import load_file
+
+    result, _ = train(tmp_path, ["finetune.freeze_vision=true", "trainer.max_duration.value=3",
+                                 "trainer.save_interval=null"])
+    before = load_file(os.path.join(tiny.path, "model.safetensors"))
+    after = load_file(os.path.join(result["checkpoint"], "model", "model.safetensors"))
+    # Saved files use the original checkpoint layout (visual.*, model.layers.*), not the in-memory names.
+    vision = [k for k in before if k.startswith("visual.")]
+    language = [k for k in before if k.startswith("model.layers.") and k.endswith("q_proj.weight")]
+    assert vision and language
+    assert all(torch.equal(before[k], after[k]) for k in vision)
+    assert any(not torch.equal(before[k], after[k]) for k in language)
+
+
+def test_epoch_and_token_durations(tmp_path, cache_dir):
+    result, _ = train(tmp_path, ["trainer.max_duration={unit: epochs, value: 0.5}", "trainer.save_interval=null"])
+    assert result["total_steps"] == 8  # 32 pages, 2 per step, half an epoch
+    result, _ = train(tmp_path, ["trainer.max_duration={unit: tokens, value: 3000}", "trainer.save_interval=null"],
+                      "tokens")
+    assert 2 <= result["total_steps"] <= 20
+
+
+def test_two_process_gloo_run(tmp_path, cache_dir):
+    env = dict(os.environ, OLMOCR_CACHE=cache_dir, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29531",
+         "-m", "olmocr.train", *FAST, "trainer.max_duration.value=4", "trainer.save_interval=2",
+         "trainer.batch_size=1", f"hydra.run.dir={tmp_path}/ddp"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = losses(str(tmp_path / "ddp"))
+    assert sorted(got) == [1, 2, 3, 4]
+    rows = [json.loads(line) for line in open(tmp_path / "ddp" / "metrics.jsonl")]
+    assert all(r["train/samples"] == 2 for r in rows if r["kind"] == "train")  # one per rank per step
+    assert os.path.exists(tmp_path / "ddp" / "checkpoints" / "step_000004" / "model" / "model.safetensors")
+
+
+def test_sweep_gives_one_dir_per_job(tmp_path, cache_dir):
+    env = dict(os.environ, OLMOCR_CACHE=cache_dir)
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmocr.train", "-m", "optimizer=adamw,muon", *FAST, "trainer.max_duration.value=2",
+         "trainer.save_interval=null", f"hydra.sweep.dir={tmp_path}/sweep"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    jobs = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "sweep" / "*")) if os.path.isdir(p))
+    assert [j for j in jobs if "optimizer=adamw" in j] and [j for j in jobs if "optimizer=muon" in j]
+    for job in jobs:
+        assert len(losses(str(tmp_path / "sweep" / job))) == 2
+
+
+def test_dry_run_prints_config_and_loads_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "olmocr.train", "+experiment=sft_qwen25", "dry_run=true"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Qwen/Qwen2.5-VL-7B-Instruct" in proc.stdout and "grad_accum: 32" in proc.stdout
+    assert not glob.glob(str(tmp_path / "outputs/train/sft_qwen25/checkpoints"))
