@@ -173,3 +173,40 @@ def test_dry_run_prints_config_and_loads_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Qwen/Qwen2.5-VL-7B-Instruct" in proc.stdout and "grad_accum: 32" in proc.stdout
     assert not glob.glob(str(tmp_path / "outputs/train/sft_qwen25/checkpoints"))
+
+
+def test_activation_checkpointing_gives_the_same_training(tmp_path, cache_dir):
+    base = ["trainer.max_duration.value=3", "trainer.save_interval=null"]
+    _, plain = train(tmp_path, base, "plain")
+    _, ckpt = train(tmp_path, base + ["trainer.activation_checkpointing=true"], "ckpt")
+    a, b = losses(plain), losses(ckpt)
+    assert all(b[s] == pytest.approx(a[s], abs=1e-5) for s in a)
+
+
+def test_compile_trains(tmp_path, cache_dir):
+    expected = json.load(open(EXPECTED))
+    result, out = train(tmp_path, ["trainer.compile=true", "trainer.max_duration.value=1",
+                                   "trainer.save_interval=null"])
+    assert losses(out)[1] == pytest.approx(expected["1"], abs=1e-3)
+
+
+def test_wandb_offline_logs_without_secrets(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_API_KEY", "secret-key-0123456789abcdef0123456789abcdef")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    _, out = train(tmp_path, ["logger=wandb", "trainer.max_duration.value=2", "trainer.save_interval=null"])
+    runs = glob.glob(os.path.join(out, "wandb", "offline-run-*"))
+    assert runs, os.listdir(out)
+    for root, _, files in os.walk(out):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as fh:
+                assert b"secret-key-0123456789abcdef" not in fh.read(), name
+    # An offline run keeps its config and history in the run's .wandb file until `wandb sync`.
+    record = open(glob.glob(os.path.join(runs[0], "run-*.wandb"))[0], "rb").read()
+    assert b"grad_accum" in record and b"train/loss" in record
+
+
+def test_profiler_writes_a_trace(tmp_path, cache_dir):
+    _, out = train(tmp_path, ["+callbacks.profiler={_target_: olmocr.train.callbacks.Profiler, wait: 0, warmup: 1, "
+                              "active: 1}", "trainer.max_duration.value=3", "trainer.save_interval=null"])
+    assert glob.glob(os.path.join(out, "profile", "*.pt.trace.json"))

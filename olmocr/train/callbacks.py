@@ -48,7 +48,7 @@ class Profiler(Callback):
     """torch.profiler over a few steps; a Chrome trace lands in ``<run dir>/profile``."""
 
     def __init__(self, output_dir: str, wait: int = 1, warmup: int = 1, active: int = 3):
-        self.output_dir = output_dir
+        self.output_dir = os.path.join(output_dir, "profile")
         self.schedule = dict(wait=wait, warmup=warmup, active=active, repeat=1)
 
     def on_fit_start(self, trainer):
