@@ -196,7 +196,9 @@ class TrainerConfig:
     compile: bool = False
     resume: bool = True
     device: str = "auto"
+    strategy: str = "ddp"  # ddp (replicas) or fsdp (FSDP2 sharding per block); one process ignores it
     ddp_find_unused_parameters: bool = False
+    fsdp_reshard_after_forward: bool = True
 
 
 @dataclass

@@ -76,3 +76,20 @@ def test_label_masking_with_each_family_processor(family_model):
     per_token = {k: sample[k][None] for k in ("input_ids", "attention_mask", "labels", "mm_token_type_ids") if k in sample}
     out = model(**per_token, pixel_values=sample["pixel_values"], image_grid_thw=sample["image_grid_thw"])
     assert torch.isfinite(out.loss)
+
+
+def test_concurrent_builds_wait_for_one_another(tmp_path):
+    """Ranks of one job build the same tiny model at once: one builds, the others reuse it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from olmocr.models import TinyModel; "
+            "print(TinyModel(cache_dir=sys.argv[1], vocab_size=700).path)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    paths = {out.strip().splitlines()[-1] for out, _ in outs}
+    assert len(paths) == 1
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(next(iter(paths))),
+                                                   os.path.basename(next(iter(paths))) + ".lock"])

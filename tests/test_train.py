@@ -138,19 +138,35 @@ def test_epoch_and_token_durations(tmp_path, cache_dir):
     assert 2 <= result["total_steps"] <= 20
 
 
-def test_two_process_gloo_run(tmp_path, cache_dir):
+def torchrun(tmp_path, cache_dir, name, extra):
     env = dict(os.environ, OLMOCR_CACHE=cache_dir, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29531",
          "-m", "olmocr.train", *FAST, "trainer.max_duration.value=4", "trainer.save_interval=2",
-         "trainer.batch_size=1", f"hydra.run.dir={tmp_path}/ddp"],
+         "trainer.batch_size=1", f"hydra.run.dir={tmp_path}/{name}", *extra],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    got = losses(str(tmp_path / "ddp"))
+    return str(tmp_path / name)
+
+
+def test_two_process_gloo_ddp_and_fsdp_agree(tmp_path, cache_dir):
+    ddp = torchrun(tmp_path, cache_dir, "ddp", [])
+    got = losses(ddp)
     assert sorted(got) == [1, 2, 3, 4]
-    rows = [json.loads(line) for line in open(tmp_path / "ddp" / "metrics.jsonl")]
+    rows = [json.loads(line) for line in open(os.path.join(ddp, "metrics.jsonl"))]
     assert all(r["train/samples"] == 2 for r in rows if r["kind"] == "train")  # one per rank per step
-    assert os.path.exists(tmp_path / "ddp" / "checkpoints" / "step_000004" / "model" / "model.safetensors")
+    assert os.path.exists(os.path.join(ddp, "checkpoints", "step_000004", "model", "model.safetensors"))
+    # FSDP shards the same computation: same losses; its checkpoint holds the full, gathered weights.
+    fsdp = torchrun(tmp_path, cache_dir, "fsdp", ["trainer.strategy=fsdp", "trainer.hard_stop.value=2"])
+    fsdp = torchrun(tmp_path, cache_dir, "fsdp", ["trainer.strategy=fsdp"])  # resumes at step 2
+    sharded = losses(fsdp)
+    assert sorted(sharded) == [1, 2, 3, 4]
+    assert all(sharded[s] == pytest.approx(got[s], abs=1e-4) for s in got)
+    from safetensors.torch import load_file
+
+    a = load_file(os.path.join(ddp, "checkpoints", "step_000004", "model", "model.safetensors"))
+    b = load_file(os.path.join(fsdp, "checkpoints", "step_000004", "model", "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
 
 
 def test_sweep_gives_one_dir_per_job(tmp_path, cache_dir):

@@ -151,25 +151,28 @@ def build_config(arch: dict, family, tokenizer):
 
 
 def build_tiny(arch: dict, family, destination: str) -> None:
+    """Build into a staging dir and rename it into place, under a lock so concurrent processes (the
+    ranks of a torchrun job) build once and the others wait for the result."""
+    import fcntl
+
     import torch
 
     os.makedirs(os.path.dirname(destination), exist_ok=True)
-    tokenizer = train_tokenizer(arch["vocab_size"])
-    processor = build_processor(arch, family, tokenizer)
-    config = build_config(arch, family, tokenizer)
-    torch.manual_seed(arch["seed"])
-    model = transformers_class(family.model_class)(config)
-    staging = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(destination))
-    try:
-        model.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        model.generation_config.save_pretrained(staging)
+    with open(destination + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(os.path.join(destination, "config.json")):
+            return
+        tokenizer = train_tokenizer(arch["vocab_size"])
+        processor = build_processor(arch, family, tokenizer)
+        config = build_config(arch, family, tokenizer)
+        torch.manual_seed(arch["seed"])
+        model = transformers_class(family.model_class)(config)
+        staging = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(destination))
         try:
+            model.save_pretrained(staging)
+            processor.save_pretrained(staging)
+            model.generation_config.save_pretrained(staging)
+            shutil.rmtree(destination, ignore_errors=True)  # a partial dir left by a killed build
             os.rename(staging, destination)
-        except OSError:
-            if not os.path.exists(os.path.join(destination, "config.json")):
-                raise
-            # Another process finished the same build first; its copy is identical.
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)

@@ -41,7 +41,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.train.callbacks import MetricsFile
     from olmocr.train.checkpoint import CheckpointManager
     from olmocr.train.collate import Collator
-    from olmocr.train.distributed import init_distributed, shutdown, wrap_ddp
+    from olmocr.train.distributed import build_strategy, init_distributed, shutdown
     from olmocr.train.trainer import Trainer, steps_for
     from olmocr.utils.runinfo import write_run_info
 
@@ -91,11 +91,14 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     total_steps = duration_steps(t.max_duration)
     stop_step = min(total_steps, duration_steps(t.hard_stop)) if t.hard_stop.value is not None else total_steps
 
-    optimizer = build(cfg.optimizer, model=model)
-    scheduler = build(cfg.scheduler, optimizer=optimizer, total_steps=total_steps)
+    strategy = build_strategy(t.strategy, dist_info, t.precision, t.ddp_find_unused_parameters,
+                              t.fsdp_reshard_after_forward)
     if t.compile:
         model = torch.compile(model)
-    model = wrap_ddp(model, dist_info, t.ddp_find_unused_parameters)
+    # FSDP replaces parameters with sharded ones, so the optimizer is built on the wrapped model.
+    model = strategy.wrap(model)
+    optimizer = build(cfg.optimizer, model=model)
+    scheduler = build(cfg.scheduler, optimizer=optimizer, total_steps=total_steps)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     callbacks = [build(c, run_config=resolved, output_dir=output_dir) for c in cfg.callbacks.values() if c is not None]
     callbacks.append(MetricsFile(output_dir))
@@ -105,7 +108,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         grad_accum=t.grad_accum, precision=t.precision, clip_grad_norm=t.clip_grad_norm,
         eval_interval=t.eval_interval, save_interval=t.save_interval, num_workers=t.num_workers, seed=cfg.seed,
         device=dist_info.device, eval_max_batches=t.eval_max_batches, rank=dist_info.rank,
-        world_size=dist_info.world_size, resume_from=resume_from,
+        world_size=dist_info.world_size, resume_from=resume_from, strategy=strategy,
     )
     state = trainer.fit()
     rejected = dict(report.file_counts())

@@ -24,9 +24,10 @@ def unwrap(model):
     return model.module if hasattr(model, "module") else model
 
 
-def save_model(model, processor, path: str) -> None:
-    """The one model saver: full models and PEFT adapters alike, with the processor beside them."""
-    unwrap(model).save_pretrained(path)
+def save_model(model, processor, path: str, state_dict: dict | None = None) -> None:
+    """The one model saver: full models and PEFT adapters alike, with the processor beside them.
+    ``state_dict`` replaces the model's own tensors (the gathered weights of a sharded model)."""
+    unwrap(model).save_pretrained(path, **({"state_dict": state_dict} if state_dict is not None else {}))
     if processor is not None:
         processor.save_pretrained(path)
 
@@ -70,12 +71,12 @@ class CheckpointManager:
         steps = self.steps()
         return self.path(steps[-1]) if steps else None
 
-    def save(self, step: int, model, processor, state: dict) -> str:
+    def save(self, step: int, model, processor, state: dict, model_state: dict | None = None) -> str:
         final = self.path(step)
         staging = final + ".partial"
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
-        save_model(model, processor, os.path.join(staging, "model"))
+        save_model(model, processor, os.path.join(staging, "model"), model_state)
         torch.save({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))
         shutil.rmtree(final, ignore_errors=True)
         os.rename(staging, final)

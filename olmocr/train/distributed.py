@@ -1,7 +1,14 @@
-"""Process-group setup from the launcher's environment (torchrun sets RANK/WORLD_SIZE/LOCAL_RANK)."""
+"""Process groups and data-parallel strategies.
+
+torchrun sets RANK/WORLD_SIZE/LOCAL_RANK. A strategy wraps the model and answers the questions the
+training loop has for it: skip gradient sync on this micro-batch, give me the full model/optimizer state
+(rank 0 writes it), load this optimizer state. ``ddp`` replicates the model; ``fsdp`` (FSDP2
+``fully_shard``) shards parameters, gradients and optimizer state per transformer block.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -36,15 +43,94 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
     return DistInfo(rank, world_size, local_rank, torch.device(device, local_rank) if device == "cuda" else torch.device("cpu"))
 
 
-def wrap_ddp(model, info: DistInfo, find_unused_parameters: bool = False):
-    if info.world_size == 1:
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [info.local_rank] if info.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
-
-
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+class Replicated:
+    """One process, or DDP across several."""
+
+    def __init__(self, info: DistInfo, find_unused_parameters: bool = False):
+        self.info = info
+        self.find_unused_parameters = find_unused_parameters
+
+    def wrap(self, model):
+        if self.info.world_size == 1:
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.info.local_rank] if self.info.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=self.find_unused_parameters)
+
+    def no_sync(self, model, last_micro_batch: bool):
+        if last_micro_batch or self.info.world_size == 1:
+            return contextlib.nullcontext()
+        return model.no_sync()
+
+    def model_state(self, model) -> dict | None:
+        return None  # save_pretrained reads the unwrapped model directly
+
+    def optimizer_state(self, model, optimizer) -> dict:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, model, optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+
+class Sharded:
+    """FSDP2: every block the model lists in ``_no_split_modules`` is its own shard unit, then the root."""
+
+    def __init__(self, info: DistInfo, reshard_after_forward: bool = True, precision: str = "fp32"):
+        self.info = info
+        self.reshard_after_forward = reshard_after_forward
+        self.precision = precision
+
+    def wrap(self, model):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+            if self.precision == "bf16" else MixedPrecisionPolicy()
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        units = set(getattr(base, "_no_split_modules", None) or [])
+        if not units:
+            raise ValueError(f"trainer.strategy=fsdp: {type(base).__name__} lists no _no_split_modules to shard")
+        for module in list(model.modules()):
+            if type(module).__name__ in units:
+                fully_shard(module, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
+        fully_shard(model, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
+        return model
+
+    def no_sync(self, model, last_micro_batch: bool):
+        model.set_requires_gradient_sync(last_micro_batch)
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def _options():
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+    def model_state(self, model) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(model, options=self._options())
+
+    def optimizer_state(self, model, optimizer) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(model, optimizer, options=self._options())
+
+    def load_optimizer_state(self, model, optimizer, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def build_strategy(name: str, info: DistInfo, precision: str = "fp32", find_unused_parameters: bool = False,
+                   reshard_after_forward: bool = True):
+    if name == "ddp":
+        return Replicated(info, find_unused_parameters)
+    if name == "fsdp":
+        return Sharded(info, reshard_after_forward, precision)
+    raise ValueError(f"trainer.strategy must be ddp or fsdp, got {name!r}")

@@ -125,6 +125,10 @@ def muon(model: nn.Module, lr: float = 0.02, momentum: float = 0.95, nesterov: b
          adam_eps: float = 1e-10, head_lr_scale: float = 11.0, embed_lr_scale: float = 30.0,
          scalar_lr_scale: float = 2.0) -> SingleDeviceMuonWithAuxAdam:
     """Build the optimizer for ``model`` (the ``optimizer=muon`` config)."""
+    model = model.module if hasattr(model, "module") else model  # DDP wrapper
+    if any(hasattr(p, "full_tensor") for p in model.parameters()):
+        raise ValueError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
+                         "use trainer.strategy=ddp with Muon")
     if any("lora_" in name for name, p in model.named_parameters() if p.requires_grad):
         raise ValueError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
                          "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -16,6 +15,7 @@ from olmocr.data.steps import IGNORE_INDEX
 from olmocr.train.checkpoint import CheckpointManager, set_rng_state
 from olmocr.train.collate import model_inputs
 from olmocr.train.data import epoch_loader
+from olmocr.train.distributed import DistInfo, Replicated
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Trainer:
                  batch_size: int, grad_accum: int, precision: str, clip_grad_norm: float | None,
                  eval_interval: int | None, save_interval: int | None, num_workers: int,
                  seed: int, device: torch.device, eval_max_batches: int | None = None, rank: int = 0,
-                 world_size: int = 1, resume_from: str | None = None):
+                 world_size: int = 1, resume_from: str | None = None, strategy=None):
         self.model, self.processor = model, processor
         self.optimizer, self.scheduler = optimizer, scheduler
         self.train_data, self.eval_data, self.collator = train_data, eval_data, collator
@@ -49,6 +49,7 @@ class Trainer:
         self.eval_max_batches = eval_max_batches
         self.rank, self.world_size = rank, world_size
         self.resume_from = resume_from
+        self.strategy = strategy or Replicated(DistInfo(rank, world_size, 0, device))
         self.state = TrainState()
         self.data_wait = 0.0
         self._clock = (time.perf_counter(), 0.0)
@@ -75,8 +76,7 @@ class Trainer:
         tokens = self._global_sum(sum(self._label_tokens(b) for b in window))
         loss_sum = torch.zeros((), device=self.device)
         for i, batch in enumerate(window):
-            sync = contextlib.nullcontext() if i == len(window) - 1 or self.world_size == 1 else self.model.no_sync()
-            with sync:
+            with self.strategy.no_sync(self.model, i == len(window) - 1):
                 batch_loss = self.loss_sum(batch)
                 # Every label token of the optimizer step weighs the same, across micro-batches and ranks
                 # (DDP averages gradients over ranks, hence the world_size factor).
@@ -107,10 +107,9 @@ class Trainer:
 
     def optimizer_step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        if self.clip_grad_norm:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm))
-        else:
-            grad_norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+        # With FSDP the norm is a DTensor over all shards; full_tensor() makes it one number.
+        norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm or float("inf"))
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -137,12 +136,14 @@ class Trainer:
         return metrics
 
     def save(self) -> str | None:
+        # Gathering sharded state is collective: every rank takes part, rank 0 writes.
+        model_state = self.strategy.model_state(self.model)
+        optimizer_state = self.strategy.optimizer_state(self.model, self.optimizer)
         path = None
         if self.rank == 0:
             path = self.checkpoints.save(self.state.step, self.model, self.processor, {
-                "state": vars(self.state), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-            })
+                "state": vars(self.state), "optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
+            }, model_state)
             self._emit("on_save", path)
         if self.world_size > 1:
             dist.barrier()
@@ -154,7 +155,7 @@ class Trainer:
             return
         saved = self.checkpoints.load_state(path)
         self.state = TrainState(**saved["state"])
-        self.optimizer.load_state_dict(saved["optimizer"])
+        self.strategy.load_optimizer_state(self.model, self.optimizer, saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         set_rng_state(saved["rng"])
         log.info("resumed from %s (step %d, epoch %d, %d samples into it)", path, self.state.step,
