@@ -42,12 +42,12 @@ def _omegaconf_type(annotation):
         return Optional[inner] if type(None) in typing.get_args(annotation) else inner
     if annotation in (int, float, str, bool):
         return annotation
-    if origin in (list, typing.List) or annotation is list:
+    if origin in (list, list) or annotation is list:
         args = typing.get_args(annotation)
-        return typing.List[_omegaconf_type(args[0]) if args else Any]
-    if origin in (dict, typing.Dict) or annotation is dict:
+        return list[_omegaconf_type(args[0]) if args else Any]
+    if origin in (dict, dict) or annotation is dict:
         args = typing.get_args(annotation)
-        return typing.Dict[str, _omegaconf_type(args[1]) if args else Any]
+        return dict[str, _omegaconf_type(args[1]) if args else Any]
     return Any
 
 
@@ -87,7 +87,7 @@ def schema_for(target: str | type) -> type:
     return _schema_for_object(locate(target) if isinstance(target, str) else target)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _schema_for_object(obj) -> type:
     path = f"{obj.__module__}.{obj.__qualname__}"
     func = obj.__init__ if inspect.isclass(obj) else obj
@@ -135,7 +135,7 @@ class PathsConfig:
 @dataclass
 class SynthConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
-    out_dir: Optional[str] = None  # default: <run dir>/pages
+    out_dir: str | None = None  # default: <run dir>/pages
     num_pages: int = 24
     seed: int = 0
     first_index: int = 0
@@ -150,14 +150,14 @@ class CheckDataConfig:
     model: Any = MISSING
     data: DataConfig = MISSING
     seed: int = 0
-    max_samples: Optional[int] = None
+    max_samples: int | None = None
     num_workers: int = 0
 
 
 @dataclass
 class DurationConfig:
     unit: str = "steps"  # steps, epochs or tokens
-    value: Optional[float] = 100
+    value: float | None = 100
 
 
 @dataclass
@@ -174,7 +174,7 @@ class FinetuneConfig:
 
     freeze_vision: bool = False
     freeze_language: bool = False
-    lora: Optional[LoraConfig] = None
+    lora: LoraConfig | None = None
 
 
 @dataclass
@@ -186,11 +186,11 @@ class TrainerConfig:
     # OmegaConf cannot merge a command-line dict into a null structured node.)
     hard_stop: DurationConfig = field(default_factory=lambda: DurationConfig(value=None))
     precision: str = "fp32"  # fp32 or bf16 (autocast)
-    clip_grad_norm: Optional[float] = 1.0
-    eval_interval: Optional[int] = 500
-    eval_max_batches: Optional[int] = None
-    save_interval: Optional[int] = 500
-    keep_last: Optional[int] = 3
+    clip_grad_norm: float | None = 1.0
+    eval_interval: int | None = 500
+    eval_max_batches: int | None = None
+    save_interval: int | None = 500
+    keep_last: int | None = 3
     num_workers: int = 0
     activation_checkpointing: bool = False
     compile: bool = False

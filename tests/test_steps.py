@@ -13,7 +13,7 @@ from olmocr.data.prompts import PROMPT_V4
 from olmocr.data.render import render_page
 from olmocr.data.steps import (
     IGNORE_INDEX, AnchorText, BuildMessages, BuildPrompt, BuildTarget, CheckPdf, DropRotated, NormalizeLatex,
-    ParseFrontMatter, RandomTokenFlip, Reject, RenderPage, RotationAugmentation, RuleFilter, Tokenize,
+    ParseFrontMatter, RandomTokenFlip, Reject, RenderPage, RotationAugmentation, RuleFilter,
 )
 
 TRAIN = os.path.join(SAMPLE, "train", "pdfs")

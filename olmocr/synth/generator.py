@@ -298,7 +298,7 @@ class PageGenerator:
         if not page.blocks:
             return out
         sentences = [(i, s) for i, b in enumerate(page.blocks) if b.kind in ("paragraph", "list") for s in b.sentences]
-        for i, s in rng.sample(sentences, min(3, len(sentences))):
+        for _, s in rng.sample(sentences, min(3, len(sentences))):
             out.append(PresentTest(pdf=pdf, page=1, id=tid("present"), text=s, max_diffs=rng.choice([0, 1, 2])))
         title = page.blocks[0].sentences[0]
         out.append(PresentTest(pdf=pdf, page=1, id=tid("present"), text=title.lower(), case_sensitive=False,
