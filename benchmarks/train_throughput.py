@@ -63,7 +63,7 @@ def ours(source, processor, samples, steps, batch_size, lr, work) -> float:
     optimizer = adamw(model, lr=lr, weight_decay=0.0)
     trainer = Trainer(model, processor, optimizer, constant(optimizer, steps), InMemory(samples), {},
                       Collator(processor.tokenizer.pad_token_id), CheckpointManager(os.path.join(work, "ckpt")), [],
-                      total_steps=steps, stop_step=steps, batch_size=batch_size, grad_accum=1, precision="fp32",
+                      stop_step=steps, batch_size=batch_size, grad_accum=1, precision="fp32",
                       clip_grad_norm=1.0, eval_interval=None, save_interval=None, num_workers=0, seed=0,
                       device=torch.device("cpu"))
     trainer.save = lambda: None  # measure training steps only

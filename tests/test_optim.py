@@ -154,3 +154,15 @@ def test_schedule_errors_are_clear():
         schedules.wsd(opt, total_steps=10, warmup=5, decay=8)
     with pytest.raises(ValueError, match="warmup must be >= 0"):
         schedules.linear(opt, total_steps=10, warmup=-1)
+
+
+def test_sampler_is_seeded_resumable_and_even_across_ranks():
+    from olmocr.train.data import ResumableSampler
+
+    full = list(ResumableSampler(10, seed=1, epoch=0))
+    assert sorted(full) == list(range(10)) and full != list(range(10))
+    assert list(ResumableSampler(10, seed=1, epoch=1)) != full
+    assert list(ResumableSampler(10, seed=1, epoch=0, position=4)) == full[4:]
+    ranks = [list(ResumableSampler(7, seed=1, epoch=0, rank=r, world_size=2)) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) == len(ResumableSampler(7, seed=1, epoch=0, rank=1, world_size=2)) == 4
+    assert set(ranks[0]) | set(ranks[1]) == set(range(7))

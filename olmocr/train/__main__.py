@@ -104,7 +104,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     callbacks.append(MetricsFile(output_dir))
     trainer = Trainer(
         model, processor, optimizer, scheduler, train, evals, Collator(processor.tokenizer.pad_token_id),
-        checkpoints, callbacks, total_steps=total_steps, stop_step=stop_step, batch_size=t.batch_size,
+        checkpoints, callbacks, stop_step=stop_step, batch_size=t.batch_size,
         grad_accum=t.grad_accum, precision=t.precision, clip_grad_norm=t.clip_grad_norm,
         eval_interval=t.eval_interval, save_interval=t.save_interval, num_workers=t.num_workers, seed=cfg.seed,
         device=dist_info.device, eval_max_batches=t.eval_max_batches, rank=dist_info.rank,

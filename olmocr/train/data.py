@@ -21,11 +21,16 @@ class ResumableSampler(Sampler[int]):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         return torch.randperm(self.length, generator=generator).tolist()
 
+    def _remaining(self) -> list[int]:
+        rest = self.order()[self.position:]
+        # Every rank gets the same number of indices (wrapping around), so ranks finish epochs together.
+        return rest + rest[: (-len(rest)) % self.world_size]
+
     def __iter__(self):
-        return iter(self.order()[self.position + self.rank:: self.world_size])
+        return iter(self._remaining()[self.rank:: self.world_size])
 
     def __len__(self) -> int:
-        return len(range(self.position + self.rank, self.length, self.world_size))
+        return -(-(self.length - self.position) // self.world_size)
 
 
 def epoch_loader(dataset, collator, batch_size: int, seed: int, epoch: int, position: int, rank: int,

@@ -31,7 +31,7 @@ class TrainState:
 
 class Trainer:
     def __init__(self, model, processor, optimizer, scheduler, train_data, eval_data: dict, collator,
-                 checkpoints: CheckpointManager, callbacks: list, *, total_steps: int, stop_step: int,
+                 checkpoints: CheckpointManager, callbacks: list, *, stop_step: int,
                  batch_size: int, grad_accum: int, precision: str, clip_grad_norm: float | None,
                  eval_interval: int | None, save_interval: int | None, num_workers: int,
                  seed: int, device: torch.device, eval_max_batches: int | None = None, rank: int = 0,
@@ -40,7 +40,7 @@ class Trainer:
         self.optimizer, self.scheduler = optimizer, scheduler
         self.train_data, self.eval_data, self.collator = train_data, eval_data, collator
         self.checkpoints, self.callbacks = checkpoints, callbacks
-        self.total_steps, self.stop_step = total_steps, stop_step
+        self.stop_step = stop_step
         self.batch_size, self.grad_accum = batch_size, grad_accum
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp32": None}[precision]
         self.clip_grad_norm = clip_grad_norm
