@@ -196,9 +196,11 @@ class TrainerConfig:
     compile: bool = False
     resume: bool = True
     device: str = "auto"
-    strategy: str = "ddp"  # ddp (replicas) or fsdp (FSDP2 sharding per block); one process ignores it
+    # ddp (replicas), fsdp (FSDP2, sharded per block) or deepspeed (ZeRO stage zero_stage)
+    strategy: str = "ddp"
     ddp_find_unused_parameters: bool = False
     fsdp_reshard_after_forward: bool = True
+    zero_stage: int = 2
 
 
 @dataclass

@@ -138,10 +138,18 @@ def test_epoch_and_token_durations(tmp_path, cache_dir):
     assert 2 <= result["total_steps"] <= 20
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def torchrun(tmp_path, cache_dir, name, extra):
     env = dict(os.environ, OLMOCR_CACHE=cache_dir, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29531",
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
          "-m", "olmocr.train", *FAST, "trainer.max_duration.value=4", "trainer.save_interval=2",
          "trainer.batch_size=1", f"hydra.run.dir={tmp_path}/{name}", *extra],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
@@ -167,6 +175,21 @@ def test_two_process_gloo_ddp_and_fsdp_agree(tmp_path, cache_dir):
     a = load_file(os.path.join(ddp, "checkpoints", "step_000004", "model", "model.safetensors"))
     b = load_file(os.path.join(fsdp, "checkpoints", "step_000004", "model", "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-4) for k in a)
+    # DeepSpeed ZeRO-2 partitions optimizer state and gradients: same losses again, resume included.
+    zero = torchrun(tmp_path, cache_dir, "zero2", ["trainer.strategy=deepspeed", "trainer.hard_stop.value=2"])
+    assert os.path.isdir(os.path.join(zero, "checkpoints", "step_000002", "deepspeed", "optimizer"))
+    zero = torchrun(tmp_path, cache_dir, "zero2", ["trainer.strategy=deepspeed"])
+    partitioned = losses(zero)
+    assert sorted(partitioned) == [1, 2, 3, 4]
+    assert all(partitioned[s] == pytest.approx(got[s], abs=1e-4) for s in got)
+
+
+def test_deepspeed_in_one_process(tmp_path, cache_dir):
+    result, out = train(tmp_path, ["trainer.strategy=deepspeed", "trainer.max_duration.value=2",
+                                   "trainer.save_interval=null"])
+    expected = json.load(open(EXPECTED))
+    assert losses(out)[1] == pytest.approx(expected["1"], abs=1e-4)
+    assert os.path.isdir(os.path.join(result["checkpoint"], "deepspeed"))
 
 
 def test_sweep_gives_one_dir_per_job(tmp_path, cache_dir):

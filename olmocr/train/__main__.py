@@ -92,13 +92,15 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     stop_step = min(total_steps, duration_steps(t.hard_stop)) if t.hard_stop.value is not None else total_steps
 
     strategy = build_strategy(t.strategy, dist_info, t.precision, t.ddp_find_unused_parameters,
-                              t.fsdp_reshard_after_forward)
+                              t.fsdp_reshard_after_forward, t.zero_stage, t.batch_size, t.grad_accum,
+                              t.clip_grad_norm)
     if t.compile:
         model = torch.compile(model)
     # FSDP replaces parameters with sharded ones, so the optimizer is built on the wrapped model.
     model = strategy.wrap(model)
     optimizer = build(cfg.optimizer, model=model)
     scheduler = build(cfg.scheduler, optimizer=optimizer, total_steps=total_steps)
+    model = strategy.prepare(model, optimizer)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     callbacks = [build(c, run_config=resolved, output_dir=output_dir) for c in cfg.callbacks.values() if c is not None]
     callbacks.append(MetricsFile(output_dir))

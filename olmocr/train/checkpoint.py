@@ -5,6 +5,7 @@ Layout of one checkpoint, written to a temporary name and renamed when complete:
     checkpoints/step_000040/
         model/                    save_pretrained output (full weights, or the LoRA adapter) + processor
         trainer_state.pt          optimizer, scheduler, step, data position, RNG states
+        deepspeed/                (strategy=deepspeed) the partitioned optimizer state, DeepSpeed format
 """
 
 from __future__ import annotations
@@ -71,11 +72,18 @@ class CheckpointManager:
         steps = self.steps()
         return self.path(steps[-1]) if steps else None
 
-    def save(self, step: int, model, processor, state: dict, model_state: dict | None = None) -> str:
-        final = self.path(step)
-        staging = final + ".partial"
+    def staging(self, step: int) -> str:
+        return self.path(step) + ".partial"
+
+    def begin(self, step: int) -> str:
+        """An empty staging dir for ``step`` (a checkpoint is only visible once complete)."""
+        staging = self.staging(step)
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
+        return staging
+
+    def commit(self, step: int, model, processor, state: dict, model_state: dict | None = None) -> str:
+        staging, final = self.staging(step), self.path(step)
         save_model(model, processor, os.path.join(staging, "model"), model_state)
         torch.save({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))
         shutil.rmtree(final, ignore_errors=True)

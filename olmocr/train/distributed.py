@@ -68,17 +68,34 @@ class Replicated:
             return contextlib.nullcontext()
         return model.no_sync()
 
+    def prepare(self, model, optimizer):
+        return model
+
+    def backward(self, model, loss, last_micro_batch: bool) -> None:
+        loss.backward()
+
+    def optimizer_step(self, model, optimizer, clip_grad_norm: float | None) -> float:
+        params = [p for p in model.parameters() if p.requires_grad]
+        # With FSDP the norm is a DTensor over all shards; full_tensor() makes it one number.
+        norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm or float("inf"))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
     def model_state(self, model) -> dict | None:
         return None  # save_pretrained reads the unwrapped model directly
 
-    def optimizer_state(self, model, optimizer) -> dict:
+    def save_sharded(self, model, path: str) -> None:
+        pass  # everything is in the trainer state
+
+    def optimizer_state(self, model, optimizer) -> dict | None:
         return optimizer.state_dict()
 
-    def load_optimizer_state(self, model, optimizer, state: dict) -> None:
+    def load_optimizer_state(self, model, optimizer, state: dict | None, path: str) -> None:
         optimizer.load_state_dict(state)
 
 
-class Sharded:
+class Sharded(Replicated):
     """FSDP2: every block the model lists in ``_no_split_modules`` is its own shard unit, then the root."""
 
     def __init__(self, info: DistInfo, reshard_after_forward: bool = True, precision: str = "fp32"):
@@ -121,16 +138,90 @@ class Sharded:
 
         return get_optimizer_state_dict(model, optimizer, options=self._options())
 
-    def load_optimizer_state(self, model, optimizer, state: dict) -> None:
+    def load_optimizer_state(self, model, optimizer, state: dict | None, path: str) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
+class DeepSpeed(Replicated):
+    """DeepSpeed ZeRO (stage 1 or 2): optimizer state (and at stage 2 gradients) partitioned across ranks.
+
+    DeepSpeed runs the accumulation (one engine.step() per micro-batch, the optimizer step at the
+    boundary) and clipping; our schedule drives the lr of the client optimizer's param groups. The
+    partitioned optimizer state is saved with DeepSpeed's own checkpoint format inside the checkpoint.
+    """
+
+    TAG = "optimizer"
+
+    def __init__(self, info: DistInfo, stage: int, micro_batch_size: int, grad_accum: int,
+                 clip_grad_norm: float | None, precision: str):
+        if stage not in (1, 2):
+            raise ValueError(f"trainer.zero_stage must be 1 or 2, got {stage}")
+        self.info = info
+        self.config = {
+            "train_micro_batch_size_per_gpu": micro_batch_size, "gradient_accumulation_steps": grad_accum,
+            "zero_optimization": {"stage": stage}, "gradient_clipping": clip_grad_norm or 0.0,
+            "bf16": {"enabled": precision == "bf16"}, "zero_allow_untested_optimizer": True,
+            "steps_per_print": 10**9, "wall_clock_breakdown": False,
+        }
+
+    def wrap(self, model):
+        return model  # the engine needs the optimizer: see prepare()
+
+    def prepare(self, model, optimizer):
+        import deepspeed
+
+        from olmocr.train.muon import SingleDeviceMuonWithAuxAdam
+
+        if isinstance(optimizer, SingleDeviceMuonWithAuxAdam):
+            raise ValueError("optimizer=muon orthogonalises whole matrices; ZeRO flattens them: use strategy=ddp")
+        if not dist.is_initialized():  # one process without torchrun: DeepSpeed still wants a process group
+            import socket
+
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            dist.init_process_group("nccl" if self.info.device.type == "cuda" else "gloo",
+                                    init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+            for key, value in (("LOCAL_RANK", "0"), ("RANK", "0"), ("WORLD_SIZE", "1")):
+                os.environ.setdefault(key, value)
+        engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config,
+                                          dist_init_required=None)
+        return engine
+
+    def no_sync(self, model, last_micro_batch: bool):
+        return contextlib.nullcontext()  # the engine reduces gradients at the accumulation boundary
+
+    def backward(self, model, loss, last_micro_batch: bool) -> None:
+        # Our loss is already normalised over the whole accumulation window.
+        model.backward(loss, scale_wrt_gas=False)
+        if not last_micro_batch:
+            model.step()  # counts the micro-step; the optimizer steps at the boundary
+
+    def optimizer_step(self, model, optimizer, clip_grad_norm: float | None) -> float:
+        model.step()
+        norm = model.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def save_sharded(self, model, path: str) -> None:
+        model.save_checkpoint(os.path.join(path, "deepspeed"), tag=self.TAG, save_latest=False)
+
+    def optimizer_state(self, model, optimizer) -> dict | None:
+        return None  # saved by save_sharded
+
+    def load_optimizer_state(self, model, optimizer, state: dict | None, path: str) -> None:
+        model.load_checkpoint(os.path.join(path, "deepspeed"), tag=self.TAG, load_optimizer_states=True,
+                              load_lr_scheduler_states=False)
+
+
 def build_strategy(name: str, info: DistInfo, precision: str = "fp32", find_unused_parameters: bool = False,
-                   reshard_after_forward: bool = True):
+                   reshard_after_forward: bool = True, zero_stage: int = 2, micro_batch_size: int = 1,
+                   grad_accum: int = 1, clip_grad_norm: float | None = 1.0):
     if name == "ddp":
         return Replicated(info, find_unused_parameters)
     if name == "fsdp":
         return Sharded(info, reshard_after_forward, precision)
-    raise ValueError(f"trainer.strategy must be ddp or fsdp, got {name!r}")
+    if name == "deepspeed":
+        return DeepSpeed(info, zero_stage, micro_batch_size, grad_accum, clip_grad_norm, precision)
+    raise ValueError(f"trainer.strategy must be ddp, fsdp or deepspeed, got {name!r}")

@@ -76,11 +76,12 @@ class Trainer:
         tokens = self._global_sum(sum(self._label_tokens(b) for b in window))
         loss_sum = torch.zeros((), device=self.device)
         for i, batch in enumerate(window):
-            with self.strategy.no_sync(self.model, i == len(window) - 1):
+            last = i == len(window) - 1
+            with self.strategy.no_sync(self.model, last):
                 batch_loss = self.loss_sum(batch)
                 # Every label token of the optimizer step weighs the same, across micro-batches and ranks
-                # (DDP averages gradients over ranks, hence the world_size factor).
-                (batch_loss * self.world_size / max(tokens, 1)).backward()
+                # (data-parallel gradients are averaged over ranks, hence the world_size factor).
+                self.strategy.backward(self.model, batch_loss * self.world_size / max(tokens, 1), last)
             loss_sum += batch_loss.detach()
         grad_norm = self.optimizer_step()
         samples = self._global_sum(sum(b["size"] for b in window))
@@ -106,13 +107,8 @@ class Trainer:
                                ignore_index=IGNORE_INDEX, reduction="sum")
 
     def optimizer_step(self) -> float:
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        # With FSDP the norm is a DTensor over all shards; full_tensor() makes it one number.
-        norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm or float("inf"))
-        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        self.optimizer.step()
+        grad_norm = self.strategy.optimizer_step(self.model, self.optimizer, self.clip_grad_norm)
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
     @torch.no_grad()
@@ -136,17 +132,22 @@ class Trainer:
         return metrics
 
     def save(self) -> str | None:
-        # Gathering sharded state is collective: every rank takes part, rank 0 writes.
+        """Rank 0 prepares the checkpoint dir; every rank joins the collective parts (gathering sharded
+        weights, DeepSpeed's partitioned optimizer state); rank 0 writes the rest and completes it."""
+        step = self.state.step
+        staging = self.checkpoints.begin(step) if self.rank == 0 else self.checkpoints.staging(step)
+        self._barrier()
+        self.strategy.save_sharded(self.model, staging)
         model_state = self.strategy.model_state(self.model)
         optimizer_state = self.strategy.optimizer_state(self.model, self.optimizer)
+        self._barrier()
         path = None
         if self.rank == 0:
-            path = self.checkpoints.save(self.state.step, self.model, self.processor, {
+            path = self.checkpoints.commit(step, self.model, self.processor, {
                 "state": vars(self.state), "optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
             }, model_state)
             self._emit("on_save", path)
-        if self.world_size > 1:
-            dist.barrier()
+        self._barrier()
         return path
 
     def restore(self) -> None:
@@ -155,7 +156,7 @@ class Trainer:
             return
         saved = self.checkpoints.load_state(path)
         self.state = TrainState(**saved["state"])
-        self.strategy.load_optimizer_state(self.model, self.optimizer, saved["optimizer"])
+        self.strategy.load_optimizer_state(self.model, self.optimizer, saved["optimizer"], path)
         self.scheduler.load_state_dict(saved["scheduler"])
         set_rng_state(saved["rng"])
         log.info("resumed from %s (step %d, epoch %d, %d samples into it)", path, self.state.step,
@@ -195,6 +196,10 @@ class Trainer:
         tensor = torch.as_tensor(value, device=self.device, dtype=torch.float64).clone()
         dist.all_reduce(tensor)
         return int(tensor.item()) if isinstance(value, int) else tensor.to(torch.float32)
+
+    def _barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
 
     def _due(self, interval: int | None) -> bool:
         return bool(interval) and self.state.step % interval == 0
