@@ -1,0 +1,32 @@
+"""Tests that need a CUDA device; conftest skips them elsewhere."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from olmocr.config import PROJECT_ROOT
+from test_train import losses, train
+
+pytestmark = pytest.mark.gpu
+
+
+def test_tiny_trains_on_cuda_in_bf16(tmp_path, cache_dir):
+    result, out = train(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.max_duration.value=6",
+                                   "trainer.save_interval=3"])
+    got = losses(out)
+    assert sorted(got) == list(range(1, 7)) and all(torch.isfinite(torch.tensor(v)) for v in got.values())
+    assert os.path.exists(os.path.join(result["checkpoint"], "model", "model.safetensors"))
+
+
+def test_qwen25_vl_7b_benchmark_reports_mfu(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/train_throughput.py", "--arch", "qwen25_vl_7b", "--device", "cuda",
+         "--precision", "bf16", "--longest-side", "1288", "--batch-size", "1", "--steps", "3", "--repeats", "1",
+         "--no-hf", "--activation-checkpointing", "--peak-tflops", "989"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=1800,
+        env=dict(os.environ, OLMOCR_CACHE=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MFU" in proc.stdout
