@@ -21,30 +21,24 @@ def _warmup(step: int, warmup_steps: int) -> float | None:
     return (step + 1) / warmup_steps if step < warmup_steps else None
 
 
-def linear(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
+def _decaying(optimizer, total_steps: int, warmup: float, shape) -> LambdaLR:
+    """Warm-up, then ``shape(progress)`` with progress going from 0 to 1 over the remaining steps."""
     w = _warmup_steps(warmup, total_steps)
 
     def factor(step: int) -> float:
         up = _warmup(step, w)
-        if up is not None:
-            return up
-        progress = min(1.0, (step - w) / max(1, total_steps - w))
-        return 1.0 - (1.0 - final_ratio) * progress
+        return up if up is not None else shape(min(1.0, (step - w) / max(1, total_steps - w)))
 
     return LambdaLR(optimizer, factor)
+
+
+def linear(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
+    return _decaying(optimizer, total_steps, warmup, lambda p: 1.0 - (1.0 - final_ratio) * p)
 
 
 def cosine(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
-    w = _warmup_steps(warmup, total_steps)
-
-    def factor(step: int) -> float:
-        up = _warmup(step, w)
-        if up is not None:
-            return up
-        progress = min(1.0, (step - w) / max(1, total_steps - w))
-        return final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return LambdaLR(optimizer, factor)
+    return _decaying(optimizer, total_steps, warmup,
+                     lambda p: final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
 
 
 def constant(optimizer, total_steps: int, warmup: float = 0.0) -> LambdaLR:
