@@ -47,8 +47,7 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     cfg = compose("check_data", [f"data={data}", f"data/steps={steps}"])
     container = OmegaConf.to_container(cfg.data, resolve=True)
     pipeline = build_pipeline(container["steps"], processor=processor)
-    assert list(pipeline.steps)[:3] == ["front_matter", "drop_rotated" if steps == "v1" else "check_pdf",
-                                        "check_pdf" if steps == "v1" else "render"]
+    assert list(pipeline.steps)[0] == "front_matter"
     names = list(pipeline.steps)
     assert names.index("render") < names.index("prompt") < names.index("tokenize")
     if steps == "v4_augmented":
@@ -112,6 +111,9 @@ def test_a_step_added_from_the_command_line_lands_in_place(processor):
     names = list(build_pipeline(steps, processor=processor).steps)
     assert names == ["front_matter", "check_pdf", "render", "rotate", "prompt", "target", "latex", "messages",
                      "tokenize"]
+    # The production order rejects text before any PDF work.
+    default = list(compose("check_data").data.steps)
+    assert default.index("rules") < default.index("check_pdf") < default.index("render")
 
 
 @pytest.mark.parametrize("experiment", options("experiment"))
