@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, fields
 from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
+from olmocr.bench import checks
+
 
 @dataclass(frozen=True)
 class BenchTest:
@@ -38,10 +40,16 @@ class TextPresenceTest(BenchTest):
 class PresentTest(TextPresenceTest):
     type: ClassVar[str] = "present"
 
+    def run(self, markdown: str) -> tuple[bool, str]:
+        return checks.present(self, markdown)
+
 
 @dataclass(frozen=True)
 class AbsentTest(TextPresenceTest):
     type: ClassVar[str] = "absent"
+
+    def run(self, markdown: str) -> tuple[bool, str]:
+        return checks.absent(self, markdown)
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,9 @@ class OrderTest(BenchTest):
     type: ClassVar[str] = "order"
     before: str = ""
     after: str = ""
+
+    def run(self, markdown: str) -> tuple[bool, str]:
+        return checks.order(self, markdown)
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,9 @@ class TableTest(BenchTest):
     top_heading: str | None = None
     left_heading: str | None = None
 
+    def run(self, markdown: str) -> tuple[bool, str]:
+        return checks.table(self, markdown)
+
 
 @dataclass(frozen=True)
 class MathTest(BenchTest):
@@ -74,6 +88,9 @@ class BaselineTest(BenchTest):
     type: ClassVar[str] = "baseline"
     max_repeats: int = 30
     check_disallowed_characters: bool = True
+
+    def run(self, markdown: str) -> tuple[bool, str]:
+        return checks.baseline(self, markdown)
 
 
 TEST_TYPES: dict[str, type[BenchTest]] = {
