@@ -64,7 +64,8 @@ class _HtmlTables(HTMLParser):
         elif tag == "tr":
             t = self.stack[-1]
             t["row"] += 1
-            t["grid"].rows.append([])
+            if len(t["grid"].rows) <= t["row"]:  # a rowspan from above may have created it already
+                t["grid"].rows.append([])
             t["col"] = 0
         elif tag in ("td", "th"):
             t = self.stack[-1]
