@@ -218,14 +218,18 @@ class TrainConfig:
     dry_run: bool = False
 
 
-def register_configs() -> None:
-    from olmocr.models import HubModel, TinyModel
-
+def register_configs(builders: bool = True) -> None:
+    """Put the schemas in Hydra's ConfigStore. ``builders=False`` skips the group schemas generated from
+    model/optimizer/scheduler builders, whose imports (torch) a stage like synth does not need."""
     cs = ConfigStore.instance()
     cs.store(name="synth_schema", node=SynthConfig)
     cs.store(name="check_data_schema", node=CheckDataConfig)
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
+    if not builders:
+        return
+    from olmocr.models import HubModel, TinyModel
+
     cs.store(group="model", name="tiny_schema", node=schema_for(TinyModel))
     cs.store(group="model", name="hub_schema", node=schema_for(HubModel))
     from olmocr.train import muon, optim, schedules

@@ -131,7 +131,7 @@ def s3_server(monkeypatch):
     server.stop()
 
 
-def test_s3_roots_index_and_load(s3_server, messy, tmp_path):
+def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
     import boto3
 
     from olmocr.utils.io import filesystem
@@ -147,7 +147,26 @@ def test_s3_roots_index_and_load(s3_server, messy, tmp_path):
 
     report_path = str(tmp_path / "rejected.jsonl")
     train, _, _ = build_datasets({"s3": {"roots": ["s3://pages/messy"]}}, {}, STEPS, report_path=report_path)
+    # Each remote PDF is fetched once per sample: checked, measured and rendered from the same bytes.
+    import collections
+
+    import olmocr.data.pdf
+    import olmocr.data.steps
+    import olmocr.utils.io
+
+    reads = collections.Counter()
+    original = olmocr.utils.io.read_bytes
+
+    def counting(path):
+        reads[path] += 1
+        return original(path)
+
+    for module in (olmocr.utils.io, olmocr.data.steps, olmocr.data.pdf):
+        monkeypatch.setattr(module, "read_bytes", counting)
     good = [s for s in (train[i] for i in range(len(train))) if s is not None]
+    assert {path: n for path, n in reads.items() if path.endswith(".pdf")} == {
+        f"s3://pages/messy/{stem}.pdf": 1 for stem in
+        ("good0", "nested/good1", "nested/deeper/good2", "corrupt", "encrypted", "twopage")}
     assert sorted(s["md_path"] for s in good) == [
         "s3://pages/messy/good0.md", "s3://pages/messy/nested/deeper/good2.md", "s3://pages/messy/nested/good1.md"]
     assert good[0]["image"].size[1] == 256

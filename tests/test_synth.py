@@ -115,3 +115,14 @@ def test_unknown_layout_or_language_is_named():
         PageGenerator(0, {"poster": 1.0})
     with pytest.raises(ValueError, match="unknown language.*'xx'"):
         PageGenerator(0, None, {"xx": 1.0})
+
+
+def test_synth_stage_starts_without_torch():
+    """Generating pages needs no deep-learning stack: the stage must not pay torch's import time."""
+    import subprocess
+    import sys
+
+    code = "import sys, olmocr.synth.__main__; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

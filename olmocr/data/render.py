@@ -34,23 +34,25 @@ def require_poppler() -> str:
 
 
 def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288,
-                page_size: tuple[float, float] | None = None, timeout: float = 60.0) -> Image.Image:
+                page_size: tuple[float, float] | None = None, data: bytes | None = None,
+                timeout: float = 60.0) -> Image.Image:
     """Render ``page`` (1-based) of ``pdf_path`` so its longest side is ``longest_side`` pixels (poppler
     rounds up, so floating-point error in the dpi can add one pixel, as in the reference renders).
 
     ``page_size`` is the page's MediaBox (width, height) in points; read with pypdf when not given.
+    ``data`` is the PDF's bytes when the caller has them (a remote PDF is then not fetched again).
     """
     if longest_side < 16:
         raise ValueError(f"longest_side must be at least 16 pixels, got {longest_side}")
     if page_size is None:
         try:
-            page_size = pdf_page_size(pdf_path, page)
+            page_size = pdf_page_size(pdf_path, page, data)
         except PdfError as exc:
             raise RenderError(str(exc)) from None
     # pdfinfo prints sizes with %g (841.89, not 841.8898); dpi from the printed value is what the
     # reference renders used, and the sixth digit is enough to change anti-aliasing at 1288 px.
     dpi = longest_side * 72 / float(f"{max(page_size):g}")
-    with local_path(pdf_path) as path:
+    with local_path(pdf_path, data) as path:
         cmd = [require_poppler(), "-f", str(page), "-l", str(page), "-r", repr(dpi), "-singlefile", path]
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)

@@ -93,7 +93,8 @@ class RenderPage(Step):
 
     def __call__(self, sample):
         try:
-            sample["image"] = render_page(sample["pdf_path"], 1, self.longest_side, sample.get("page_size"))
+            sample["image"] = render_page(sample["pdf_path"], 1, self.longest_side, sample.get("page_size"),
+                                          sample.get("pdf_bytes"))
         except RenderError as exc:
             raise Reject("render_failed", str(exc)) from None
         return sample

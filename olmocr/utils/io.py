@@ -37,13 +37,14 @@ def read_text(path: str) -> str:
 
 
 @contextlib.contextmanager
-def local_path(path: str) -> Iterator[str]:
-    """A local file path for ``path``: itself when local, else a temporary copy."""
+def local_path(path: str, data: bytes | None = None) -> Iterator[str]:
+    """A local file path for ``path``: itself when local, else a temporary copy (of ``data`` when the
+    caller already holds the bytes, so nothing is fetched twice)."""
     if not is_remote(path):
         yield path
         return
     suffix = os.path.splitext(path)[1]
     with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:
-        tmp.write(read_bytes(path))
+        tmp.write(read_bytes(path) if data is None else data)
         tmp.flush()
         yield tmp.name
