@@ -30,6 +30,23 @@ if ! command -v pdftoppm >/dev/null; then
   }
 fi
 
+# KaTeX (from the npm registry, pinned by its lock file) renders equations for the bench's math tests.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs and npm (KaTeX renders equations for math tests)"
+  apt_install nodejs npm || {
+    msg="Node.js is missing and cannot be installed without root: run 'sudo apt-get install -y nodejs npm'"
+    if [ -n "$extras" ]; then echo "setup: $msg" >&2; exit 1; fi
+    echo "setup: warning: $msg; until then, math tests (olmocr.bench) cannot run" >&2
+  }
+fi
+katex=olmocr/bench/katex
+if command -v npm >/dev/null &&
+   ! cmp -s "$katex/package-lock.json" "$katex/node_modules/.olmocr-setup" 2>/dev/null; then
+  echo "setup: installing KaTeX into $katex/node_modules"
+  npm ci --prefix "$katex" --no-audit --no-fund --loglevel=error >/dev/null
+  cp "$katex/package-lock.json" "$katex/node_modules/.olmocr-setup"
+fi
+
 python=""
 for candidate in "${PYTHON:-}" python3.11 python3.12 python3; do
   if [ -n "$candidate" ] && command -v "$candidate" >/dev/null &&

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -101,6 +102,15 @@ def test_baseline():
     assert make("baseline").run("Ελληνικά, кириллица, æøå, ∑ x² are fine")[0]
 
 
+def test_baseline_blank_page():
+    blank = make("baseline", max_length=0)
+    assert blank.run("")[0] and blank.run("  \n\n ")[0]
+    assert blank.run("![a figure](page_1_2_3_4.png)")[0]  # an image link is not text
+    ok, why = blank.run("Page 12")
+    assert not ok and "6 letters/digits" in why and "allows 0" in why
+    assert make("baseline", max_length=6).run("Page 12")[0]
+
+
 def synthetic_pages():
     for split in ("train", "eval"):
         tests, errors = load_tests(os.path.join(SAMPLE, split, "synth.jsonl"))
@@ -112,16 +122,14 @@ def synthetic_pages():
 
 
 def test_synthetic_truth_passes_its_own_tests():
-    """Generator/bench consistency, for every test type that has a check (math comes with its checker)."""
+    """Generator/bench consistency: every test of every bundled page passes on the page's own truth."""
     checked = set()
     for tests, truth in synthetic_pages():
         for t in tests:
-            if t.type == "math":
-                continue
             ok, why = t.run(truth[t.pdf])
             assert ok, (t.id, why)
-            checked.add(t.type)
-    assert checked == {"present", "absent", "order", "table", "baseline"}
+            checked.add("blank" if t.type == "baseline" and t.max_length is not None else t.type)
+    assert checked == {"present", "absent", "order", "table", "math", "baseline", "blank"}
 
 
 def test_damaged_truth_fails_the_expected_tests():
@@ -137,8 +145,14 @@ def test_damaged_truth_fails_the_expected_tests():
                 assert not t.run(swapped)[0], t.id
             elif t.type == "table":
                 assert not t.run(text.replace(f">{t.cell}<", "><"))[0], t.id
-            elif t.type == "baseline":
+            elif t.type == "math":
+                # the same equation with one number changed is a different equation
+                changed = re.sub(r"\d+", lambda m: str(int(m.group()) + 1), t.math, count=1)
+                assert not t.run(text.replace(t.math, changed))[0], t.id
+            elif t.type == "baseline" and t.max_length is None:
                 assert not t.run(text + " ok" * 40)[0], t.id
+            elif t.type == "baseline":
+                assert not t.run(text + "Page 7")[0], t.id
 
 
 def edit_row(pattern, text):

@@ -3,7 +3,10 @@ says why a test failed (the closest match and its distance, the neighbour that d
 
 from __future__ import annotations
 
+import re
 import unicodedata
+
+from olmocr.bench import equations
 
 from olmocr.bench.fuzzy import best_match, match_ends
 from olmocr.bench.normalize import normalize
@@ -78,8 +81,16 @@ def _repeated_tail(text: str, max_repeats: int, max_unit: int = 60) -> str | Non
     return None
 
 
+_IMAGE_LINK = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+
+
 def baseline(test, markdown: str) -> tuple[bool, str]:
     text = normalize(markdown)
+    if test.max_length is not None:
+        count = sum(ch.isalnum() for ch in _IMAGE_LINK.sub("", text))
+        if count > test.max_length:
+            return False, f"{count} letters/digits on a page that allows {test.max_length} (blank page?)"
+        return True, "ok"
     if not any(ch.isalnum() for ch in text):
         return False, "no text"
     tail = _repeated_tail(text, test.max_repeats)
@@ -98,3 +109,7 @@ def table(test, markdown: str) -> tuple[bool, str]:
         return False, "no table found (HTML or markdown)"
     return find_cells(tables, test)
 
+
+
+def math(test, markdown: str) -> tuple[bool, str]:
+    return equations.match(test.math, markdown)

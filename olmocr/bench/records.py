@@ -82,10 +82,15 @@ class MathTest(BenchTest):
     type: ClassVar[str] = "math"
     math: str = ""
 
+    def run(self, markdown: str) -> tuple[bool, str]:
+        return checks.math(self, markdown)
+
 
 @dataclass(frozen=True)
 class BaselineTest(BenchTest):
     type: ClassVar[str] = "baseline"
+    # Set for blank pages: at most this many letters and digits may be output (image links not counted).
+    max_length: int | None = None
     max_repeats: int = 30
     check_disallowed_characters: bool = True
 

@@ -296,7 +296,7 @@ class PageGenerator:
             return f"{page.name}_{kind}_{len(out):02d}"
 
         if not page.blocks:
-            return out
+            return [BaselineTest(pdf=pdf, page=1, id=tid("blank"), max_length=0)]
         sentences = [(i, s) for i, b in enumerate(page.blocks) if b.kind in ("paragraph", "list") for s in b.sentences]
         for _, s in rng.sample(sentences, min(3, len(sentences))):
             out.append(PresentTest(pdf=pdf, page=1, id=tid("present"), text=s, max_diffs=rng.choice([0, 1, 2])))

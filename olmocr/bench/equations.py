@@ -1,0 +1,286 @@
+"""Equation equivalence for math tests: two equations match when KaTeX renders them to the same MathML.
+
+Equations are rendered by KaTeX (under Node, one long-lived process per Python process) to MathML, which
+already forgets how the TeX was written (``\\frac a b`` vs ``\\frac{a}{b}``, ``x^2`` vs ``x^{2}``,
+``\\left(`` vs ``(``). :func:`canonical` then drops what changes spacing or size but not the symbols and
+their arrangement (spaces, style and padding wrappers, stretchiness, invisible operators), so a
+reference passes when some equation in the OCR output contains the same sequence of rendered symbols.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import xml.etree.ElementTree as ET
+from typing import NamedTuple
+
+from rapidfuzz.distance import Levenshtein
+
+KATEX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "katex")
+
+
+class Node(NamedTuple):
+    tag: str
+    attrs: tuple[tuple[str, str], ...]
+    text: str
+    children: tuple[Node, ...]
+
+
+# -- finding equations in markdown ------------------------------------------------------------------------------
+_ENVIRONMENTS = r"equation|align|alignat|gather|multline|eqnarray|flalign|displaymath"
+_DISPLAY = re.compile(
+    r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|"
+    rf"(?P<env>\\begin\{{(?P<name>{_ENVIRONMENTS})\*?\}}.+?\\end\{{(?P=name)\*?\}})",
+    re.DOTALL,
+)
+_INLINE = re.compile(r"\\\((?P<a>.+?)\\\)|(?<![\\$])\$(?!\$)(?P<b>[^\n]+?)(?<![\\$])\$", re.DOTALL)
+
+
+def extract_equations(markdown: str) -> list[str]:
+    """Every equation in an OCR output: ``$$…$$``, ``\\[…\\]``, bare equation environments, ``\\(…\\)``
+    and ``$…$`` (not ``\\$``), in that priority, each span counted once."""
+    found: list[str] = []
+
+    def take(match: re.Match) -> str:
+        groups = match.groupdict()
+        found.append(groups["a"] or groups["b"] or groups.get("env"))
+        return " "
+
+    _INLINE.sub(take, _DISPLAY.sub(take, markdown))
+    return [eq.strip() for eq in found if eq.strip()]
+
+
+# -- rendering --------------------------------------------------------------------------------------------------
+class KatexError(ValueError):
+    """The TeX does not parse in KaTeX."""
+
+
+class Katex:
+    """A Node process running KaTeX; TeX in, MathML out, one JSON line each way."""
+
+    def __init__(self, node: str | None = None):
+        self.node = node or os.environ.get("OLMOCR_NODE") or shutil.which("node")
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        if not self.node:
+            raise ValueError("math tests need Node.js to run KaTeX: install it (`bash scripts/setup.sh` does, "
+                             "as root) or set OLMOCR_NODE to a node binary")
+        if not os.path.isdir(os.path.join(KATEX_DIR, "node_modules", "katex")):
+            raise ValueError(f"math tests need KaTeX: run `npm ci --prefix {KATEX_DIR}` "
+                             "(`bash scripts/setup.sh` does)")
+        return subprocess.Popen([self.node, os.path.join(KATEX_DIR, "render.js")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                                bufsize=1)
+
+    def mathml(self, tex: str) -> str:
+        with self._lock:
+            for attempt in range(2):  # a process that died (killed, out of memory) is restarted once
+                if self._proc is None or self._proc.poll() is not None:
+                    self._proc = self._start()
+                try:
+                    self._proc.stdin.write(json.dumps(tex) + "\n")
+                    self._proc.stdin.flush()
+                    line = self._proc.stdout.readline()
+                except (BrokenPipeError, OSError):
+                    line = ""
+                if line:
+                    break
+                error = self._proc.stderr.read().strip() if self._proc.poll() is not None else ""
+                self._proc = None
+                if attempt:
+                    raise RuntimeError(f"the KaTeX process stopped: {error or 'no output'}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise KatexError(reply["error"])
+        return reply["mathml"]
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.stdin.close()
+            self._proc.wait(timeout=5)
+        self._proc = None
+
+
+_katex: Katex | None = None
+_cache: dict[str, Node | KatexError] = {}
+
+
+def _renderer() -> Katex:
+    global _katex
+    if _katex is None:
+        _katex = Katex()
+        atexit.register(_katex.close)
+    return _katex
+
+
+def render(tex: str) -> Node:
+    """The canonical MathML tree of an equation (cached); raises KatexError when KaTeX rejects it."""
+    if tex not in _cache:
+        if len(_cache) > 100_000:
+            _cache.clear()
+        try:
+            _cache[tex] = canonical(_renderer().mathml(tex))
+        except KatexError as exc:
+            _cache[tex] = exc
+    result = _cache[tex]
+    if isinstance(result, KatexError):
+        raise result
+    return result
+
+
+# -- canonical form ---------------------------------------------------------------------------------------------
+# Wrappers that change size, style or spacing but not which symbols appear where.
+_TRANSPARENT = {"math", "semantics", "mrow", "mstyle", "mpadded"}
+_DROPPED = {"annotation", "annotation-xml", "mspace", "mphantom", "none"}
+# Children of these are positional (numerator/denominator, base/script, …): each stays one node.
+_POSITIONAL = {"mfrac", "msup", "msub", "msubsup", "munder", "mover", "munderover", "mroot", "mmultiscripts"}
+# Attributes that change what is drawn; all others (stretchy, fence, lspace, minsize, …) only change spacing.
+_KEPT_ATTRS = {"mathvariant", "linethickness", "notation"}
+# Function application, invisible times/separator/plus: they render as nothing.
+_INVISIBLE = {"\u2061", "\u2062", "\u2063", "\u2064", "\u200b"}
+_WHITESPACE = re.compile(r"[\s\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
+
+
+def _attrs(el: ET.Element, text: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for key, value in sorted(el.attrib.items()):
+        if key not in _KEPT_ATTRS:
+            continue
+        if key == "linethickness":
+            value = "0" if re.fullmatch(r"0+(\.0*)?[a-z]*", value) else value
+        if key == "mathvariant" and value == "normal" and len(text) > 1:
+            continue  # a multi-letter identifier is upright anyway (\sin vs \operatorname{sin})
+        out.append((key, value))
+    return tuple(out)
+
+
+_OPEN, _CLOSE = "([{|\u2016\u27e8\u230a\u2308", ")]}|\u2016\u27e9\u230b\u2309"
+
+
+def _script_on_fence(node: Node) -> list[Node]:
+    """``\\left(x+1\\right)^2`` scripts the group, ``(x+1)^2`` only the ``)``; both draw the script after
+    the closing fence, so the scripted group becomes the row with the script on its closing fence."""
+    if node.tag in ("msup", "msub", "msubsup") and node.children[0].tag == "mrow":
+        inner = node.children[0].children
+        if len(inner) >= 2 and inner[0].tag == inner[-1].tag == "mo" and inner[0].text in _OPEN \
+                and inner[-1].text in _CLOSE:
+            return [*inner[:-1], node._replace(children=(inner[-1], *node.children[1:]))]
+    return [node]
+
+
+def _row(nodes: list[Node]) -> tuple[Node, ...]:
+    merged: list[Node] = []
+    for node in (piece for n in nodes for piece in _script_on_fence(n)):
+        # digits split by braces (1{2}) render as one number
+        if merged and node.tag == "mn" == merged[-1].tag and node.attrs == merged[-1].attrs:
+            merged[-1] = merged[-1]._replace(text=merged[-1].text + node.text)
+        else:
+            merged.append(node)
+    return tuple(merged)
+
+
+def _normalize(el: ET.Element) -> list[Node]:
+    tag = el.tag.rsplit("}", 1)[-1]
+    if tag in _DROPPED:
+        return []
+    if tag in ("mi", "mn", "mo", "mtext", "ms"):
+        text = "".join(ch for ch in "".join(el.itertext()) if ch not in _INVISIBLE)
+        text = _WHITESPACE.sub(" ", text).strip()
+        return [Node(tag, _attrs(el, text), text, ())] if text else []
+    children = [node for child in el for node in _normalize(child)] if tag not in _POSITIONAL else None
+    if tag in _TRANSPARENT:
+        return children
+    if tag in _POSITIONAL:
+        parts = []
+        for child in el:
+            nodes = _normalize(child)
+            parts.append(nodes[0] if len(nodes) == 1 else Node("mrow", (), "", _row(nodes)))
+        return [Node(tag, _attrs(el, ""), "", tuple(parts))]
+    return [Node(tag, _attrs(el, ""), "", _row(children))]
+
+
+def canonical(mathml: str) -> Node:
+    """Parse KaTeX's MathML and reduce it to the symbols and their arrangement (see module docstring)."""
+    start = mathml.find("<math")
+    end = mathml.rfind("</math>")
+    if start < 0 or end < 0:
+        raise ValueError(f"not MathML: {mathml[:80]!r}")
+    root = ET.fromstring(mathml[start:end + len("</math>")])
+    return Node("math", (), "", _row(_normalize(root)))
+
+
+def to_text(node: Node) -> str:
+    """A compact readable form of a canonical tree, for explanations and closeness."""
+    marks = "".join(f"[{key}={value}]" for key, value in node.attrs)
+    if not node.children:
+        return node.text + marks
+    inner = " ".join(to_text(c) for c in node.children)
+    return inner if node.tag in ("math", "mrow") else f"{node.tag}{marks}({inner})"
+
+
+def _rows(node: Node):
+    """Every sequence of siblings in which a run of reference symbols may appear; a table row counts
+    as the symbols of its cells in order, so one line of an alignment can be found."""
+    if node.tag == "mtr":
+        yield tuple(symbol for cell in node.children for symbol in cell.children)
+    elif node.children and node.tag not in _POSITIONAL:
+        yield node.children
+    for child in node.children:
+        yield from _rows(child)
+
+
+def _found(needle: tuple[Node, ...], candidate: Node) -> bool:
+    n = len(needle)
+    return n > 0 and any(row[i:i + n] == needle for row in _rows(candidate) for i in range(len(row) - n + 1))
+
+
+def contains(candidate: Node, reference: Node) -> bool:
+    """The reference's symbols appear as one contiguous run of siblings somewhere in the candidate; a
+    reference that is an alignment needs each of its lines found."""
+    if len(reference.children) == 1 and reference.children[0].tag == "mtable":
+        lines = [next(_rows(line)) for line in reference.children[0].children]
+        return bool(lines) and all(_found(line, candidate) for line in lines)
+    return _found(reference.children, candidate)
+
+
+def _squash(tex: str) -> str:
+    return re.sub(r"\s+", "", tex)
+
+
+def match(reference: str, markdown: str) -> tuple[bool, str]:
+    """Whether some equation in ``markdown`` renders like ``reference`` (or contains it)."""
+    equations = extract_equations(markdown)
+    if not equations:
+        return False, "no equation found in the output ($$…$$, \\[…\\], \\(…\\), $…$ or an environment)"
+    if any(_squash(eq) == _squash(reference) for eq in equations):
+        return True, "same TeX"
+    try:
+        wanted = render(reference)
+    except KatexError as exc:
+        try:  # lines of an alignment (with & or \\\\) are written without their environment
+            wanted = render(f"\\begin{{aligned}}{reference}\\end{{aligned}}")
+        except KatexError:
+            return False, f"the reference equation does not parse in KaTeX: {exc}"
+    rendered, broken = [], 0
+    for eq in equations:
+        try:
+            rendered.append((eq, render(eq)))
+        except KatexError:
+            broken += 1
+    for eq, tree in rendered:
+        if contains(tree, wanted):
+            return True, f"renders the same as {eq!r}"
+    note = f"; {broken} equation(s) did not parse" if broken else ""
+    if not rendered:
+        return False, f"none of the {len(equations)} equation(s) parse in KaTeX"
+    want_text = to_text(wanted)
+    eq, tree = min(rendered, key=lambda r: Levenshtein.normalized_distance(to_text(r[1]), want_text))
+    return False, (f"no equation renders like the reference ({want_text!r}); closest of {len(rendered)}: "
+                   f"{eq!r} ({to_text(tree)!r}){note}")
