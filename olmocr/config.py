@@ -27,7 +27,8 @@ from omegaconf.errors import OmegaConfBaseException
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
 # Parameters that stages hand to builders at run time rather than through config.
-RUNTIME_PARAMETERS = {"processor", "model", "optimizer", "total_steps", "run_config", "output_dir"}
+RUNTIME_PARAMETERS = {"processor", "model", "optimizer", "total_steps", "run_config", "output_dir",
+                      "eos_token_ids"}
 
 OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=True)
 OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
@@ -87,14 +88,24 @@ def schema_for(target: str | type) -> type:
     return _schema_for_object(locate(target) if isinstance(target, str) else target)
 
 
+def reward_schema(target: str) -> type:
+    """A reward entry: its ``weight`` and the reward function's keyword-only parameters (its options;
+    the other parameters are the completions and dataset columns trl passes at call time)."""
+    return _schema_for_object(locate(target), reward=True)
+
+
 @functools.cache
-def _schema_for_object(obj) -> type:
+def _schema_for_object(obj, reward: bool = False) -> type:
     path = f"{obj.__module__}.{obj.__qualname__}"
     func = obj.__init__ if inspect.isclass(obj) else obj
     hints = typing.get_type_hints(func)
     specs: list = [("_target_", str, field(default=path))]
+    if reward:
+        specs.append(("weight", float, field(default=1.0)))
     for name, param in inspect.signature(obj).parameters.items():
         if name in RUNTIME_PARAMETERS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if reward and param.kind is not param.KEYWORD_ONLY:
             continue
         kind = _omegaconf_type(hints.get(name, Any))
         default = MISSING if param.default is inspect.Parameter.empty else param.default
@@ -285,7 +296,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"config: {exc.msg if hasattr(exc, 'msg') else exc}") from None
     for path, node in _target_nodes(cfg):
         try:
-            schema = schema_for(node._target_)
+            schema = reward_schema(node._target_) if path.startswith("rewards.") else schema_for(node._target_)
         except ValueError as exc:
             raise ValueError(f"{path}._target_: {exc}") from None
         # `_after_` positions a data step (olmocr.data.pipeline.step_order); it is not a constructor argument.

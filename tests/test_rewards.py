@@ -1,5 +1,7 @@
 """Rewards against hand-computed values."""
 
+import os
+
 import pytest
 
 from olmocr.rewards.text import completion_text, edit_distance, element_count, front_matter, medoid, rectangular_tables
@@ -60,3 +62,88 @@ def test_rectangular_tables():
     spans = ("<table><tr><td rowspan='2'>a</td><td>b</td></tr><tr><td>c</td></tr>"
              "<tr><td colspan='2'>d</td></tr></table>")
     assert rectangular_tables([square, ragged, spans, "no tables", square + ragged]) == [1.0, 0.0, 1.0, 1.0, 0.5]
+
+
+def bench_tests():
+    rows = [
+        {"type": "present", "pdf": "p.pdf", "page": 1, "id": "p1", "text": "alpha beta"},
+        {"type": "present", "pdf": "p.pdf", "page": 1, "id": "p2", "text": "gamma delta"},
+        {"type": "present", "pdf": "p.pdf", "page": 1, "id": "p3", "text": "epsilon"},
+        {"type": "absent", "pdf": "p.pdf", "page": 1, "id": "a1", "text": "Page 7"},
+        {"type": "baseline", "pdf": "p.pdf", "page": 1, "id": "b1"},
+    ]
+    return rows
+
+
+def test_bench_micro_and_macro_hand_computed():
+    from olmocr.rewards.bench import bench
+
+    tests = bench_tests()
+    # present 1/3 (alpha beta), absent 1/1, baseline 1/1: micro 3/5; macro (1/3 + 1 + 1) / 3.
+    text = "alpha beta and more"
+    assert bench([text], tests=[tests]) == pytest.approx([3 / 5])
+    assert bench([text], tests=[tests], macro=True) == pytest.approx([(1 / 3 + 1 + 1) / 3])
+    # Front matter is not page text: "is_table" etc. must not count towards present/absent tests.
+    with_fm = FM.format(lang="en", table="False") + "alpha beta gamma delta epsilon\n\nPage 7"
+    assert bench([with_fm], tests=[tests]) == pytest.approx([4 / 5])  # absent fails, all else passes
+    # Empty completion: only the absent test passes (baseline needs text).
+    assert bench([""], tests=[tests]) == pytest.approx([1 / 5])
+    # No tests for the page: not applicable.
+    assert bench(["x", "y"], tests=[[], None]) == [None, None]
+    assert bench(["x"]) == [None]
+
+
+def test_bench_accepts_records_json_and_chat_completions():
+    import json
+
+    from olmocr.bench.records import parse_test
+    from olmocr.rewards.bench import bench
+
+    tests = bench_tests()
+    chat = [{"role": "assistant", "content": "alpha beta gamma delta epsilon"}]
+    expected = [1.0]
+    assert bench([chat], tests=[json.dumps(tests)]) == expected
+    assert bench([chat], tests=[[parse_test(t) for t in tests]]) == expected
+    with pytest.raises(ValueError, match="unknown field"):
+        bench(["x"], tests=[[{**tests[0], "txt": "typo"}]])
+
+
+def test_eos():
+    from olmocr.rewards.text import eos
+
+    ids = [[5, 6, 2], [5, 6, 7], [], [9, 3]]
+    assert eos(["a", "b", "", "c"], completion_ids=ids, eos_token_ids=[2, 3]) == [1.0, 0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="completion_ids"):
+        eos(["a"], eos_token_ids=[2])
+    with pytest.raises(ValueError, match="eos_token_ids"):
+        eos(["a"], completion_ids=[[2]])
+
+
+def test_medoid_groups_by_page_id_when_given():
+    same_prompt = [[{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "OCR"}]}]] * 4
+    rewards = medoid(["aa", "ab", "zz", "zz"], prompts=same_prompt, page_id=["p1", "p1", "p2", "p2"])
+    assert rewards == [1.0, 0.0, 1.0, 1.0]
+
+
+def test_reward_configs_build_and_validate():
+    import yaml
+    from omegaconf import OmegaConf
+
+    from olmocr.config import CONF_DIR, validate
+    from olmocr.rewards import build_rewards
+
+    with open(os.path.join(CONF_DIR, "rewards", "olmocr2.yaml")) as fh:
+        entries = yaml.safe_load(fh)
+    cfg = validate(OmegaConf.create({"rewards": entries}))
+    funcs, weights = build_rewards(OmegaConf.to_container(cfg.rewards), eos_token_ids=[2], processor=object())
+    assert [f.__name__ for f in funcs] == ["bench", "front_matter", "eos"] and weights == [1.0, 1.0, 1.0]
+    completion = FM.format(lang="en", table="False") + "alpha beta gamma delta epsilon"
+    got = [f(completions=[completion], completion_ids=[[4, 2]], tests=[bench_tests()], reference=[None],
+             prompts=["p"], trainer_state=None) for f in funcs]
+    assert got == [[1.0], [0.5], [1.0]]  # all five tests pass; front matter parses, no reference
+    bad = {"rewards": {"bench": {"_target_": "olmocr.rewards.bench.bench", "macr": True}}}
+    with pytest.raises(ValueError, match=r"rewards\.bench\.macr"):
+        validate(OmegaConf.create(bad))
+    wrong = {"rewards": {"bench": {"_target_": "olmocr.rewards.bench.bench", "weight": "heavy"}}}
+    with pytest.raises(ValueError, match=r"rewards\.bench\.weight"):
+        validate(OmegaConf.create(wrong))

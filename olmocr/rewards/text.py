@@ -29,11 +29,16 @@ def _per_completion(column, n: int) -> list:
     return list(column) if column is not None else [None] * n
 
 
-def medoid(completions: Sequence, prompts: Sequence | None = None, **_) -> list[float]:
-    """Within each group of completions for the same prompt, the Levenshtein medoid scores 1 and every
-    other completion 1 - d(i, medoid) / (largest pairwise distance in the group)."""
+def medoid(completions: Sequence, prompts: Sequence | None = None, page_id: Sequence | None = None,
+           **_) -> list[float]:
+    """Within each group of completions for the same page, the Levenshtein medoid scores 1 and every
+    other completion 1 - d(i, medoid) / (largest pairwise distance in the group).
+
+    Groups are keyed by the ``page_id`` column when the dataset has one: page prompts share their text
+    and differ only in the image, which ``prompts`` does not carry."""
     texts = [completion_text(c) for c in completions]
-    keys = [json.dumps(p, sort_keys=True, default=str) for p in prompts] if prompts is not None else [""] * len(texts)
+    column = page_id if page_id is not None else prompts
+    keys = [json.dumps(p, sort_keys=True, default=str) for p in column] if column is not None else [""] * len(texts)
     groups: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
@@ -79,7 +84,8 @@ def front_matter(completions: Sequence, reference: Sequence | None = None, **_) 
     return out
 
 
-def _body(text: str) -> str:
+def completion_body(text: str) -> str:
+    """The page text of a completion: without its front matter when it has one that parses."""
     try:
         return parse_document(text)[1]
     except FrontMatterError:
@@ -87,7 +93,7 @@ def _body(text: str) -> str:
 
 
 def _counts(text: str) -> tuple[int, int]:
-    body = _body(text)
+    body = completion_body(text)
     return len(_HTML_TABLE.findall(body)), sum(is_math for is_math, _ in split_math(body))
 
 
@@ -118,3 +124,15 @@ def rectangular_tables(completions: Sequence, **_) -> list[float]:
             continue
         out.append(sum(len({len(row) for row in g.rows}) <= 1 for g in grids) / len(grids))
     return out
+
+
+def eos(completions: Sequence, completion_ids: Sequence | None = None, *,
+        eos_token_ids: Sequence[int] = (), **_) -> list[float]:
+    """1 when the completion's last token is an end-of-sequence token (it stopped by itself), else 0
+    (it was cut at the length limit). ``eos_token_ids`` are those generation stops on."""
+    if completion_ids is None:
+        raise ValueError("the eos reward needs the completion token ids (trl passes completion_ids)")
+    if not eos_token_ids:
+        raise ValueError("the eos reward needs eos_token_ids (the GRPO stage passes the tokenizer's)")
+    stops = set(eos_token_ids)
+    return [1.0 if ids and ids[-1] in stops else 0.0 for ids in completion_ids]
