@@ -156,6 +156,19 @@ class SynthConfig:
 
 
 @dataclass
+class BenchConfig:
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    bench_dir: str = MISSING  # test files (*.jsonl, one category each) and the PDFs they name
+    candidates: str = MISSING  # <pdf path without .pdf>_pg<page>_repeat<n>.md files
+    group_by: str = "file"  # categories: one per test file (olmOCR-bench), or one per test type
+    workers: int | None = None  # processes scoring pages; null: one per core
+    bootstrap_samples: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+    max_failures_listed: int = 200  # in report.md; results.json lists them all
+
+
+@dataclass
 class CheckDataConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     model: Any = MISSING
@@ -235,6 +248,7 @@ def register_configs(builders: bool = True) -> None:
     cs = ConfigStore.instance()
     cs.store(name="synth_schema", node=SynthConfig)
     cs.store(name="check_data_schema", node=CheckDataConfig)
+    cs.store(name="bench_schema", node=BenchConfig)
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
     if not builders:
