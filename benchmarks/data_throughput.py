@@ -4,7 +4,7 @@
 
 Figures are medians over --repeats runs. The baseline renderer, measured in the same run, is the
 common three-call approach: ``pdfinfo`` for the page size, ``pdftoppm -png`` at the dpi that gives the
-target longest side, then a PNG decode. Ours is one ``pdftoppm -scale-to`` call with PPM on stdout.
+target longest side, then a PNG decode. Ours is one ``pdftoppm -r`` call (same dpi) with PPM on stdout.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """What each olmOCR-bench test type checks. Every check returns (passed, explanation); the explanation
-says why a test failed (the closest match and its distance, the neighbour that differed, …)."""
+says why a test failed (the closest match and its distance, the neighbour that differed, …).
+``explain=False`` skips the search for the closest match, the costly part of an explanation, where only
+the verdict is wanted (rewards)."""
 
 from __future__ import annotations
 
@@ -32,14 +34,15 @@ def _closest(needle: str, haystack: str) -> str:
     return f"closest match {found!r} is {edits} edit(s) away"
 
 
-def present(test, markdown: str) -> tuple[bool, str]:
+def present(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
     needle, haystack = _prepare(test.text, _window(markdown, test.first_n, test.last_n), test.case_sensitive)
-    if match_ends(needle, haystack, test.max_diffs):
+    if needle in haystack or match_ends(needle, haystack, test.max_diffs):
         return True, "found"
-    return False, f"{test.text!r} not found within {test.max_diffs} edit(s): {_closest(needle, haystack)}"
+    closest = f": {_closest(needle, haystack)}" if explain else ""
+    return False, f"{test.text!r} not found within {test.max_diffs} edit(s){closest}"
 
 
-def absent(test, markdown: str) -> tuple[bool, str]:
+def absent(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
     needle, haystack = _prepare(test.text, _window(markdown, test.first_n, test.last_n), test.case_sensitive)
     hits = match_ends(needle, haystack, test.max_diffs)
     if not hits:
@@ -48,15 +51,14 @@ def absent(test, markdown: str) -> tuple[bool, str]:
     return False, f"{test.text!r} appears ({edits} edit(s)) at {haystack[max(0, end - len(needle)):end]!r}"
 
 
-def order(test, markdown: str) -> tuple[bool, str]:
+def order(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
     text = normalize(markdown)
     before, after = normalize(test.before), normalize(test.after)
     b = match_ends(before, text, test.max_diffs)
     a = match_ends(after, text, test.max_diffs)
-    if not b:
-        return False, f"'before' text not found: {_closest(before, text)}"
-    if not a:
-        return False, f"'after' text not found: {_closest(after, text)}"
+    for name, hits, needle in (("before", b, before), ("after", a, after)):
+        if not hits:
+            return False, f"{name!r} text not found" + (f": {_closest(needle, text)}" if explain else "")
     first_before = min(end - len(before) for end, _ in b)
     last_after = max(end - len(after) for end, _ in a)
     if first_before < last_after:
@@ -84,7 +86,7 @@ def _repeated_tail(text: str, max_repeats: int, max_unit: int = 60) -> str | Non
 _IMAGE_LINK = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 
 
-def baseline(test, markdown: str) -> tuple[bool, str]:
+def baseline(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
     text = normalize(markdown)
     if test.max_length is not None:
         count = sum(ch.isalnum() for ch in _IMAGE_LINK.sub("", text))
@@ -103,7 +105,7 @@ def baseline(test, markdown: str) -> tuple[bool, str]:
     return True, "ok"
 
 
-def table(test, markdown: str) -> tuple[bool, str]:
+def table(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
     tables = parse_tables(markdown)
     if not tables:
         return False, "no table found (HTML or markdown)"
@@ -111,5 +113,5 @@ def table(test, markdown: str) -> tuple[bool, str]:
 
 
 
-def math(test, markdown: str) -> tuple[bool, str]:
+def math(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
     return equations.match(test.math, markdown)

@@ -15,11 +15,12 @@ def _peq(pattern: str) -> dict[str, int]:
     return masks
 
 
-def _scan(pattern: str, text: str, max_diffs: int, offset: int = 0) -> list[tuple[int, int]]:
+def _scan(pattern: str, text: str, max_diffs: int, offset: int = 0,
+          peq: dict[str, int] | None = None) -> list[tuple[int, int]]:
     m = len(pattern)
     if m == 0:
         return [(0, 0)]
-    peq = _peq(pattern)
+    peq = peq or _peq(pattern)
     full = (1 << m) - 1
     top = 1 << (m - 1)
     pv, mv, score = full, 0, m
@@ -79,8 +80,9 @@ def match_ends(pattern: str, text: str, max_diffs: int) -> list[tuple[int, int]]
     if windows is None:
         return _scan(pattern, text, max_diffs)
     out: list[tuple[int, int]] = []
+    peq = _peq(pattern)
     for lo, hi in windows:
-        out += _scan(pattern, text[lo:hi], max_diffs, lo)
+        out += _scan(pattern, text[lo:hi], max_diffs, lo, peq)
     return out
 
 

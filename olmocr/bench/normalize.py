@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -14,11 +15,13 @@ _QUOTES = str.maketrans({"‘": "'", "’": "'", "‚": "'", "‛": "'", "′": 
                          "‒": "-", "−": "-", "―": "-", "\u00a0": " "})
 
 
+# Every test of a page normalises the same output: cache it (and the test strings) by value.
+@functools.lru_cache(maxsize=1024)
 def normalize(text: str) -> str:
     """Strip markdown emphasis and <br>, unify quotes and dashes, NFC, collapse whitespace."""
     text = unicodedata.normalize("NFC", text)
     text = _BREAK.sub(" ", text)
     previous = None
-    while previous != text:  # nested emphasis (***x***) takes more than one pass
+    while previous != text and ("*" in text or "_" in text):  # nested emphasis (***x***) takes more than one pass
         previous, text = text, _EMPHASIS.sub(lambda m: m.group(2) if m.group(1) else m.group(4), text)
     return _SPACE.sub(" ", text.translate(_QUOTES)).strip()

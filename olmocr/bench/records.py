@@ -40,16 +40,16 @@ class TextPresenceTest(BenchTest):
 class PresentTest(TextPresenceTest):
     type: ClassVar[str] = "present"
 
-    def run(self, markdown: str) -> tuple[bool, str]:
-        return checks.present(self, markdown)
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        return checks.present(self, markdown, explain)
 
 
 @dataclass(frozen=True)
 class AbsentTest(TextPresenceTest):
     type: ClassVar[str] = "absent"
 
-    def run(self, markdown: str) -> tuple[bool, str]:
-        return checks.absent(self, markdown)
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        return checks.absent(self, markdown, explain)
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ class OrderTest(BenchTest):
     before: str = ""
     after: str = ""
 
-    def run(self, markdown: str) -> tuple[bool, str]:
-        return checks.order(self, markdown)
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        return checks.order(self, markdown, explain)
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ class TableTest(BenchTest):
     top_heading: str | None = None
     left_heading: str | None = None
 
-    def run(self, markdown: str) -> tuple[bool, str]:
-        return checks.table(self, markdown)
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        return checks.table(self, markdown, explain)
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class MathTest(BenchTest):
     type: ClassVar[str] = "math"
     math: str = ""
 
-    def run(self, markdown: str) -> tuple[bool, str]:
-        return checks.math(self, markdown)
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        return checks.math(self, markdown, explain)
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,8 @@ class BaselineTest(BenchTest):
     max_repeats: int = 30
     check_disallowed_characters: bool = True
 
-    def run(self, markdown: str) -> tuple[bool, str]:
-        return checks.baseline(self, markdown)
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        return checks.baseline(self, markdown, explain)
 
 
 TEST_TYPES: dict[str, type[BenchTest]] = {

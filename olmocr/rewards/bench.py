@@ -31,7 +31,7 @@ def score(tests: Sequence[BenchTest], markdown: str, macro: bool = False) -> flo
     """Fraction of tests passed; with ``macro``, the mean over test types of each type's pass rate."""
     by_type: dict[str, list[bool]] = {}
     for test in tests:
-        by_type.setdefault(test.type, []).append(test.run(markdown)[0])
+        by_type.setdefault(test.type, []).append(test.run(markdown, explain=False)[0])
     if macro:
         return sum(sum(r) / len(r) for r in by_type.values()) / len(by_type)
     results = [r for rs in by_type.values() for r in rs]

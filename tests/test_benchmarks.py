@@ -1,0 +1,17 @@
+"""Benchmark scripts run end to end (with small sizes), so they do not rot between measurements."""
+
+import re
+import subprocess
+import sys
+
+
+def test_bench_throughput_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/bench_throughput.py", "--pages", "12", "--repeats", "1",
+                           "--group", "6"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for kind in ("present", "absent", "order", "table", "baseline", "math", "mix"):
+        assert re.search(rf"^{kind}\s+\d+\s+\d+", out, re.M), kind
+    for reward in ("bench", "medoid", "edit_distance", "front_matter", "element_count", "rectangular_tables", "eos"):
+        assert re.search(rf"^{reward}\s+[\d.]+\s+\d+", out, re.M), reward
+    assert re.search(r"medoid over 8 completions of \d+ bytes: [\d.]+ ms", out)
