@@ -137,10 +137,62 @@ class DataConfig:
 
 
 @dataclass
+class BenchSourceConfig:
+    root: str = MISSING  # a bench folder: test files (*.jsonl) and pdfs/ (with .md truth beside, optional)
+    types: list[str] = field(default_factory=list)  # keep only these test types (empty: all)
+    files: list[str] = field(default_factory=list)  # keep only these test files, by stem (empty: all)
+    reference: bool = True  # pass <pdf>.md, where present, to rewards as the reference page
+
+
+@dataclass
+class BenchDataConfig:
+    """``data`` group for GRPO: prompts are bench pages (a PDF page with its unit tests). Named train
+    benches, optional named eval benches (reward means on held-out pages) and the prompt steps."""
+
+    train: dict[str, Any] = field(default_factory=dict)
+    eval: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SFTAlgoConfig:
+    name: str = "sft"
+
+
+@dataclass
+class GRPOAlgoConfig:
+    """GRPO with trl: what is generated and how the loss is formed. Any other trl ``GRPOConfig`` field
+    goes in ``trl_args`` (checked against trl's own config before any work)."""
+
+    name: str = "grpo"
+    num_generations: int = 8
+    temperature: float = 0.8
+    top_p: float = 1.0
+    max_completion_length: int = 4096
+    beta: float = 0.0  # KL coefficient; 0 loads no reference model
+    loss_type: str = "dapo"  # grpo, dr_grpo, dapo, bnpo, …
+    importance_sampling_level: str = "token"  # token, or sequence (GSPO)
+    scale_rewards: str = "group"  # group, batch or none
+    epsilon: float = 0.2
+    num_iterations: int = 1
+    # transformers (plain generate; CPU and tests), vllm_colocate (vLLM inside each trainer process) or
+    # vllm_server (a `trl vllm-serve` process on its own GPU; see launch_commands.json in the run dir)
+    generation: str = "transformers"
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_server_timeout: float = 240.0
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_tensor_parallel_size: int = 1
+    log_completions: bool = False
+    trl_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class PathsConfig:
     cache: str = "${olmocr.expand:${oc.env:OLMOCR_CACHE,'~/.cache/olmocr'}}"
     sample_data: str = "${olmocr.root:}/data/sample"
     olmocr_mix: str = "${oc.env:OLMOCR_MIX_DIR,/data/olmOCR-mix-1025}"
+    synthmix: str = "${oc.env:OLMOCR_SYNTHMIX_DIR,/data/olmOCR-synthmix-1025}"
 
 
 @dataclass
@@ -230,8 +282,10 @@ class TrainerConfig:
 @dataclass
 class TrainConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
+    algo: Any = MISSING  # SFTAlgoConfig or GRPOAlgoConfig, by the algo group
     model: Any = MISSING
-    data: DataConfig = MISSING
+    data: Any = MISSING  # DataConfig (sft) or BenchDataConfig (grpo), by the data group
+    rewards: dict[str, Any] = field(default_factory=dict)  # grpo: conf/rewards/, checked by validate()
     optimizer: Any = MISSING
     scheduler: Any = MISSING
     callbacks: dict[str, Any] = field(default_factory=dict)
@@ -251,6 +305,9 @@ def register_configs(builders: bool = True) -> None:
     cs.store(name="bench_schema", node=BenchConfig)
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(group="data", name="data_schema", node=DataConfig)
+    cs.store(group="data", name="bench_data_schema", node=BenchDataConfig)
+    cs.store(group="algo", name="sft_schema", node=SFTAlgoConfig)
+    cs.store(group="algo", name="grpo_schema", node=GRPOAlgoConfig)
     if not builders:
         return
     from olmocr.models import HubModel, TinyModel
@@ -284,7 +341,12 @@ def _target_nodes(node, path: str = ""):
 
 
 # Maps whose entries have one schema but must stay open to new keys (see DataConfig).
-TYPED_MAP_ENTRIES = {"data.train": SourceConfig, "data.eval": SourceConfig}
+def _data_entry_schema(cfg: DictConfig) -> type:
+    """Sources of an SFT data config have ``roots``; benches of a GRPO one have a ``root``."""
+    return BenchSourceConfig if OmegaConf.select(cfg, "algo.name") == "grpo" else SourceConfig
+
+
+TYPED_MAP_ENTRIES = {"data.train": _data_entry_schema, "data.eval": _data_entry_schema}
 
 
 def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
@@ -316,12 +378,14 @@ def validate(cfg: DictConfig) -> DictConfig:
         # `_after_` positions a data step (olmocr.data.pipeline.step_order); it is not a constructor argument.
         params = {k: node._get_node(k) for k in node.keys() if k != "_after_"}
         _check_against(schema, OmegaConf.create(params), path, f"target {node._target_}")
-    for path, schema in TYPED_MAP_ENTRIES.items():
+    for path, schema_of in TYPED_MAP_ENTRIES.items():
         entries = OmegaConf.select(cfg, path)
+        schema = schema_of(cfg)
         for name in entries or {}:
             entry = entries._get_node(name)
             if not isinstance(entry, DictConfig):
-                raise ValueError(f"{path}.{name}: expected a mapping like {{roots: [...], weight: 1.0}}, got {entry!r}")
+                example = "{root: ...}" if schema is BenchSourceConfig else "{roots: [...], weight: 1.0}"
+                raise ValueError(f"{path}.{name}: expected a mapping like {example}, got {entry!r}")
             # Written back with its defaults filled in, so readers see a complete entry.
             entries[name] = _check_against(schema, entry, f"{path}.{name}", schema.__name__)
     return cfg

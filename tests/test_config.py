@@ -1,4 +1,5 @@
 import glob
+import importlib.util
 import os
 import subprocess
 import sys
@@ -122,7 +123,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
 
     cfg = compose("train", [f"+experiment={experiment}"])
     source = instantiate(cfg.model)
-    assert isinstance(source, HubModel)  # constructing a hub model downloads nothing
+    assert isinstance(source, (HubModel, TinyModel))  # constructing a hub model downloads nothing
     model = tiny.load_model()
     optimizer = build(cfg.optimizer, model=model)
     build(cfg.scheduler, optimizer=optimizer, total_steps=100)
@@ -130,5 +131,24 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     for callback in cfg.callbacks.values():
         build(callback, run_config=resolved, output_dir="/tmp")
     steps = OmegaConf.to_container(cfg.data.steps, resolve=True)
-    assert "tokenize" in build_pipeline(steps, processor=processor).steps
+    pipeline = build_pipeline(steps, processor=processor).steps
     assert cfg.run_name == experiment
+    if cfg.algo.name == "sft":
+        assert "tokenize" in pipeline and not cfg.rewards
+        return
+    from olmocr.rewards import build_rewards
+    from olmocr.train import grpo
+
+    assert "tokenize" not in pipeline  # trl tokenises GRPO prompts
+    funcs, weights = build_rewards(resolved["rewards"], eos_token_ids=[2])
+    assert len(funcs) == len(weights) > 0
+    if cfg.algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ValueError, match="needs vLLM"):
+            grpo.check(cfg, world_size=1)
+    else:
+        grpo.check(cfg, world_size=1)
+    # Every option reaches trl's own config and is accepted there.
+    args = grpo.grpo_arguments(output_dir="/tmp/x", algo=resolved["algo"], trainer=resolved["trainer"],
+                               max_steps=10, seed=0, use_cpu=True, eval_benches=False)
+    assert (args.num_generations, args.temperature, args.beta) == \
+        (cfg.algo.num_generations, cfg.algo.temperature, cfg.algo.beta)

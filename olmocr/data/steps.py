@@ -1,8 +1,8 @@
 """Per-sample steps. Each is a small callable ``step(sample) -> sample`` configured by keyword arguments.
 
-A sample is a plain dict that the steps fill in: ``md_path``/``pdf_path`` to start with, then
-``meta`` and ``text``, ``image``, ``anchor_text``, ``prompt``, ``target``, ``messages`` and finally
-the model inputs. A step that cannot or should not produce a training example raises
+A sample is a plain dict that the steps fill in: ``md_path``/``pdf_path`` (and ``page``, 1 when absent)
+to start with, then ``meta`` and ``text``, ``image``, ``anchor_text``, ``prompt``, ``target``,
+``messages`` and finally the model inputs. A step that cannot or should not produce a training example raises
 :class:`Reject` with a short reason; the dataset counts reasons and reports the rejected files.
 """
 
@@ -12,7 +12,7 @@ import dataclasses
 
 from olmocr.data import text_rules
 from olmocr.data.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
-from olmocr.data.pdf import PdfError, anchor_text, pdf_info
+from olmocr.data.pdf import PdfError, anchor_text, pdf_info, pdf_page_size
 from olmocr.data.prompts import build_prompt
 from olmocr.data.render import RenderError, render_page
 from olmocr.utils.io import read_bytes, read_text
@@ -56,7 +56,7 @@ class CheckPdf(Step):
     """Open the PDF's structure (no rendering): reject missing, empty, encrypted, unreadable or
     multi-page files before any expensive step. Keeps the bytes for later steps."""
 
-    def __init__(self, max_pages: int = 1):
+    def __init__(self, max_pages: int | None = 1):
         self.max_pages = max_pages
 
     def __call__(self, sample):
@@ -70,10 +70,13 @@ class CheckPdf(Step):
             raise Reject("missing_pdf", f"{path} does not exist") from None
         except PdfError as exc:
             raise Reject(exc.reason, str(exc)) from None
-        if info.num_pages > self.max_pages:
+        if self.max_pages is not None and info.num_pages > self.max_pages:
             raise Reject("too_many_pages", f"{path} has {info.num_pages} pages (at most {self.max_pages})")
+        page = sample.get("page", 1)
+        if not 1 <= page <= info.num_pages:
+            raise Reject("missing_page", f"{path} has no page {page} (it has {info.num_pages})")
         sample["pdf_bytes"] = data
-        sample["page_size"] = (info.width, info.height)
+        sample["page_size"] = (info.width, info.height) if page == 1 else pdf_page_size(path, page, data)
         return sample
 
 
@@ -93,8 +96,8 @@ class RenderPage(Step):
 
     def __call__(self, sample):
         try:
-            sample["image"] = render_page(sample["pdf_path"], 1, self.longest_side, sample.get("page_size"),
-                                          sample.get("pdf_bytes"))
+            sample["image"] = render_page(sample["pdf_path"], sample.get("page", 1), self.longest_side,
+                                          sample.get("page_size"), sample.get("pdf_bytes"))
         except RenderError as exc:
             raise Reject("render_failed", str(exc)) from None
         return sample
@@ -129,7 +132,8 @@ class AnchorText(Step):
 
     def __call__(self, sample):
         try:
-            sample["anchor_text"] = anchor_text(sample["pdf_path"], 1, self.max_chars, sample.get("pdf_bytes"))
+            sample["anchor_text"] = anchor_text(sample["pdf_path"], sample.get("page", 1), self.max_chars,
+                                                sample.get("pdf_bytes"))
         except PdfError as exc:
             raise Reject(exc.reason, str(exc)) from None
         return sample

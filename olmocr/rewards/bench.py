@@ -27,23 +27,41 @@ def page_tests(tests) -> tuple[BenchTest, ...]:
     return _parsed(json.dumps(list(tests), sort_keys=True))
 
 
-def score(tests: Sequence[BenchTest], markdown: str, macro: bool = False) -> float:
-    """Fraction of tests passed; with ``macro``, the mean over test types of each type's pass rate."""
+def outcomes(tests: Sequence[BenchTest], markdown: str) -> dict[str, list[bool]]:
+    """Pass/fail of each test, grouped by test type."""
     by_type: dict[str, list[bool]] = {}
     for test in tests:
         by_type.setdefault(test.type, []).append(test.run(markdown, explain=False)[0])
+    return by_type
+
+
+def score(by_type: dict[str, list[bool]], macro: bool = False) -> float:
+    """Fraction of tests passed; with ``macro``, the mean over test types of each type's pass rate."""
     if macro:
         return sum(sum(r) / len(r) for r in by_type.values()) / len(by_type)
     results = [r for rs in by_type.values() for r in rs]
     return sum(results) / len(results)
 
 
-def bench(completions: Sequence, tests: Sequence | None = None, *, macro: bool = False, **_) -> list[float | None]:
+def bench(completions: Sequence, tests: Sequence | None = None, log_metric=None, *, macro: bool = False,
+          **_) -> list[float | None]:
     """Share of the page's unit tests the completion's text passes (front matter, if any, removed);
-    ``macro`` averages per-type pass rates instead. None for a page without tests."""
+    ``macro`` averages per-type pass rates instead. None for a page without tests.
+
+    Under trl, per-type pass rates over the batch are logged as ``bench/<type>`` (``log_metric``)."""
     columns = tests if tests is not None else [None] * len(completions)
     out: list[float | None] = []
+    totals: dict[str, list[bool]] = {}
     for completion, records in zip(completions, columns):
         parsed = page_tests(records)
-        out.append(score(parsed, completion_body(completion_text(completion)), macro) if parsed else None)
+        if not parsed:
+            out.append(None)
+            continue
+        by_type = outcomes(parsed, completion_body(completion_text(completion)))
+        for kind, results in by_type.items():
+            totals.setdefault(kind, []).extend(results)
+        out.append(score(by_type, macro))
+    if log_metric is not None:
+        for kind, results in sorted(totals.items()):
+            log_metric(f"bench/{kind}", sum(results) / len(results))
     return out

@@ -6,7 +6,10 @@ import gc
 import json
 import logging
 import os
+import types
+
 import torch
+from transformers import TrainerCallback
 
 log = logging.getLogger("olmocr.train")
 
@@ -97,14 +100,18 @@ class Console(Callback):
         self.bar = tqdm(total=trainer.stop_step, initial=trainer.state.step, unit="step", desc="train",
                         disable=trainer.rank != 0)
 
+    # What a log line shows, where the loop reports it (SFT: loss and throughput; GRPO: also rewards).
+    SHOWN = (("train/loss", "loss {:.4f}"), ("train/reward", "reward {:.3f}"), ("train/grad_norm", "grad_norm {:.3f}"),
+             ("train/lr", "lr {:.3e}"), ("perf/samples_per_s", "| {:.1f} samples/s"),
+             ("perf/tokens_per_s", "{:.0f} tokens/s"), ("perf/data_wait_percent", "data wait {:.0f}%"))
+
     def on_step_end(self, trainer, metrics):
-        self.bar.update(1)
-        self.bar.set_postfix(loss=f"{metrics['train/loss']:.4f}", lr=f"{metrics['train/lr']:.2e}")
+        self.bar.update(trainer.state.step - self.bar.n)
+        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.4g}" for k in ("train/loss", "train/reward", "train/lr")
+                              if k in metrics})
         if trainer.rank == 0 and (trainer.state.step % self.interval == 0 or trainer.state.step == 1):
-            log.info("step %d/%d loss %.4f grad_norm %.3f lr %.3e | %.1f samples/s %.0f tokens/s data wait %.0f%%",
-                     trainer.state.step, trainer.stop_step, metrics["train/loss"], metrics["train/grad_norm"],
-                     metrics["train/lr"], metrics["perf/samples_per_s"], metrics["perf/tokens_per_s"],
-                     100 * metrics["perf/data_wait_share"])
+            shown = " ".join(fmt.format(metrics[key]) for key, fmt in self.SHOWN if key in metrics)
+            log.info("step %d/%d %s", trainer.state.step, trainer.stop_step, shown)
 
     def on_eval_end(self, trainer, metrics):
         if trainer.rank == 0:
@@ -144,3 +151,44 @@ class Wandb(Callback):
     def on_fit_end(self, trainer):
         if trainer.rank == 0:
             self.run.finish()
+
+
+class HFTrainerBridge(TrainerCallback):
+    """Runs our callbacks inside a Hugging Face Trainer (trl's GRPO): each training log is a step's
+    metrics (``train/<name>``), each eval log an eval's (``eval/<name>``). Also makes the last step save
+    a checkpoint, as our own loop does."""
+
+    def __init__(self, callbacks: list[Callback], device: torch.device):
+        self.callbacks = callbacks
+        # What our callbacks read from a trainer.
+        self.view = types.SimpleNamespace(state=types.SimpleNamespace(step=0), stop_step=0, rank=0, device=device)
+
+    def _call(self, hook: str, *args) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self.view, *args)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.view.state.step, self.view.stop_step, self.view.rank = state.global_step, state.max_steps, args.process_index
+        self._call("on_fit_start")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps and args.save_strategy != "no":
+            control.should_save = True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.view.state.step = state.global_step
+        numbers = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+        if any(key.startswith("eval_") for key in numbers):
+            self._call("on_eval_end", {f"eval/{k[5:]}": v for k, v in numbers.items() if k.startswith("eval_")})
+        elif "loss" in numbers:
+            self._call("on_step_end", {_metric_name(k): v for k, v in numbers.items()})
+
+    def on_save(self, args, state, control, **kwargs):
+        self._call("on_save", os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._call("on_fit_end")
+
+
+def _metric_name(key: str) -> str:
+    return {"loss": "train/loss", "grad_norm": "train/grad_norm", "learning_rate": "train/lr"}.get(key, f"train/{key}")

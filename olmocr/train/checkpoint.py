@@ -21,6 +21,18 @@ import torch
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
+def model_dir(checkpoint: str) -> str:
+    """The Hugging Face model directory of a checkpoint: ``step_N/model`` for SFT checkpoints, the
+    checkpoint itself for GRPO's (``checkpoint-N``, Hugging Face Trainer layout)."""
+    inner = os.path.join(checkpoint, "model")
+    if os.path.isfile(os.path.join(inner, "config.json")) or os.path.isfile(os.path.join(inner, "adapter_config.json")):
+        return inner
+    if os.path.isfile(os.path.join(checkpoint, "config.json")) or \
+            os.path.isfile(os.path.join(checkpoint, "adapter_config.json")):
+        return checkpoint
+    raise ValueError(f"{checkpoint} holds no model (no config.json or adapter_config.json, here or in model/)")
+
+
 def unwrap(model):
     return model.module if hasattr(model, "module") else model
 

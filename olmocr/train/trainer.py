@@ -90,12 +90,12 @@ class Trainer:
         self.state.samples += samples
         now, waited = time.perf_counter(), self.data_wait
         elapsed = max(now - self._clock[0], 1e-9)
-        wait_share = (waited - self._clock[1]) / elapsed
+        wait_percent = 100 * (waited - self._clock[1]) / elapsed
         self._clock = (now, waited)
         return {"train/loss": self._global_sum(loss_sum).item() / max(tokens, 1), "train/grad_norm": grad_norm,
                 "train/lr": self.optimizer.param_groups[0]["lr"], "train/tokens": tokens, "train/samples": samples,
                 "perf/samples_per_s": samples / elapsed, "perf/tokens_per_s": tokens / elapsed,
-                "perf/data_wait_share": wait_share}
+                "perf/data_wait_percent": wait_percent}
 
     def loss_sum(self, batch: dict) -> torch.Tensor:
         """Summed next-token cross-entropy over the batch's label tokens."""

@@ -1,0 +1,177 @@
+"""GRPO on the tiny model, on CPU: real generations scored by the rewards, real updates, resume, sweeps."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import SAMPLE, write_pdf
+from olmocr.config import PROJECT_ROOT, compose
+
+SEEN: list[dict] = []
+
+
+def recording(completions, completion_ids=None, tests=None, reference=None, page_id=None, **_):
+    """A reward that keeps what trl hands to rewards, to check it (and scores completion length)."""
+    SEEN.append({"completions": list(completions), "completion_ids": [list(i) for i in completion_ids],
+                 "tests": list(tests), "reference": list(reference), "page_id": list(page_id)})
+    return [len(ids) / 48 for ids in completion_ids]
+
+
+def grpo(tmp_path, overrides, name="run"):
+    from olmocr.train.__main__ import run
+
+    out = str(tmp_path / name)
+    cfg = compose("train", ["+experiment=grpo_tiny"] + overrides)
+    return run(cfg, out), out
+
+
+def metrics(out):
+    return {r["step"]: r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["kind"] == "train"}
+
+
+def weights(checkpoint):
+    return load_file(os.path.join(checkpoint, "model.safetensors"))
+
+
+def loaded(tiny, checkpoint=None):
+    return tiny.load_model(path=checkpoint).state_dict()
+
+
+def test_rewards_see_real_generations_and_parameters_change(tmp_path, cache_dir, tiny):
+    SEEN.clear()
+    result, out = grpo(tmp_path, ["rewards=all", "+rewards.recording={_target_: test_grpo.recording, weight: 0.1}",
+                                  "trainer.max_duration.value=3", "trainer.save_interval=3"])
+    assert result["state"]["step"] == 3 and result["checkpoint"].endswith("checkpoint-3")
+    # One call per step; each sees the group of 4 completions of one bench page, decoded from real ids.
+    processor = tiny.load_processor()
+    assert len(SEEN) == 3
+    for call in SEEN:
+        assert len(call["completions"]) == 4 and len(set(call["page_id"])) == 1
+        for completion, ids in zip(call["completions"], call["completion_ids"]):
+            assert 0 < len(ids) <= 48
+            text = completion[-1]["content"] if isinstance(completion, list) else completion
+            assert text == processor.tokenizer.decode(ids, skip_special_tokens=True)
+        page = call["page_id"][0].split("#")[0]
+        assert all(json.loads(t)[0]["pdf"] == page for t in call["tests"])
+        truth = open(os.path.join(SAMPLE, "train", "pdfs", page[:-4] + ".md"), encoding="utf-8").read()
+        assert call["reference"] == [truth] * 4
+    # Every reward is logged each step, with the bench's per-type pass rates.
+    rows = metrics(out)
+    assert sorted(rows) == [1, 2, 3]
+    for name in ("bench", "front_matter", "eos", "medoid", "edit_distance", "element_count",
+                 "rectangular_tables", "recording"):
+        assert all(f"train/rewards/{name}/mean" in row for row in rows.values()), name
+    assert any(key.startswith("train/bench/") for key in rows[1])
+    # The medoid and edit-distance rewards vary within a group, so the policy gets a gradient and moves.
+    assert any(row["train/reward_std"] > 0 for row in rows.values())
+    before, after = loaded(tiny), loaded(tiny, result["checkpoint"])
+    changed = [name for name, value in after.items() if not torch.equal(value, before[name])]
+    assert len(changed) > len(after) // 2
+    # The checkpoint is a self-contained Hugging Face model directory (weights, config, processor).
+    from olmocr.train.checkpoint import model_dir
+
+    assert model_dir(result["checkpoint"]) == result["checkpoint"]
+    from transformers import AutoProcessor
+
+    reloaded = AutoProcessor.from_pretrained(result["checkpoint"])
+    assert reloaded.tokenizer.get_vocab() == processor.tokenizer.get_vocab()
+
+
+def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir):
+    overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2", "rewards=all"]
+    full, full_out = grpo(tmp_path, overrides, "full")
+    first, out = grpo(tmp_path, overrides + ["trainer.hard_stop.value=2"], "split")
+    assert first["state"]["step"] == 2
+    second, _ = grpo(tmp_path, overrides, "split")
+    assert second["state"]["step"] == 4
+    rows = metrics(out)
+    assert sorted(rows) == [1, 2, 3, 4]  # steps 3 and 4 come from the resumed run
+    reference = metrics(full_out)
+    for step in (3, 4):  # same pages, same sampling RNG, same weights: the same rewards
+        assert rows[step]["train/reward"] == pytest.approx(reference[step]["train/reward"], abs=1e-6)
+    a, b = weights(full["checkpoint"]), weights(second["checkpoint"])
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_multirun_over_seeds_gives_two_runs(tmp_path, cache_dir):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "olmocr.train", "-m", "+experiment=grpo_tiny", "seed=1,2",
+         "trainer.max_duration.value=2", f"hydra.sweep.dir={sweep}"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OLMOCR_CACHE": cache_dir})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted(r for r in os.listdir(sweep) if r != "multirun.yaml")  # one dir per override set
+    assert runs == [f"+experiment=grpo_tiny,seed={seed},trainer.max_duration.value=2" for seed in (1, 2)]
+    finals = [sorted(glob.glob(str(sweep / r / "checkpoints" / "checkpoint-*")))[-1] for r in runs]
+    assert all(f.endswith("checkpoint-2") for f in finals)
+    a, b = weights(finals[0]), weights(finals[1])
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # different seeds, different runs
+
+
+def test_config_errors_come_before_any_work(tmp_path):
+    from olmocr.train.__main__ import run
+
+    def error(overrides):
+        with pytest.raises(ValueError) as info:
+            run(compose("train", overrides), str(tmp_path / "x"))
+        return str(info.value)
+
+    assert "needs rewards" in error(["algo=grpo", "data=synth_bench"])
+    assert "must be at least 2 and divide" in error(["+experiment=grpo_tiny", "algo.num_generations=3"])
+    assert "trl_args: no_such_option" in error(["+experiment=grpo_tiny", "+algo.trl_args.no_such_option=1"])
+    assert "algo.generation" in error(["+experiment=grpo_tiny", "algo.generation=sglang"])
+    assert "GRPO counts steps or epochs" in error(["+experiment=grpo_tiny", "trainer.max_duration.unit=tokens"])
+    with pytest.raises(ValueError, match=r"data\.train\.synth"):
+        compose("train", ["algo=grpo", "rewards=olmocr2"])  # SFT sources are not benches
+
+
+def test_vllm_server_layout_command_and_unreachable_server(tmp_path):
+    from olmocr.train.grpo import vllm_server_command, wait_for_server
+
+    cmd = vllm_server_command("/ckpt/model", "10.0.0.5", 8001, 1, 0.9)
+    assert cmd == ["trl", "vllm-serve", "--model", "/ckpt/model", "--host", "10.0.0.5", "--port", "8001",
+                   "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9"]
+    with pytest.raises(ValueError, match=r"http://127.0.0.1:9/health/ not healthy after 0s: start it .*trl vllm-serve"):
+        wait_for_server("127.0.0.1", 9, 0.0, cmd)
+
+
+def test_bench_prompts_skip_broken_pages_and_filter(tmp_path, processor):
+    from omegaconf import OmegaConf
+
+    from olmocr.config import CONF_DIR
+    from olmocr.data.bench_prompts import build_prompt_dataset
+
+    bench = tmp_path / "bench"
+    (bench / "pdfs").mkdir(parents=True)
+    write_pdf(str(bench / "pdfs" / "two.pdf"), ["First page text", "Second page text"])
+    (bench / "pdfs" / "broken.pdf").write_bytes(b"%PDF-1.4 not really")
+    tests = [{"type": "present", "pdf": "two.pdf", "page": 2, "id": "a", "text": "Second page"},
+             {"type": "absent", "pdf": "two.pdf", "page": 2, "id": "b", "text": "First page"},
+             {"type": "present", "pdf": "two.pdf", "page": 1, "id": "c", "text": "First"},
+             {"type": "present", "pdf": "broken.pdf", "page": 1, "id": "d", "text": "x"},
+             {"type": "present", "pdf": "missing.pdf", "page": 1, "id": "e", "text": "x"},
+             {"type": "present", "pdf": "two.pdf", "page": 3, "id": "f", "text": "x"}]
+    (bench / "t.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tests) + "{broken\n")
+    steps = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "data", "steps", "prompt_v4.yaml")))
+    steps["render"]["longest_side"] = 200
+    report = tmp_path / "rejected.jsonl"
+    data = build_prompt_dataset({"b": {"root": str(bench)}}, steps, str(report), processor=processor)
+    assert len(data) == 2  # pages 1 and 2 of two.pdf; the rest are reported
+    reasons = sorted(json.loads(line)["reason"] for line in open(report))
+    assert len(reasons) == 3 and "missing_pdf" in reasons and "missing_page" in reasons
+    row = data[[json.loads(r)[0]["id"] for r in data["tests"]].index("a")]
+    assert [t["id"] for t in json.loads(row["tests"])] == ["a", "b"]
+    assert max(row["image"].size) in (200, 201) and row["reference"] is None
+    content = row["prompt"][0]["content"]
+    assert [part["type"] for part in content] == ["text", "image"]  # instruction first, as inference
+    only_absent = build_prompt_dataset({"b": {"root": str(bench), "types": ["absent"]}}, steps, None,
+                                       processor=processor)
+    assert len(only_absent) == 1
+    with pytest.raises(ValueError, match="no test file"):
+        build_prompt_dataset({"b": {"root": str(bench), "files": ["nope"]}}, steps, None, processor=processor)
