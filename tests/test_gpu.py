@@ -30,3 +30,12 @@ def test_qwen25_vl_7b_benchmark_reports_mfu(tmp_path):
         env=dict(os.environ, OLMOCR_CACHE=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MFU" in proc.stdout
+
+
+def test_grpo_tiny_on_cuda_in_bf16(tmp_path, cache_dir):
+    from test_grpo import grpo, metrics
+
+    result, out = grpo(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.max_duration.value=2"])
+    rows = metrics(out)
+    assert sorted(rows) == [1, 2] and all("train/rewards/bench/mean" in r for r in rows.values())
+    assert result["checkpoint"].endswith("checkpoint-2")

@@ -99,6 +99,16 @@ def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_eval_benches_report_rewards(tmp_path, cache_dir):
+    result, out = grpo(tmp_path, ["trainer.max_duration.value=2", "trainer.eval_interval=2",
+                                  "trainer.save_interval=null", "+data.eval.synth.types=[present,absent]"])
+    evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    evals = [r for r in evals if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [2]
+    assert {"eval/reward", "eval/rewards/bench/mean", "eval/rewards/eos/mean"} <= set(evals[0])
+    assert set(k for k in evals[0] if k.startswith("eval/bench/")) == {"eval/bench/present", "eval/bench/absent"}
+
+
 def test_multirun_over_seeds_gives_two_runs(tmp_path, cache_dir):
     sweep = tmp_path / "sweep"
     proc = subprocess.run(

@@ -118,6 +118,8 @@ def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
         save_total_limit=t["keep_last"],
         eval_strategy="steps" if eval_benches and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
+        # trl scores eval pages in whole groups too
+        per_device_eval_batch_size=algo["num_generations"] * math.ceil(t["batch_size"] / algo["num_generations"]),
         logging_steps=1, report_to=[], disable_tqdm=True, remove_unused_columns=False,
         num_generations=algo["num_generations"], temperature=algo["temperature"], top_p=algo["top_p"],
         max_completion_length=algo["max_completion_length"], beta=algo["beta"], loss_type=algo["loss_type"],
