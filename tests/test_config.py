@@ -42,8 +42,29 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir):
         assert "/" in source.name_or_path and source.family.name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
-@pytest.mark.parametrize("data", options("data"))
-@pytest.mark.parametrize("steps", options("data/steps"))
+# SFT data (page/target pairs) and GRPO data (bench pages) take different step lists.
+SFT_DATA, BENCH_DATA = ["olmocr_mix", "sample"], ["synth_bench", "synthmix"]
+SFT_STEPS, PROMPT_STEPS = ["v1", "v4", "v4_augmented"], ["prompt_v4"]
+
+
+def test_every_data_and_steps_option_is_classified():
+    assert sorted(SFT_DATA + BENCH_DATA) == options("data")
+    assert sorted(SFT_STEPS + PROMPT_STEPS) == options("data/steps")
+
+
+@pytest.mark.parametrize("data", BENCH_DATA)
+@pytest.mark.parametrize("steps", PROMPT_STEPS)
+def test_every_bench_data_and_prompt_steps_option_builds(data, steps, processor):
+    cfg = compose("train", ["algo=grpo", "rewards=olmocr2", f"data={data}", f"data/steps={steps}"])
+    container = OmegaConf.to_container(cfg.data, resolve=True)
+    names = list(build_pipeline(container["steps"], processor=processor).steps)
+    assert names == ["check_pdf", "render", "prompt", "messages"]
+    for bench in list(container["train"].values()) + list(container["eval"].values()):
+        assert bench["root"] and bench["types"] == [] and bench["reference"] is True
+
+
+@pytest.mark.parametrize("data", SFT_DATA)
+@pytest.mark.parametrize("steps", SFT_STEPS)
 def test_every_data_and_steps_option_builds(data, steps, processor):
     cfg = compose("check_data", [f"data={data}", f"data/steps={steps}"])
     container = OmegaConf.to_container(cfg.data, resolve=True)
