@@ -402,6 +402,15 @@ def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
     return validate(cfg)
 
 
+def submit_on_cluster(argv: list[str]) -> list[str]:
+    """``cluster=<name>`` (other than local) on the command line goes through Hydra's launcher, which
+    only a multirun uses: add ``--multirun``, so one command submits one job."""
+    clusters = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("cluster=")]
+    if clusters and clusters[-1] != "local" and not {"-m", "--multirun"} & set(argv):
+        return [argv[0], "--multirun", *argv[1:]]
+    return argv
+
+
 def run_stage(run, cfg: DictConfig, output_dir: str):
     """Call a stage's ``run``; a user error (ValueError) ends it with one line and exit code 2."""
     try:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from olmocr.config import register_configs, run_stage, validate
+from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
 
 log = logging.getLogger("olmocr.bench")
 register_configs(builders=False)
@@ -65,4 +66,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = submit_on_cluster(sys.argv)
     main()

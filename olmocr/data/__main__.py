@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from collections import Counter
 
@@ -17,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from olmocr.config import register_configs, run_stage, validate
+from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
 
 log = logging.getLogger("olmocr.data")
 register_configs()
@@ -79,4 +80,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = submit_on_cluster(sys.argv)
     main()

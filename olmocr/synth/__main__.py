@@ -6,13 +6,14 @@ import glob
 import json
 import logging
 import os
+import sys
 import time
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from olmocr.config import register_configs, run_stage, validate
+from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
 
 log = logging.getLogger("olmocr.synth")
 register_configs(builders=False)  # synth composes no model/optimizer groups
@@ -63,4 +64,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = submit_on_cluster(sys.argv)
     main()

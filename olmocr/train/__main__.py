@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from olmocr.config import register_configs, run_stage, validate
+from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
 
 register_configs()
 
@@ -31,4 +33,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv = submit_on_cluster(sys.argv)
     main()

@@ -24,7 +24,21 @@ class DistInfo:
     device: torch.device
 
 
+def _from_submitit() -> None:
+    """Inside a SLURM (or submitit-local) job with several tasks, one process per task: export the
+    torch.distributed variables (rank, world size, master address on the first node) from the job."""
+    if "WORLD_SIZE" in os.environ or "SUBMITIT_EXECUTOR" not in os.environ:
+        return
+    import submitit
+
+    if submitit.JobEnvironment().num_tasks > 1:
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+
+
 def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
+    """torch.distributed from torchrun's variables, or from the SLURM/submitit job the process is a
+    task of; a single process otherwise."""
+    _from_submitit()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -35,12 +49,14 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
     if device == "cuda":
         if not torch.cuda.is_available():
             raise ValueError("trainer.device=cuda but no CUDA device is visible")
-        torch.cuda.set_device(local_rank)
+        # srun --gpus-per-task=1 shows each task only its own GPU, torchrun shows all of them.
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if world_size > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if device == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
-    return DistInfo(rank, world_size, local_rank, torch.device(device, local_rank) if device == "cuda" else torch.device("cpu"))
+    return DistInfo(rank, world_size, local_rank,
+                    torch.device(device, torch.cuda.current_device()) if device == "cuda" else torch.device("cpu"))
 
 
 def shutdown() -> None:

@@ -1,0 +1,74 @@
+"""``hydra/launcher=olmocr_slurm``: hydra-submitit-launcher's SLURM launcher with what it lacks.
+
+Added: ``srun_args`` (extra arguments of the srun line in the sbatch script; submitit supports them,
+the upstream config has no field for them), a check of the account and of ``sbatch`` before anything
+is submitted, and ``dry_run``, which writes each job's sbatch script to the sweep dir and submits
+nothing. Everything else (job arrays for ``-m`` sweeps, requeue on timeout, results) is upstream's.
+"""
+
+
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OlmocrSlurmConf(SlurmQueueConf):
+    _target_: str = "hydra_plugins.olmocr_launchers.slurm.OlmocrSlurmLauncher"
+    srun_args: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def sbatch_script(params: dict, folder: str) -> str:
+    """The sbatch script submitit writes for one job with these launcher parameters (rendered here,
+    without a scheduler: submitit's executor refuses to start where srun is missing)."""
+    from submitit import SlurmExecutor
+
+    class ScriptOnly(SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:
+            return 1
+
+    executor = ScriptOnly(folder)
+    # Launcher keys use submitit's shared names where they exist (timeout_min, tasks_per_node, …).
+    executor.update_parameters(**executor._convert_parameters({
+        k: v for k, v in params.items() if v is not None and k not in ("submitit_folder", "max_num_timeout", "dry_run")}))
+    return executor._make_submission_file_text(f"{executor.python} -u -m submitit.core._submit {folder}", "JOB")
+
+
+class OlmocrSlurmLauncher(SubmititSlurmLauncher):
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        if not self.params.get("account"):
+            raise ValueError("hydra.launcher.account: set the SLURM project to charge (SLURM_ACCOUNT or "
+                             "hydra.launcher.account=<project>) before submitting")
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        if self.params.get("dry_run"):
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            returns = []
+            for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+                path = sweep_dir / f"sbatch_{idx}.sh"
+                path.write_text(sbatch_script(self.params, str(sweep_dir / ".submitit")))
+                log.info("dry run: #%d %s -> %s", idx, " ".join(overrides), path)
+                returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED,
+                                         _return_value=str(path), working_dir=str(sweep_dir)))
+            return returns
+        if shutil.which("sbatch") is None:
+            raise ValueError("cluster=slurm submits with sbatch, which is not on PATH here: submit from a "
+                             "login node, or use hydra.launcher.dry_run=true to see the scripts")
+        params = dict(self.params)
+        params.pop("dry_run")
+        self.params = params
+        return super().launch(job_overrides, initial_job_idx)
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="olmocr_slurm", node=OlmocrSlurmConf,
+                             provider="olmocr")

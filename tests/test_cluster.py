@@ -1,0 +1,113 @@
+"""cluster=…: SLURM/Frontier sbatch scripts (dry run, no scheduler here), checks before submitting, a
+user's own cluster file, and a two-task job run end to end by submitit's local executor."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from olmocr.config import PROJECT_ROOT, submit_on_cluster
+
+
+def stage(args, tmp_path, module="olmocr.synth", env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_frontier_script_follows_olcf_guidance(tmp_path):
+    proc = stage(["-m", "cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.nodes=2", "seed=1,2"],
+                 tmp_path, env={"SLURM_ACCOUNT": "abc123"})
+    assert proc.returncode == 0, proc.stderr
+    scripts = sorted(p for p in os.listdir(tmp_path / "sweep") if p.startswith("sbatch_"))
+    assert scripts == ["sbatch_0.sh", "sbatch_1.sh"]  # one job per sweep point
+    script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
+    for line in ("#SBATCH --account=abc123", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8",
+                 "#SBATCH --gpus-per-task=1", "#SBATCH --gpu-bind=closest", "#SBATCH --cpus-per-task=7",
+                 "#SBATCH --partition=batch", "#SBATCH --job-name=olmocr-synth",
+                 "module load PrgEnv-gnu rocm/6.2.4 craype-accel-amd-gfx90a",
+                 "export MIOPEN_USER_DB_PATH=/tmp/$USER-miopen-$SLURM_JOB_ID", "export NCCL_SOCKET_IFNAME=hsn0",
+                 "export HF_HUB_OFFLINE=1", "export HF_HOME=/lustre/orion/abc123/proj-shared/hf_cache"):
+        assert line in script.splitlines(), line
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert "--gpus-per-task=1 --gpu-bind=closest --network=disable_rdzv_get" in srun
+    assert srun.endswith(f"-u -m submitit.core._submit {tmp_path / 'sweep' / '.submitit'}")
+
+
+def test_one_command_submits_without_minus_m(tmp_path):
+    assert submit_on_cluster(["x", "cluster=slurm", "seed=1"]) == ["x", "--multirun", "cluster=slurm", "seed=1"]
+    assert submit_on_cluster(["x", "cluster=local"]) == ["x", "cluster=local"]
+    assert submit_on_cluster(["x", "-m", "cluster=slurm"]) == ["x", "-m", "cluster=slurm"]
+    proc = stage(["cluster=slurm", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1",
+                  "hydra.launcher.srun_args=['--cpu-bind=cores']", "+hydra.launcher.additional_parameters.mail-type=END"],
+                 tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
+    assert "#SBATCH --account=p1" in script and "#SBATCH --mail-type=END" in script
+    assert "#SBATCH --ntasks-per-node=8" in script and "#SBATCH --gpus-per-task=1" in script
+    assert "--cpu-bind=cores" in next(line for line in script.splitlines() if line.startswith("srun "))
+
+
+def test_nothing_is_submitted_without_an_account_or_sbatch(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_ACCOUNT"}
+    proc = subprocess.run([sys.executable, "-m", "olmocr.synth", "cluster=slurm", f"hydra.sweep.dir={tmp_path}/a"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode != 0 and "hydra.launcher.account: set the SLURM project" in proc.stderr
+    proc = stage(["cluster=slurm", "hydra.launcher.account=p1"], tmp_path, env={"PATH": os.path.dirname(sys.executable)})
+    assert proc.returncode != 0 and "submits with sbatch, which is not on PATH" in proc.stderr
+    assert not (tmp_path / "sweep" / ".submitit").exists() or not os.listdir(tmp_path / "sweep" / ".submitit")
+
+
+def test_unknown_cluster_names_the_options(tmp_path):
+    proc = stage(["cluster=frontire"], tmp_path)
+    assert proc.returncode != 0
+    assert "Could not find 'cluster/frontire'" in proc.stderr and "frontier" in proc.stderr
+
+
+def test_a_users_cluster_file_needs_no_code(tmp_path):
+    mine = tmp_path / "conf" / "cluster"
+    mine.mkdir(parents=True)
+    (mine / "mylab.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - slurm\n  - _self_\n"
+        "hydra:\n  launcher:\n    account: lab\n    partition: a100\n    tasks_per_node: 4\n"
+        "    setup: ['source /opt/lab/env.sh']\n")
+    proc = stage([f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "cluster=mylab", "hydra.launcher.dry_run=true"],
+                 tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
+    assert "#SBATCH --partition=a100" in script and "#SBATCH --ntasks-per-node=4" in script
+    assert "source /opt/lab/env.sh" in script
+
+
+def test_two_task_job_trains_through_submitits_local_executor(tmp_path, cache_dir):
+    """The SLURM job path without a scheduler: two tasks join one torch.distributed group from the job's
+    environment and train data-parallel (each step sees both ranks' samples)."""
+    proc = stage(["cluster=submitit_local", "hydra.launcher.tasks_per_node=2", "trainer.max_duration.value=3",
+                  "trainer.eval_interval=null", "trainer.save_interval=3", "data.steps.render.longest_side=256"],
+                 tmp_path, module="olmocr.train", env={"OLMOCR_CACHE": cache_dir}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [d for d in os.listdir(tmp_path / "sweep") if not d.startswith(".") and d != "multirun.yaml"]
+    assert len(jobs) == 1 and "cluster" not in jobs[0]  # the job dir does not depend on where it ran
+    run = tmp_path / "sweep" / jobs[0]
+    rows = [json.loads(line) for line in open(run / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["train/samples"] == 4 for r in rows)  # batch 2 on each of 2 ranks
+    assert (run / "checkpoints" / "step_000003" / "model" / "model.safetensors").exists()
+    logs = list((tmp_path / "sweep" / ".submitit").glob("*/*_1_log.err"))
+    assert logs, "the second task ran"
+
+
+@pytest.mark.parametrize("cluster", ["local", "slurm", "frontier", "submitit_local"])
+def test_every_cluster_composes_for_every_stage(cluster):
+    from hydra import compose, initialize_config_dir
+
+    from olmocr.config import CONF_DIR, register_configs
+
+    register_configs()
+    for config in ("train", "synth", "check_data", "bench"):
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name=config, overrides=[f"cluster={cluster}"], return_hydra_config=True)
+        expected = {"local": "BasicLauncher", "submitit_local": "LocalLauncher"}.get(cluster, "OlmocrSlurmLauncher")
+        assert cfg.hydra.launcher._target_.endswith(expected), (config, cfg.hydra.launcher._target_)
