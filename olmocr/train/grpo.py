@@ -101,7 +101,7 @@ def wait_for_server(host: str, port: int, timeout: float, command: list[str]) ->
 
 
 def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int, seed: int, use_cpu: bool,
-                   eval_benches: bool):
+                   eval_benches: bool, reward_weights: list[float] | None = None):
     """trl's GRPOConfig from our trainer and algo keys (``algo.trl_args`` passed through last)."""
     t = trainer
     deepspeed = None
@@ -125,7 +125,7 @@ def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int
         max_completion_length=algo["max_completion_length"], beta=algo["beta"], loss_type=algo["loss_type"],
         importance_sampling_level=algo["importance_sampling_level"], scale_rewards=algo["scale_rewards"],
         epsilon=algo["epsilon"], num_iterations=algo["num_iterations"], log_completions=algo["log_completions"],
-        use_vllm=backend != "transformers",
+        use_vllm=backend != "transformers", reward_weights=reward_weights,
     )
     if backend != "transformers":
         args.update(vllm_mode="server" if backend == "vllm_server" else "colocate",
@@ -202,8 +202,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     # The schedule counts optimizer steps, as ours does: trl steps the scheduler once per optimizer step.
     scheduler = build(cfg.scheduler, optimizer=optimizer, total_steps=steps)
     args = grpo_arguments(output_dir=checkpoints, algo=algo, trainer=t, max_steps=stop,
-                          seed=cfg.seed, use_cpu=dist_info.device.type == "cpu", eval_benches=evals is not None)
-    args.reward_weights = weights
+                          seed=cfg.seed, use_cpu=dist_info.device.type == "cpu", eval_benches=evals is not None,
+                          reward_weights=weights)
     callbacks = [build(c, run_config=resolved, output_dir=output_dir) for c in cfg.callbacks.values() if c is not None]
     callbacks.append(MetricsFile(output_dir))
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=train, eval_dataset=evals,
