@@ -113,24 +113,6 @@ def test_empty_source_is_a_clear_error(tmp_path):
         build_datasets({"nothing": {"roots": [str(tmp_path / "empty")]}}, {}, STEPS)
 
 
-@pytest.fixture
-def s3_server(monkeypatch):
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    import fsspec
-
-    fsspec.config.conf.pop("s3", None)
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
     import boto3
 

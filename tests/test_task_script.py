@@ -1,0 +1,90 @@
+"""The script a cluster task runs, executed here: the same stage trains on one process, under torchrun
+on two, across two "replicas" through a static rendezvous, and its outputs reach S3 even when it fails."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from hydra_plugins.olmocr_launchers.task_script import task_script
+
+from olmocr.config import PROJECT_ROOT
+
+TINY = ["trainer.max_duration.value=2", "trainer.eval_interval=null", "trainer.save_interval=null",
+        "data.steps.render.longest_side=256", "trainer.batch_size=2"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_script(script: str, cache_dir: str, **env) -> subprocess.Popen:
+    venv_bin = os.path.dirname(sys.executable)
+    return subprocess.Popen(["bash", "-c", script], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}",
+                                            "OLMOCR_CACHE": cache_dir, **env})
+
+
+def samples_per_step(run_dir) -> list[int]:
+    return [json.loads(line)["train/samples"] for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+
+
+def test_one_process_and_torchrun(tmp_path, cache_dir):
+    single = tmp_path / "single"
+    proc = run_script(task_script("olmocr.train", TINY + ["cluster=slurm"], run_dir=str(single)), cache_dir)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert samples_per_step(single) == [2, 2]
+    overrides = (single / ".hydra" / "overrides.yaml").read_text()
+    assert "cluster=local" in overrides and "cluster=slurm" not in overrides  # the task runs where it is
+    double = tmp_path / "double"
+    proc = run_script(task_script("olmocr.train", TINY, run_dir=str(double), gpus=2), cache_dir)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert samples_per_step(double) == [4, 4]  # two ranks
+
+
+def test_two_replicas_meet_at_the_leader(tmp_path, cache_dir):
+    port = free_port()
+    procs = []
+    for rank in (0, 1):
+        script = task_script("olmocr.train", TINY, run_dir=str(tmp_path / f"replica{rank}"), replicas=2,
+                             rendezvous_port=port)
+        procs.append(run_script(script, cache_dir, BEAKER_REPLICA_RANK=str(rank),
+                                BEAKER_LEADER_REPLICA_HOSTNAME="127.0.0.1"))
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+    assert samples_per_step(tmp_path / "replica0") == [4, 4]  # one world of two processes
+
+
+def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
+    run_dir = tmp_path / "run"
+    script = task_script("olmocr.train", TINY + ["data.train.synth.roots=[/nonexistent]"], run_dir=str(run_dir),
+                         sync_to="s3://runs/exp1/")
+    proc = run_script(script, cache_dir)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2 and "error:" in err  # the stage's own exit status is kept
+    assert "synced" in out
+    keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_server).list_objects_v2(Bucket="runs")["Contents"]}
+    assert "exp1/.hydra/config.yaml" in keys
+
+
+def test_grpo_server_layout():
+    script = task_script("olmocr.train", ["+experiment=grpo_qwen25"], run_dir="/results/run", gpus=8,
+                         vllm_server=["trl", "vllm-serve", "--model", "m", "--port", "8000"])
+    lines = script.splitlines()
+    assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model m --port 8000 &" in lines
+    launch = next(line for line in lines if "accelerate launch" in line)
+    assert launch.startswith("CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 -m olmocr.train")
+    assert "+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run" in launch
+    assert launch.endswith("algo.vllm_server_host=127.0.0.1 algo.vllm_server_port=8000")
+    with pytest.raises(ValueError, match="at least 2 GPUs"):
+        task_script("olmocr.train", [], run_dir="/r", gpus=1, vllm_server=["trl", "vllm-serve"])
