@@ -1,0 +1,230 @@
+"""``hydra/launcher=beaker``: one Beaker experiment per job of a run or sweep.
+
+Each experiment's task re-runs the same stage (``python -m <stage>``) with the job's overrides and
+``cluster=local`` inside the container, wrapped by :mod:`.task_script` for its GPUs and replicas (and
+the GRPO server layout when ``algo.generation=vllm_server``). Secrets are passed by name (Beaker
+secrets mapped to environment variables), never by value. ``dry_run`` writes each spec to its job
+dir and submits nothing; ``follow`` waits for each job and reports its exit code.
+"""
+
+import datetime
+import logging
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hydra_plugins.olmocr_launchers.task_script import task_script
+
+log = logging.getLogger(__name__)
+
+PRIORITIES = ("low", "normal", "high", "urgent", "immediate")
+
+
+@dataclass
+class BeakerLauncherConf:
+    _target_: str = "hydra_plugins.olmocr_launchers.beaker.BeakerLauncher"
+    workspace: str | None = None  # e.g. ai2/olmocr
+    budget: str | None = None
+    image: str | None = None  # a Beaker image; or docker_image
+    docker_image: str | None = None
+    clusters: list[str] = field(default_factory=list)
+    gpus: int = 0  # per replica
+    replicas: int = 1
+    priority: str = "normal"
+    preemptible: bool = True
+    retries: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)  # environment variable -> Beaker secret name
+    weka: dict[str, str] = field(default_factory=dict)  # Weka bucket -> mount path
+    shared_memory: str = "10GiB"
+    description: str | None = None
+    setup: list[str] = field(default_factory=list)  # shell lines before the stage (cd /app, …)
+    # The image holds (or checks out, with OLMOCR_GIT_COMMIT) committed code: refuse a dirty tree.
+    require_clean_git: bool = True
+    result_path: str = "/results"
+    sync_to: str | None = None  # s3:// prefix the run dir is copied to when the task ends
+    rendezvous_port: int = 29400
+    follow: bool = False
+    dry_run: bool = False
+
+
+def _git(*args: str) -> str | None:
+    out = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def stage_module(task_function) -> str:
+    """The module ``python -m`` runs to re-run the stage whose task function this is."""
+    module = getattr(getattr(task_function, "__wrapped__", task_function), "__module__", "") or ""
+    if module == "__main__":  # started with `python -m package`: the module's real name is in its spec
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
+    if not module.endswith(".__main__"):
+        raise ValueError(f"the Beaker launcher re-runs a stage with `python -m <package>`; the task function "
+                         f"comes from {module!r}: start the app as `python -m <package>`")
+    return module[: -len(".__main__")]
+
+
+def build_spec(*, script: str, params: dict, git_commit: str | None, description: str):
+    """The Beaker experiment spec of one job (beaker-py's spec types)."""
+    from beaker import (BeakerConstraints, BeakerDataMount, BeakerDataSource, BeakerEnvVar, BeakerExperimentSpec,
+                        BeakerImageSource, BeakerJobPriority, BeakerResultSpec, BeakerRetrySpec, BeakerTaskContext,
+                        BeakerTaskResources, BeakerTaskSpec)
+
+    env = [BeakerEnvVar(name=k, value=str(v)) for k, v in sorted(params["env"].items())]
+    env += [BeakerEnvVar(name=k, secret=v) for k, v in sorted(params["secrets"].items())]
+    if git_commit:
+        env.append(BeakerEnvVar(name="OLMOCR_GIT_COMMIT", value=git_commit))
+    multi = params["replicas"] > 1
+    task = BeakerTaskSpec(
+        name="main",
+        image=BeakerImageSource(beaker=params["image"], docker=params["docker_image"]),
+        command=["bash", "-c", script],
+        env_vars=env,
+        datasets=[BeakerDataMount(source=BeakerDataSource(weka=bucket), mount_path=path)
+                  for bucket, path in sorted(params["weka"].items())] or None,
+        resources=BeakerTaskResources(gpu_count=params["gpus"] or None, shared_memory=params["shared_memory"]),
+        constraints=BeakerConstraints(cluster=list(params["clusters"])) if params["clusters"] else None,
+        context=BeakerTaskContext(priority=BeakerJobPriority[params["priority"]], preemptible=params["preemptible"]),
+        result=BeakerResultSpec(path=params["result_path"]),
+        replicas=params["replicas"] if multi else None,
+        leader_selection=multi,
+        host_networking=multi,
+        propagate_failure=True if multi else None,
+    )
+    return BeakerExperimentSpec(budget=params["budget"], description=description, tasks=[task],
+                                retry=BeakerRetrySpec(allowed_task_retries=params["retries"]) if params["retries"] else None)
+
+
+class BeakerLauncher(Launcher):
+    def __init__(self, **params: Any) -> None:
+        self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                       for k, v in params.items()}
+        self.config: DictConfig | None = None
+        self.hydra_context = None
+        self.task_function = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def _check(self) -> str | None:
+        p = self.params
+        for key in ("workspace", "budget"):
+            if not p[key]:
+                raise ValueError(f"hydra.launcher.{key}: required to submit to Beaker")
+        if bool(p["image"]) == bool(p["docker_image"]):
+            raise ValueError("hydra.launcher.image or hydra.launcher.docker_image: set exactly one")
+        if p["priority"] not in PRIORITIES:
+            raise ValueError(f"hydra.launcher.priority: expected one of {', '.join(PRIORITIES)}, got {p['priority']!r}")
+        if p["replicas"] < 1 or p["gpus"] < 0:
+            raise ValueError("hydra.launcher.replicas must be at least 1 and hydra.launcher.gpus at least 0")
+        commit = _git("rev-parse", "HEAD")
+        if p["require_clean_git"] and _git("status", "--porcelain"):
+            raise ValueError("the git tree has uncommitted changes, which the job's image would not have: commit "
+                             "them (or set hydra.launcher.require_clean_git=false)")
+        return commit
+
+    def _client(self):
+        from beaker import Beaker
+        from beaker.exceptions import BeakerConfigurationError, BeakerSecretNotFound
+
+        try:
+            client = Beaker.from_env(default_workspace=self.params["workspace"], check_for_upgrades=False)
+        except BeakerConfigurationError:
+            raise ValueError("Beaker credentials: set BEAKER_TOKEN (or run `beaker account login`)") from None
+        for env_name, secret in self.params["secrets"].items():
+            try:
+                client.secret.get(secret)
+            except BeakerSecretNotFound:
+                raise ValueError(f"hydra.launcher.secrets.{env_name}: Beaker secret {secret!r} does not exist in "
+                                 f"workspace {self.params['workspace']}") from None
+        return client
+
+    def _script(self, module: str, overrides: list[str], sweep_config: DictConfig, run_name: str) -> str:
+        p = self.params
+        vllm = None
+        algo = sweep_config.get("algo")
+        if algo is not None and algo.get("generation") == "vllm_server":
+            from olmocr.train.grpo import vllm_server_command
+
+            model = sweep_config.model.get("name_or_path")
+            if not model:
+                raise ValueError("the GRPO server layout serves a hub model: model.name_or_path must be set")
+            vllm = vllm_server_command(model, "127.0.0.1", algo.vllm_server_port, algo.vllm_tensor_parallel_size,
+                                       algo.vllm_gpu_memory_utilization)
+        sync_to = f"{p['sync_to'].rstrip('/')}/{run_name}" if p["sync_to"] else None
+        return task_script(module, overrides, run_dir=f"{p['result_path'].rstrip('/')}/run", gpus=p["gpus"],
+                           replicas=p["replicas"], rendezvous_port=p["rendezvous_port"], vllm_server=vllm,
+                           sync_to=sync_to, setup=p["setup"])
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        module = stage_module(self.task_function)
+        commit = self._check()
+        client = None if self.params["dry_run"] else self._client()
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        returns = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            overrides = list(overrides)
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = f"beaker_{stamp}_{idx}"
+                sweep_config.hydra.job.num = idx
+            HydraConfig.instance().set_config(sweep_config)
+            job_dir = sweep_dir / str(sweep_config.hydra.sweep.subdir)
+            job_dir.mkdir(parents=True, exist_ok=True)
+            name = f"olmocr-{sweep_config.hydra.job.config_name}-{stamp}-{idx}".replace("_", "-")
+            task_overrides = [o for o in overrides if not o.startswith("hydra.")]
+            shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
+            description = self.params["description"] or " ".join(["python -m", module, *shown])
+            spec = build_spec(script=self._script(module, task_overrides, sweep_config, name),
+                              params=self.params, git_commit=commit, description=description)
+            spec_path = job_dir / "beaker_spec.yaml"
+            spec.to_file(spec_path)
+            task_cfg = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
+            ret = JobReturn(overrides=overrides, cfg=task_cfg, hydra_cfg=sweep_config, working_dir=str(job_dir),
+                            task_name=sweep_config.hydra.job.name, status=JobStatus.COMPLETED)
+            if client is None:
+                log.info("dry run: #%d %s -> %s", idx, " ".join(overrides), spec_path)
+                ret.return_value = {"spec": str(spec_path)}
+            else:
+                workload = client.experiment.create(spec=spec, name=name)
+                url = client.experiment.url(workload)
+                log.info("#%d %s submitted: %s", idx, " ".join(overrides), url)
+                ret.return_value = {"workload": workload.experiment.id, "name": name, "url": url}
+                if self.params["follow"]:
+                    self._follow(client, workload, ret)
+            returns.append(ret)
+        HydraConfig.instance().set_config(self.config)  # the launching process's own config again
+        return returns
+
+    def _follow(self, client, workload, ret: JobReturn) -> None:
+        """Stream the job's logs until it ends; its exit code decides the job's status."""
+        job = client.workload.get_latest_job(workload)
+        for chunk in client.job.logs(job, follow=True):
+            message = chunk.message
+            log.info("%s", (message.decode(errors="replace") if isinstance(message, bytes) else message).rstrip())
+        job = client.job.get(job.id)
+        code = job.status.exit_code
+        submitted = {**ret.return_value, "exit_code": code}
+        if code == 0:
+            ret.return_value = submitted
+        else:
+            ret.status = JobStatus.FAILED
+            ret.return_value = RuntimeError(f"Beaker job {job.id} exited with code {code}: {submitted['url']}")
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="beaker", node=BeakerLauncherConf, provider="olmocr")
