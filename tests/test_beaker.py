@@ -17,16 +17,29 @@ BASE = ["cluster=beaker", "hydra.launcher.workspace=ai2/olmocr", "hydra.launcher
 
 
 class FakeBeaker:
-    """beaker.Beaker at its API surface: records what would be submitted, plays back logs and exit codes."""
+    """beaker.Beaker at its API surface, with real protobuf types. It records what would be submitted;
+    with ``run=True`` it also runs each task's command here, as a one-node Beaker would (environment from
+    the spec, secrets by name, the result path as the result dataset); otherwise it plays back logs and
+    ``exit_code``."""
 
-    def __init__(self, secrets=("wandb_key",), exit_code=0):
-        self.created, self.secrets, self.exit_code = [], set(secrets), exit_code
+    def __init__(self, secrets=("wandb_key",), exit_code=0, run=False):
+        self.created, self.secrets, self.exit_code, self.run = [], set(secrets), exit_code, run
+        self.outcomes: dict[str, tuple[int, bytes, str]] = {}  # workload id -> exit code, log, result path
         fake = self
 
         class Experiments:
             def create(self, *, spec, name=None, workspace=None):
                 fake.created.append((name, spec))
-                return pb.Workload(experiment=pb.Experiment(id=f"01EXP{len(fake.created)}", name=name))
+                workload_id = f"01EXP{len(fake.created)}"
+                task = spec.tasks[0]
+                if fake.run:
+                    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+                    env.update({e.name: e.value if e.value is not None else f"secret:{e.secret}" for e in task.env_vars})
+                    proc = subprocess.run(task.command, cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=600)
+                    fake.outcomes[workload_id] = (proc.returncode, proc.stdout + proc.stderr, task.result.path)
+                else:
+                    fake.outcomes[workload_id] = (fake.exit_code, b"step 1/2 loss 6.9\ndone\n", "")
+                return pb.Workload(experiment=pb.Experiment(id=workload_id, name=name))
 
             def url(self, workload):
                 return f"https://beaker.org/ex/{workload.experiment.id}"
@@ -39,16 +52,26 @@ class FakeBeaker:
 
         class Workloads:
             def get_latest_job(self, workload, *, task=None, finalized=None):
-                return pb.Job(id=f"job-{workload.experiment.id}")
+                return pb.Job(id=workload.experiment.id)
 
         class Jobs:
             def logs(self, job, *, tail_lines=None, follow=None, since=None):
-                return [pb.JobLog(message=b"step 1/2 loss 6.9\n"), pb.JobLog(message=b"done\n")]
+                return [pb.JobLog(message=line + b"\n") for line in fake.outcomes[job.id][1].splitlines()]
 
             def get(self, job_id):
-                return pb.Job(id=job_id, status=pb.JobStatus(exit_code=fake.exit_code))
+                return pb.Job(id=job_id, status=pb.JobStatus(exit_code=fake.outcomes[job_id][0]))
+
+            def get_results(self, job):
+                path = fake.outcomes[job.id][2]
+                return pb.Dataset(id=path) if path else None
+
+        class Datasets:
+            def stream_file(self, dataset, file_path, **_):
+                with open(os.path.join(dataset.id, file_path), "rb") as fh:
+                    yield fh.read()
 
         self.experiment, self.secret, self.workload, self.job = Experiments(), Secrets(), Workloads(), Jobs()
+        self.dataset = Datasets()
 
 
 def launch(monkeypatch, tmp_path, overrides, fake=None, module="olmocr.synth"):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from hydra_plugins.olmocr_launchers.task_script import task_script
+from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
 
 from olmocr.config import PROJECT_ROOT
 
@@ -35,14 +35,14 @@ def samples_per_step(run_dir) -> list[int]:
 
 def test_one_process_and_torchrun(tmp_path, cache_dir):
     single = tmp_path / "single"
-    proc = run_script(task_script("olmocr.train", TINY + ["cluster=slurm"], run_dir=str(single)), cache_dir)
+    proc = run_script(task_script(stage_command("olmocr.train", TINY + ["cluster=slurm"], str(single)), run_dir=str(single)), cache_dir)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert samples_per_step(single) == [2, 2]
     overrides = (single / ".hydra" / "overrides.yaml").read_text()
     assert "cluster=local" in overrides and "cluster=slurm" not in overrides  # the task runs where it is
     double = tmp_path / "double"
-    proc = run_script(task_script("olmocr.train", TINY, run_dir=str(double), gpus=2), cache_dir)
+    proc = run_script(task_script(stage_command("olmocr.train", TINY, str(double)), run_dir=str(double), gpus=2), cache_dir)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert samples_per_step(double) == [4, 4]  # two ranks
@@ -52,7 +52,8 @@ def test_two_replicas_meet_at_the_leader(tmp_path, cache_dir):
     port = free_port()
     procs = []
     for rank in (0, 1):
-        script = task_script("olmocr.train", TINY, run_dir=str(tmp_path / f"replica{rank}"), replicas=2,
+        run_dir = str(tmp_path / f"replica{rank}")
+        script = task_script(stage_command("olmocr.train", TINY, run_dir), run_dir=run_dir, replicas=2,
                              rendezvous_port=port)
         procs.append(run_script(script, cache_dir, BEAKER_REPLICA_RANK=str(rank),
                                 BEAKER_LEADER_REPLICA_HOSTNAME="127.0.0.1"))
@@ -67,8 +68,8 @@ def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
     run_dir = tmp_path / "run"
-    script = task_script("olmocr.train", TINY + ["data.train.synth.roots=[/nonexistent]"], run_dir=str(run_dir),
-                         sync_to="s3://runs/exp1/")
+    script = task_script(stage_command("olmocr.train", TINY + ["data.train.synth.roots=[/nonexistent]"], str(run_dir)),
+                         run_dir=str(run_dir), sync_to="s3://runs/exp1/")
     proc = run_script(script, cache_dir)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "error:" in err  # the stage's own exit status is kept
@@ -78,8 +79,8 @@ def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
 
 
 def test_grpo_server_layout():
-    script = task_script("olmocr.train", ["+experiment=grpo_qwen25"], run_dir="/results/run", gpus=8,
-                         vllm_server=["trl", "vllm-serve", "--model", "m", "--port", "8000"])
+    script = task_script(stage_command("olmocr.train", ["+experiment=grpo_qwen25"], "/results/run"),
+                         run_dir="/results/run", gpus=8, vllm_server=["trl", "vllm-serve", "--model", "m", "--port", "8000"])
     lines = script.splitlines()
     assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model m --port 8000 &" in lines
     launch = next(line for line in lines if "accelerate launch" in line)
@@ -87,4 +88,4 @@ def test_grpo_server_layout():
     assert "+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run" in launch
     assert launch.endswith("algo.vllm_server_host=127.0.0.1 algo.vllm_server_port=8000")
     with pytest.raises(ValueError, match="at least 2 GPUs"):
-        task_script("olmocr.train", [], run_dir="/r", gpus=1, vllm_server=["trl", "vllm-serve"])
+        task_script(["olmocr.train"], run_dir="/r", gpus=1, vllm_server=["trl", "vllm-serve"])

@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.olmocr_launchers.task_script import task_script
+from hydra_plugins.olmocr_launchers import beaker_job
+from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +152,18 @@ class BeakerLauncher(Launcher):
                                  f"workspace {self.params['workspace']}") from None
         return client
 
-    def _script(self, module: str, overrides: list[str], sweep_config: DictConfig, run_name: str) -> str:
+    def _command(self, module: str | None, overrides: list[str], sweep_config: DictConfig) -> list[str]:
+        """``python -m`` arguments of the task: the stage with the job's overrides, or the shipped job."""
+        if module is not None:
+            return stage_command(module, overrides, self.run_dir)
+        state = (self.task_function, sweep_config, Singleton.get_state())
+        return ["hydra_plugins.olmocr_launchers.beaker_job", beaker_job.encode(state), self.params["result_path"]]
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.params['result_path'].rstrip('/')}/run"
+
+    def _script(self, command: list[str], sweep_config: DictConfig, run_name: str) -> str:
         p = self.params
         vllm = None
         algo = sweep_config.get("algo")
@@ -162,7 +176,7 @@ class BeakerLauncher(Launcher):
             vllm = vllm_server_command(model, "127.0.0.1", algo.vllm_server_port, algo.vllm_tensor_parallel_size,
                                        algo.vllm_gpu_memory_utilization)
         sync_to = f"{p['sync_to'].rstrip('/')}/{run_name}" if p["sync_to"] else None
-        return task_script(module, overrides, run_dir=f"{p['result_path'].rstrip('/')}/run", gpus=p["gpus"],
+        return task_script(command, run_dir=self.run_dir, gpus=p["gpus"],
                            replicas=p["replicas"], rendezvous_port=p["rendezvous_port"], vllm_server=vllm,
                            sync_to=sync_to, setup=p["setup"])
 
@@ -170,7 +184,11 @@ class BeakerLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        module = stage_module(self.task_function)
+        try:
+            module = stage_module(self.task_function)
+        except ValueError:
+            module = None  # shipped with the job instead (see beaker_job)
+            log.info("the task function has no `python -m` entry: it is shipped with each job")
         commit = self._check()
         client = None if self.params["dry_run"] else self._client()
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -189,8 +207,9 @@ class BeakerLauncher(Launcher):
             name = f"olmocr-{sweep_config.hydra.job.config_name}-{stamp}-{idx}".replace("_", "-")
             task_overrides = [o for o in overrides if not o.startswith("hydra.")]
             shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
-            description = self.params["description"] or " ".join(["python -m", module, *shown])
-            spec = build_spec(script=self._script(module, task_overrides, sweep_config, name),
+            description = self.params["description"] or " ".join(["python -m", module or "(shipped job)", *shown])
+            command = self._command(module, task_overrides, sweep_config)
+            spec = build_spec(script=self._script(command, sweep_config, name),
                               params=self.params, git_commit=commit, description=description)
             spec_path = job_dir / "beaker_spec.yaml"
             spec.to_file(spec_path)
@@ -206,18 +225,26 @@ class BeakerLauncher(Launcher):
                 log.info("#%d %s submitted: %s", idx, " ".join(overrides), url)
                 ret.return_value = {"workload": workload.experiment.id, "name": name, "url": url}
                 if self.params["follow"]:
-                    self._follow(client, workload, ret)
+                    ret = self._follow(client, workload, ret)
             returns.append(ret)
         HydraConfig.instance().set_config(self.config)  # the launching process's own config again
         return returns
 
-    def _follow(self, client, workload, ret: JobReturn) -> None:
-        """Stream the job's logs until it ends; its exit code decides the job's status."""
+    def _follow(self, client, workload, ret: JobReturn) -> JobReturn:
+        """Stream the job's logs until it ends. A shipped job's own JobReturn comes back from the result
+        dataset; otherwise the exit code decides the status."""
         job = client.workload.get_latest_job(workload)
         for chunk in client.job.logs(job, follow=True):
             message = chunk.message
             log.info("%s", (message.decode(errors="replace") if isinstance(message, bytes) else message).rstrip())
         job = client.job.get(job.id)
+        results = client.job.get_results(job)
+        if results is not None:
+            try:
+                data = b"".join(client.dataset.stream_file(results, beaker_job.RESULT_FILE))
+                return cloudpickle.loads(data)
+            except (FileNotFoundError, LookupError):
+                pass  # a stage run by `python -m` leaves no JobReturn: its exit code says how it went
         code = job.status.exit_code
         submitted = {**ret.return_value, "exit_code": code}
         if code == 0:
@@ -225,6 +252,7 @@ class BeakerLauncher(Launcher):
         else:
             ret.status = JobStatus.FAILED
             ret.return_value = RuntimeError(f"Beaker job {job.id} exited with code {code}: {submitted['url']}")
+        return ret
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="beaker", node=BeakerLauncherConf, provider="olmocr")

@@ -19,11 +19,12 @@ def stage_command(module: str, overrides: list[str], run_dir: str) -> list[str]:
     return [module, *kept, "cluster=local", f"hydra.run.dir={run_dir}"]
 
 
-def task_script(module: str, overrides: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1,
+def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1,
                 rendezvous_port: int = 29400, vllm_server: list[str] | None = None, vllm_port: int = 8000,
                 sync_to: str | None = None, setup: list[str] | None = None) -> str:
-    """A bash script; ``vllm_server`` (the server's command) selects the GRPO server layout."""
-    stage = " ".join(shlex.quote(a) for a in stage_command(module, overrides, run_dir))
+    """A bash script running ``python -m <command>`` (e.g. :func:`stage_command`) on the task's GPUs;
+    ``vllm_server`` (the server's command) selects the GRPO server layout."""
+    stage = " ".join(shlex.quote(a) for a in command)
     lines = ["set -uo pipefail"]
     if sync_to:
         target = shlex.quote(sync_to.rstrip("/"))
