@@ -99,7 +99,17 @@ def test_two_task_job_trains_through_submitits_local_executor(tmp_path, cache_di
     assert logs, "the second task ran"
 
 
-@pytest.mark.parametrize("cluster", ["local", "slurm", "frontier", "submitit_local"])
+LAUNCHERS = {"local": "BasicLauncher", "submitit_local": "LocalLauncher", "slurm": "OlmocrSlurmLauncher",
+             "frontier": "OlmocrSlurmLauncher", "beaker": "BeakerLauncher"}
+
+
+def test_every_cluster_file_is_checked():
+    from olmocr.config import CONF_DIR
+
+    assert sorted(p[:-5] for p in os.listdir(os.path.join(CONF_DIR, "cluster"))) == sorted(LAUNCHERS)
+
+
+@pytest.mark.parametrize("cluster", sorted(LAUNCHERS))
 def test_every_cluster_composes_for_every_stage(cluster):
     from hydra import compose, initialize_config_dir
 
@@ -109,5 +119,4 @@ def test_every_cluster_composes_for_every_stage(cluster):
     for config in ("train", "synth", "check_data", "bench"):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name=config, overrides=[f"cluster={cluster}"], return_hydra_config=True)
-        expected = {"local": "BasicLauncher", "submitit_local": "LocalLauncher"}.get(cluster, "OlmocrSlurmLauncher")
-        assert cfg.hydra.launcher._target_.endswith(expected), (config, cfg.hydra.launcher._target_)
+        assert cfg.hydra.launcher._target_.endswith(LAUNCHERS[cluster]), (config, cfg.hydra.launcher._target_)
