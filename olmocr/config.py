@@ -387,7 +387,9 @@ def validate(cfg: DictConfig) -> DictConfig:
                 example = "{root: ...}" if schema is BenchSourceConfig else "{roots: [...], weight: 1.0}"
                 raise ValueError(f"{path}.{name}: expected a mapping like {example}, got {entry!r}")
             # Written back with its defaults filled in, so readers see a complete entry.
-            entries[name] = _check_against(schema, entry, f"{path}.{name}", schema.__name__)
+            what = ("a bench {root, types, files, reference}; algo=grpo takes bench data: data=synth_bench, "
+                    "data=synthmix or your own" if schema is BenchSourceConfig else schema.__name__)
+            entries[name] = _check_against(schema, entry, f"{path}.{name}", what)
     return cfg
 
 

@@ -140,11 +140,13 @@ def test_spec_resources_replicas_mounts_and_retries(monkeypatch, tmp_path):
 
 
 def test_grpo_server_layout_spec(monkeypatch, tmp_path):
-    launch(monkeypatch, tmp_path, ["+experiment=grpo_qwen25", "hydra.launcher.dry_run=true", "hydra.launcher.gpus=8"],
-           module="olmocr.train")
+    launch(monkeypatch, tmp_path, ["+experiment=grpo_qwen25", "hydra.launcher.dry_run=true", "hydra.launcher.gpus=8",
+                                   "algo.vllm_server_port=8123"], module="olmocr.train")
     (spec,) = specs(tmp_path).values()
     script = spec["tasks"][0]["command"][2]
-    assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen2.5-VL-7B-Instruct --host 127.0.0.1 --port 8000" in script
+    # The server listens where the trainers' config looks for it.
+    assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen2.5-VL-7B-Instruct --host 127.0.0.1 --port 8123" in script
+    assert "algo.vllm_server_port=8123" in script and "algo.vllm_server_port=8000" not in script
     assert "CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 -m olmocr.train" in script
 
 

@@ -173,3 +173,5 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
                                max_steps=10, seed=0, use_cpu=True, eval_benches=False)
     assert (args.num_generations, args.temperature, args.beta) == \
         (cfg.algo.num_generations, cfg.algo.temperature, cfg.algo.beta)
+    assert (args.torch_compile, args.ddp_find_unused_parameters, args.gradient_checkpointing) == \
+        (cfg.trainer.compile, cfg.trainer.ddp_find_unused_parameters, cfg.trainer.activation_checkpointing)

@@ -137,12 +137,12 @@ def test_config_errors_come_before_any_work(tmp_path):
     assert "trl_args: no_such_option" in error(["+experiment=grpo_tiny", "+algo.trl_args.no_such_option=1"])
     assert "algo.generation" in error(["+experiment=grpo_tiny", "algo.generation=sglang"])
     assert "GRPO counts steps or epochs" in error(["+experiment=grpo_tiny", "trainer.max_duration.unit=tokens"])
-    with pytest.raises(ValueError, match=r"data\.train\.synth"):
+    with pytest.raises(ValueError, match=r"data\.train\.synth\.roots: .*algo=grpo takes bench data"):
         compose("train", ["algo=grpo", "rewards=olmocr2"])  # SFT sources are not benches
 
 
 def test_vllm_server_layout_command_and_unreachable_server(tmp_path):
-    from olmocr.train.grpo import vllm_server_command, wait_for_server
+    from olmocr.train.vllm_server import vllm_server_command, wait_for_server
 
     cmd = vllm_server_command("/ckpt/model", "10.0.0.5", 8001, 1, 0.9)
     assert cmd == ["trl", "vllm-serve", "--model", "/ckpt/model", "--host", "10.0.0.5", "--port", "8001",

@@ -86,6 +86,6 @@ def test_grpo_server_layout():
     launch = next(line for line in lines if "accelerate launch" in line)
     assert launch.startswith("CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 -m olmocr.train")
     assert "+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run" in launch
-    assert launch.endswith("algo.vllm_server_host=127.0.0.1 algo.vllm_server_port=8000")
+    assert launch.endswith("cluster=local hydra.run.dir=/results/run algo.vllm_server_host=127.0.0.1")
     with pytest.raises(ValueError, match="at least 2 GPUs"):
         task_script(["olmocr.train"], run_dir="/r", gpus=1, vllm_server=["trl", "vllm-serve"])

@@ -25,12 +25,11 @@ register_configs(builders=False)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
     from olmocr.bench.report import write_reports
-    from olmocr.bench.score import load_bench, run_tests, summarize
+    from olmocr.bench.score import check_group_by, load_bench, run_tests, summarize
     from olmocr.utils.runinfo import write_run_info
 
     validate(cfg)
-    if cfg.group_by not in ("file", "type"):
-        raise ValueError(f"group_by: expected 'file' or 'type', got {cfg.group_by!r}")
+    check_group_by(cfg.group_by)  # before any scoring
     if not os.path.isdir(cfg.candidates):
         raise ValueError(f"candidates: {cfg.candidates} is not a folder")
     bench = load_bench(cfg.bench_dir)

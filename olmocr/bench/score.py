@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from olmocr.bench.records import BenchTest, load_tests
-from olmocr.data.frontmatter import FrontMatterError, parse_document
+from olmocr.data.frontmatter import page_text
 
 
 @dataclass
@@ -69,11 +69,7 @@ def candidate_files(candidates: str, pdf: str, page: int) -> list[str]:
 
 def _page_text(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    try:  # outputs of models trained on front-matter targets: score the page text only
-        return parse_document(text)[1]
-    except FrontMatterError:
-        return text
+        return page_text(fh.read())
 
 
 @dataclass
@@ -131,11 +127,15 @@ def bootstrap_interval(groups: list[np.ndarray], samples: int, confidence: float
     return float(low), float(high)
 
 
+def check_group_by(group_by: str) -> None:
+    if group_by not in ("file", "type"):
+        raise ValueError(f"group_by: expected 'file' or 'type', got {group_by!r}")
+
+
 def summarize(results: list[TestResult], group_by: str = "file", samples: int = 1000, confidence: float = 0.95,
               seed: int = 0) -> dict:
     """Per-category and per-type pass rates, overall (mean over categories) and its bootstrap interval."""
-    if group_by not in ("file", "type"):
-        raise ValueError(f"group_by: expected 'file' or 'type', got {group_by!r}")
+    check_group_by(group_by)
     if not results:
         raise ValueError("no tests to score")
     by_category: dict[str, list[float]] = {}

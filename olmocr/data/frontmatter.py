@@ -133,6 +133,15 @@ def parse_document(document: str) -> tuple[PageMeta, str]:
     return meta, body
 
 
+def page_text(document: str) -> str:
+    """The page text of a model output: without its front matter when it has one that parses (outputs
+    of models trained on front-matter targets), else the whole output."""
+    try:
+        return parse_document(document)[1]
+    except FrontMatterError:
+        return document
+
+
 def write_document(meta: PageMeta, text: str) -> str:
     return meta.to_front_matter() + (text.strip("\n") + "\n" if text.strip() else "")
 

@@ -7,7 +7,8 @@ import json
 from collections.abc import Sequence
 
 from olmocr.bench.records import BenchTest, parse_test
-from olmocr.rewards.text import completion_body, completion_text
+from olmocr.data.frontmatter import page_text
+from olmocr.rewards.text import completion_text
 
 
 @functools.lru_cache(maxsize=4096)
@@ -57,7 +58,7 @@ def bench(completions: Sequence, tests: Sequence | None = None, log_metric=None,
         if not parsed:
             out.append(None)
             continue
-        by_type = outcomes(parsed, completion_body(completion_text(completion)))
+        by_type = outcomes(parsed, page_text(completion_text(completion)))
         for kind, results in by_type.items():
             totals.setdefault(kind, []).extend(results)
         out.append(score(by_type, macro))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rapidfuzz.distance import Levenshtein
 
 from olmocr.bench.tables import parse_tables
-from olmocr.data.frontmatter import FIELDS, FrontMatterError, parse_document
+from olmocr.data.frontmatter import FIELDS, FrontMatterError, page_text, parse_document
 from olmocr.data.text_rules import split_math
 
 _HTML_TABLE = re.compile(r"<table\b", re.I)
@@ -84,16 +84,8 @@ def front_matter(completions: Sequence, reference: Sequence | None = None, **_) 
     return out
 
 
-def completion_body(text: str) -> str:
-    """The page text of a completion: without its front matter when it has one that parses."""
-    try:
-        return parse_document(text)[1]
-    except FrontMatterError:
-        return text
-
-
 def _counts(text: str) -> tuple[int, int]:
-    body = completion_body(text)
+    body = page_text(text)
     return len(_HTML_TABLE.findall(body)), sum(is_math for is_math, _ in split_math(body))
 
 

@@ -15,9 +15,6 @@ import json
 import logging
 import math
 import os
-import time
-import urllib.error
-import urllib.request
 
 import trl
 from omegaconf import DictConfig, OmegaConf
@@ -36,8 +33,6 @@ def check(cfg: DictConfig, world_size: int) -> None:
     algo, t = cfg.algo, cfg.trainer
     if not cfg.rewards:
         raise ValueError("algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)")
-    if cfg.data.get("train") is None or any("root" not in b for b in cfg.data.train.values()):
-        raise ValueError("algo=grpo needs bench data (data=synth_bench or data=synthmix): prompts are bench pages")
     if algo.generation not in GENERATION_BACKENDS:
         raise ValueError(f"algo.generation: expected one of {', '.join(GENERATION_BACKENDS)}, got {algo.generation!r}")
     if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
@@ -73,33 +68,6 @@ def eos_token_ids(processor, model) -> list[int]:
     return ids if eos in ids else [eos, *ids]
 
 
-def vllm_server_command(model_path: str, host: str, port: int, tensor_parallel_size: int,
-                        gpu_memory_utilization: float, max_model_len: int | None = None) -> list[str]:
-    """The generation server of the server layout, on its own GPU(s): trl's vLLM server."""
-    cmd = ["trl", "vllm-serve", "--model", model_path, "--host", host, "--port", str(port),
-           "--tensor-parallel-size", str(tensor_parallel_size),
-           "--gpu-memory-utilization", str(gpu_memory_utilization)]
-    if max_model_len is not None:
-        cmd += ["--max-model-len", str(max_model_len)]
-    return cmd
-
-
-def wait_for_server(host: str, port: int, timeout: float, command: list[str]) -> None:
-    url = f"http://{host}:{port}/health/"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() >= deadline:
-            raise ValueError(f"vLLM server {url} not healthy after {timeout:.0f}s: start it on its own GPU with "
-                             f"`{' '.join(command)}` (algo.vllm_server_host/port say where it is)")
-        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
-
-
 def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int, seed: int, use_cpu: bool,
                    eval_benches: bool, reward_weights: list[float] | None = None):
     """trl's GRPOConfig from our trainer and algo keys (``algo.trl_args`` passed through last)."""
@@ -114,7 +82,8 @@ def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int
         output_dir=output_dir, max_steps=max_steps, seed=seed, use_cpu=use_cpu, bf16=t["precision"] == "bf16",
         per_device_train_batch_size=t["batch_size"], gradient_accumulation_steps=t["grad_accum"],
         max_grad_norm=t["clip_grad_norm"] or 0.0, gradient_checkpointing=t["activation_checkpointing"],
-        dataloader_num_workers=t["num_workers"], deepspeed=deepspeed,
+        dataloader_num_workers=t["num_workers"], deepspeed=deepspeed, torch_compile=t["compile"],
+        ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
         save_total_limit=t["keep_last"],
         eval_strategy="steps" if eval_benches and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
@@ -153,6 +122,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.rewards import build_rewards
     from olmocr.train.callbacks import HFTrainerBridge, MetricsFile
     from olmocr.train.distributed import init_distributed
+    from olmocr.train.vllm_server import vllm_server_command, wait_for_server
     from olmocr.utils.runinfo import write_run_info
 
     dist_info = init_distributed(cfg.trainer.device)

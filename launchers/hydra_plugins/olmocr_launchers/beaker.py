@@ -168,7 +168,7 @@ class BeakerLauncher(Launcher):
         vllm = None
         algo = sweep_config.get("algo")
         if algo is not None and algo.get("generation") == "vllm_server":
-            from olmocr.train.grpo import vllm_server_command
+            from olmocr.train.vllm_server import vllm_server_command
 
             model = sweep_config.model.get("name_or_path")
             if not model:

@@ -20,8 +20,7 @@ def stage_command(module: str, overrides: list[str], run_dir: str) -> list[str]:
 
 
 def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1,
-                rendezvous_port: int = 29400, vllm_server: list[str] | None = None, vllm_port: int = 8000,
-                sync_to: str | None = None, setup: list[str] | None = None) -> str:
+                rendezvous_port: int = 29400, vllm_server: list[str] | None = None, sync_to: str | None = None, setup: list[str] | None = None) -> str:
     """A bash script running ``python -m <command>`` (e.g. :func:`stage_command`) on the task's GPUs;
     ``vllm_server`` (the server's command) selects the GRPO server layout."""
     stage = " ".join(shlex.quote(a) for a in command)
@@ -38,8 +37,9 @@ def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: in
         lines += [
             "CUDA_VISIBLE_DEVICES=0 " + " ".join(shlex.quote(a) for a in vllm_server) + " &",
             "server=$!",
+            # The server runs in this task; the stage's own algo.vllm_server_port already names its port.
             f"CUDA_VISIBLE_DEVICES={trainers} accelerate launch --num_processes {gpus - 1} -m {stage} "
-            f"algo.vllm_server_host=127.0.0.1 algo.vllm_server_port={vllm_port}",
+            "algo.vllm_server_host=127.0.0.1",
             "status=$?",
             "kill $server 2>/dev/null",
             "exit $status",
