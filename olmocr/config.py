@@ -213,6 +213,9 @@ class BenchConfig:
     bench_dir: str = MISSING  # test files (*.jsonl, one category each) and the PDFs they name
     candidates: str = MISSING  # <pdf path without .pdf>_pg<page>_repeat<n>.md files
     group_by: str = "file"  # categories: one per test file (olmOCR-bench), or one per test type
+    repeat_rule: str = "majority"  # a test passes on most repeats (olmOCR-bench), or "mean": share passing
+    skip_baseline: bool = False  # drop every baseline test, the implicit ones (one per PDF) included
+    skip_rejected: bool = False  # leave out tests marked checked: rejected (olmOCR-bench runs them)
     workers: int | None = None  # processes scoring pages; null: one per core
     bootstrap_samples: int = 1000
     confidence: float = 0.95

@@ -16,21 +16,33 @@ from olmocr.bench.score import bootstrap_interval, load_bench, run_tests, summar
 
 @pytest.fixture
 def bench(tmp_path):
-    """The bundled eval pages as a two-category bench, with truth outputs (two repeats) for all but one page."""
+    """The bundled eval pages as a two-category bench, with truth outputs (two repeats) for all but one
+    page, a PDF no test names, and test lines the scorer must report or warn about."""
     src = os.path.join(SAMPLE, "eval")
     bench_dir, cand = tmp_path / "bench", tmp_path / "cand"
     shutil.copytree(os.path.join(src, "pdfs"), bench_dir / "pdfs", ignore=shutil.ignore_patterns("*.md"))
     lines = open(os.path.join(src, "synth.jsonl"), encoding="utf-8").read().splitlines()
     tables = [line for line in lines if '"type": "table"' in line or '"type": "math"' in line]
     rest = [line for line in lines if line not in tables]
-    (bench_dir / "structure.jsonl").write_text("\n".join(tables) + "\n")
-    (bench_dir / "text.jsonl").write_text("\n".join(rest) + '\n{"type": "present", "pdf": "x.pdf"}\nnot json\n')
-    cand.mkdir()
     pages = sorted({json.loads(line)["pdf"][:-4] for line in lines})
-    for i, name in enumerate(pages):
+    extra = [
+        '{"type": "present", "pdf": "x.pdf"}',  # no page: malformed
+        "not json",
+        '{"type": "shape", "pdf": "x.pdf", "page": 1, "id": "s"}',  # a type no scorer knows
+        json.dumps({"type": "absent", "pdf": f"{pages[1]}.pdf", "page": 1, "id": "extra_field", "text": "zzqx",
+                    "reviewer": "me"}),  # an unknown field: warned about, the test kept
+        json.dumps({"type": "present", "pdf": f"{pages[1]}.pdf", "page": 1, "id": "rejected", "text": "zzqx",
+                    "checked": "rejected"}),  # run, unless skip_rejected
+    ]
+    (bench_dir / "structure.jsonl").write_text("\n".join(tables) + "\n")
+    (bench_dir / "text.jsonl").write_text("\n".join(rest + extra) + "\n")
+    shutil.copy(os.path.join(src, "pdfs", pages[2] + ".pdf"), bench_dir / "pdfs" / "untested.pdf")
+    cand.mkdir()
+    for i, name in enumerate(pages + ["untested"]):
         if i == 0:
             continue  # no output for the first page
-        with open(os.path.join(src, "pdfs", name + ".md"), encoding="utf-8") as fh:
+        md = os.path.join(src, "pdfs", (name if name != "untested" else pages[2]) + ".md")
+        with open(md, encoding="utf-8") as fh:
             text = fh.read()  # front matter included: the bench scores the page text only
         (cand / f"{name}_pg1_repeat1.md").write_text(text)
         (cand / f"{name}_pg1_repeat2.md").write_text(text if i != 1 else "")  # one bad repeat
@@ -44,32 +56,64 @@ def test_cli_writes_both_reports(bench, tmp_path):
                            "workers=2", f"hydra.run.dir={run_dir}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((run_dir / "results.json").read_text())
-    tests, _ = load_tests(os.path.join(SAMPLE, "eval", "synth.jsonl"))
+    tests = load_tests(os.path.join(SAMPLE, "eval", "synth.jsonl")).tests
     first, second = [t for t in tests if t.pdf == pages[0] + ".pdf"], [t for t in tests if t.pdf == pages[1] + ".pdf"]
-    # Malformed lines are reported by file:line and skipped.
+    # Malformed lines and unknown types are reported by file:line and skipped; unknown fields are warnings.
     text_file = bench_dir / "text.jsonl"
-    assert result["malformed"] == [f"{text_file}:{n_text + 1}: present test: missing field 'page'",
-                                   f"{text_file}:{n_text + 2}: Expecting value: line 1 column 1 (char 0)"]
-    # The missing page fails all its tests; the page with an empty repeat scores 1/2 on tests "" fails.
+    assert result["malformed"] == [
+        f"{text_file}:{n_text + 1}: present test: missing field 'page'",
+        f"{text_file}:{n_text + 2}: Expecting value: line 1 column 1 (char 0)",
+        f"{text_file}:{n_text + 3}: unknown test type 'shape' (expected one of present, absent, order, table, math, "
+        "baseline, format, footnote)"]
+    assert result["warnings"] == [f"{text_file}:{n_text + 4}: unknown field(s) reviewer, ignored"]
+    # Every test's verdict is listed, passes too; the PDF without tests got a baseline test of its own.
+    rows = {row["id"]: row for row in result["results"]}
+    assert len(rows) == len(tests) + 3 and result["implicit_baselines"] == 1
+    implicit = rows["untested.pdf_baseline"]
+    assert implicit["category"] == "baseline" and implicit["passed"] and implicit["repeats"] == 2
+    assert result["categories"]["baseline"] == {"tests": 1, "pass_rate": 1.0}
+    assert rows["extra_field"]["passed"] and not rows["rejected"]["passed"]  # checked: rejected tests run
+    # The missing page fails all its tests; on the page with an empty repeat a test passes on 1 of 2
+    # repeats, which is not more than half: it fails (repeat_rule=majority).
     assert result["missing_pages"] == [f"{pages[0]}.pdf page 1"]
-    failed = {f["id"]: f for f in result["failed"]}
-    assert {t.id for t in first} <= set(failed)
-    assert all(failed[t.id]["explanation"].startswith("no candidate output") for t in first)
+    assert all(rows[t.id]["repeats"] == 0 and rows[t.id]["explanation"].startswith("no candidate output")
+               for t in first)
     empty_fails = [t for t in second if not t.run("")[0]]
-    assert empty_fails and all(failed[t.id]["score"] == 0.5 for t in empty_fails)
-    assert all("repeat2.md" in failed[t.id]["explanation"] for t in empty_fails)
-    assert len(failed) == len(first) + len(empty_fails)
-    # Overall is the mean of the two category rates.
+    assert empty_fails and all(rows[t.id]["repeats_passed"] == 1 and not rows[t.id]["passed"] for t in empty_fails)
+    assert all("repeat2.md" in rows[t.id]["explanation"] for t in empty_fails)
+    # Overall is the mean of the category rates; overall_score the mean of repeat averages.
     cats = result["categories"]
-    assert set(cats) == {"structure", "text"}
-    assert result["overall"] == pytest.approx((cats["structure"]["pass_rate"] + cats["text"]["pass_rate"]) / 2)
+    assert set(cats) == {"structure", "text", "baseline"} and result["repeat_rule"] == "majority"
+    assert result["overall"] == pytest.approx(sum(c["pass_rate"] for c in cats.values()) / 3)
+    values = [row["repeats_passed"] / row["repeats"] if row["repeats"] else 0 for row in result["results"]]
+    assert result["overall_score"] == pytest.approx(sum(values) / len(values))
     assert result["ci"]["low"] <= result["overall"] <= result["ci"]["high"]
-    assert sum(row["tests"] for row in result["types"].values()) == len(tests)
     report = (run_dir / "report.md").read_text()
     assert f"**Overall {100 * result['overall']:.1f}**" in report
-    assert "## Missing outputs (1 page(s)" in report and "## Malformed test lines (2, skipped)" in report
-    assert f"## Failed tests ({len(failed)})" in report
+    assert "## Missing outputs (1 page(s)" in report and "## Malformed test lines (3, skipped)" in report
+    assert "## Warnings (1)" in report and "1 PDF(s) without a baseline test got one" in report
     assert "overall" in proc.stdout and "tests/s" in proc.stdout
+
+
+def test_scoring_options(bench, tmp_path):
+    from olmocr.bench.__main__ import run
+    from olmocr.config import compose
+
+    bench_dir, cand, pages, _ = bench
+    for name in "abcd":
+        (tmp_path / name).mkdir()
+    default = run(compose("bench", [f"bench_dir={bench_dir}", f"candidates={cand}", "workers=1"]), str(tmp_path / "a"))
+    mean = run(compose("bench", [f"bench_dir={bench_dir}", f"candidates={cand}", "workers=1", "repeat_rule=mean"]),
+               str(tmp_path / "b"))
+    # half-passing tests count 1/2 under the mean rule and 0 under the majority rule
+    assert mean["categories"]["text"]["pass_rate"] > default["categories"]["text"]["pass_rate"]
+    assert mean["overall_score"] == default["overall_score"]
+    skipped = run(compose("bench", [f"bench_dir={bench_dir}", f"candidates={cand}", "workers=1",
+                                    "skip_baseline=true", "skip_rejected=true"]), str(tmp_path / "c"))
+    assert "baseline" not in skipped["categories"] and "baseline" not in skipped["types"]
+    assert skipped["tests"] == default["tests"] - 1 - default["types"]["baseline"]["tests"]
+    with pytest.raises(ValueError, match="repeat_rule: expected one of majority, mean"):
+        run(compose("bench", [f"bench_dir={bench_dir}", f"candidates={cand}", "repeat_rule=best"]), str(tmp_path / "d"))
 
 
 def test_perfect_outputs_score_100_and_parallel_equals_serial(bench):
@@ -80,13 +124,16 @@ def test_perfect_outputs_score_100_and_parallel_equals_serial(bench):
     loaded = load_bench(str(bench_dir))
     serial = run_tests(loaded, str(cand), workers=1)
     parallel = run_tests(loaded, str(cand), workers=2)
-    assert [(r.test.id, r.score) for r in serial] == [(r.test.id, r.score) for r in parallel]
+    assert [(r.test.id, r.passed, r.repeats) for r in serial] == [(r.test.id, r.passed, r.repeats) for r in parallel]
+    loaded.tests = [(c, t) for c, t in loaded.tests if t.id != "rejected"]  # this one is meant to fail
+    serial = run_tests(loaded, str(cand), workers=1)
     summary = summarize(serial)
     assert summary["overall"] == 1.0 and summary["ci"] == {"low": 1.0, "high": 1.0, "confidence": 0.95,
                                                            "bootstrap_samples": 1000}
     assert summary["passed"] == summary["tests"] and summary["missing_pages"] == []
     by_type = summarize(serial, group_by="type")
     assert set(by_type["categories"]) == {"present", "absent", "order", "table", "math", "baseline"}
+    assert summary["overall_score"] == 1.0
 
 
 def test_bootstrap_interval_is_stratified_and_seeded():

@@ -104,8 +104,10 @@ def test_bench_accepts_records_json_and_chat_completions():
     expected = [1.0]
     assert bench([chat], tests=[json.dumps(tests)]) == expected
     assert bench([chat], tests=[[parse_test(t) for t in tests]]) == expected
-    with pytest.raises(ValueError, match="unknown field"):
-        bench(["x"], tests=[[{**tests[0], "txt": "typo"}]])
+    # fields no test type knows are ignored (the bench loader warns about them); a broken record is an error
+    assert bench([chat], tests=[[{**t, "reviewer": "me"} for t in tests]]) == expected
+    with pytest.raises(ValueError, match="missing field 'text'"):
+        bench(["x"], tests=[[{k: v for k, v in tests[0].items() if k != "text"}]])
 
 
 def test_eos():

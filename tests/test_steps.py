@@ -12,7 +12,7 @@ from olmocr.data.pipeline import build_pipeline
 from olmocr.data.prompts import PROMPT_V4
 from olmocr.data.render import render_page
 from olmocr.data.steps import (
-    IGNORE_INDEX, AnchorText, BuildMessages, BuildPrompt, BuildTarget, CheckPdf, DropRotated, NormalizeLatex,
+    IGNORE_INDEX, AnchorText, AnnotateTables, BuildMessages, BuildPrompt, BuildTarget, CheckPdf, DropRotated, NormalizeLatex,
     ParseFrontMatter, RandomTokenFlip, Reject, RenderPage, RotationAugmentation, RuleFilter,
 )
 
@@ -197,6 +197,32 @@ def test_prompts_and_targets():
     assert '"natural_text": "Tekst"' in js
     with pytest.raises(ValueError, match="front_matter, json"):
         BuildTarget("yaml")
+
+
+def test_annotate_tables_modes():
+    text = ('Intro <table border="1"><tr><th colspan="2">Head</th></tr><tr><td>a</td><td>' + "b" * 60 + "</td></tr>"
+            '<tr><td rowspan="2">c</td><td>d</td></tr></table> then <TABLE data-totalrows="9"><tr><td>q</td></tr></TABLE>')
+    dims = AnnotateTables("annotate_dims")({"text": text})["text"]
+    # the grid with spans laid out: the last row span reaches a fourth row; a tag with dims is kept
+    assert '<table border="1" data-totalrows="4" data-totalcols="2"><tr>' in dims
+    assert '<TABLE data-totalrows="9"><tr>' in dims and dims.count("data-totalcols") == 1
+    preview = AnnotateTables("firstrowpreview")({"text": text})["text"]
+    # row 1 is one spanning cell, so the preview is row 2; long values are cut to 50 characters
+    assert f'<table border="1"><!-- Sample row (2): Column 1: a, Column 2: {"b" * 47}... --><tr>' in preview
+    assert '<TABLE data-totalrows="9"><!-- Sample row (1): Column 1: q --><tr>' in preview
+    assert AnnotateTables("annotate_dims")({"text": "no tables"})["text"] == "no tables"
+    with pytest.raises(ValueError, match="annotate_dims, firstrowpreview"):
+        AnnotateTables("dims")
+
+
+def test_annotate_tables_in_the_step_list():
+    stem = first_page(lambda meta, text: "<table" in text)
+    steps = v4_steps(drop=("tokenize",))
+    steps["tables"] = {"_target_": "olmocr.data.steps.AnnotateTables", "mode": "annotate_dims", "_after_": "rules"}
+    pipeline = build_pipeline(steps)
+    assert list(pipeline.steps).index("tables") == list(pipeline.steps).index("rules") + 1
+    target = pipeline(sample_for(stem))["target"]
+    assert 'data-totalrows="' in target and target.startswith("---\n")
 
 
 def test_message_order():

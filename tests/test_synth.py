@@ -39,8 +39,9 @@ def test_every_file_round_trips(pages):
             assert image.size[0] > image.size[1] or info.width > info.height
         if meta.primary_language is None:
             assert text == ""
-    tests, errors = load_tests(os.path.join(out, "synth.jsonl"))
-    assert errors == [] and len(tests) == sum(v for k, v in counts.items() if k.startswith("test:"))
+    loaded = load_tests(os.path.join(out, "synth.jsonl"))
+    tests = loaded.tests
+    assert loaded.errors == loaded.warnings == [] and len(tests) == sum(v for k, v in counts.items() if k.startswith("test:"))
     assert {t.type for t in tests} == {"present", "absent", "order", "table", "math", "baseline"}
     assert {t.pdf for t in tests} <= set(pdfs)
     assert len({t.id for t in tests}) == len(tests)
@@ -57,7 +58,7 @@ def test_tests_agree_with_the_truth(pages):
         if name.endswith(".md"):
             with open(os.path.join(out, "pdfs", name), encoding="utf-8") as fh:
                 truth[name[:-3] + ".pdf"] = parse_document(fh.read())[1]
-    tests, _ = load_tests(os.path.join(out, "synth.jsonl"))
+    tests = load_tests(os.path.join(out, "synth.jsonl")).tests
     for t in tests:
         text = truth[t.pdf]
         if t.type == "present":

@@ -25,16 +25,18 @@ register_configs(builders=False)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
     from olmocr.bench.report import write_reports
-    from olmocr.bench.score import check_group_by, load_bench, run_tests, summarize
+    from olmocr.bench.score import check_options, load_bench, run_tests, summarize
     from olmocr.utils.runinfo import write_run_info
 
     validate(cfg)
-    check_group_by(cfg.group_by)  # before any scoring
+    check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
     if not os.path.isdir(cfg.candidates):
         raise ValueError(f"candidates: {cfg.candidates} is not a folder")
-    bench = load_bench(cfg.bench_dir)
+    bench = load_bench(cfg.bench_dir, skip_baseline=cfg.skip_baseline, skip_rejected=cfg.skip_rejected)
     for line in bench.malformed:
         log.warning("malformed test, skipped: %s", line)
+    for line in bench.warnings:
+        log.warning("%s", line)
     if not bench.tests:
         raise ValueError(f"bench_dir: no valid tests in {cfg.bench_dir}")
     if any(test.type == "math" for _, test in bench.tests):
@@ -42,19 +44,20 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     start = time.perf_counter()
     results = run_tests(bench, cfg.candidates, workers=cfg.workers or os.cpu_count() or 1)
     seconds = time.perf_counter() - start
-    summary = summarize(results, cfg.group_by, cfg.bootstrap_samples, cfg.confidence, cfg.seed)
+    summary = summarize(results, cfg.group_by, cfg.repeat_rule, cfg.bootstrap_samples, cfg.confidence, cfg.seed)
     json_path, md_path = write_reports(output_dir, summary, results, bench, bench_dir=cfg.bench_dir,
                                        candidates=cfg.candidates, max_failures_listed=cfg.max_failures_listed)
     summary["tests_per_second"] = round(len(results) / max(seconds, 1e-9), 1)
-    write_run_info(output_dir, summary={k: summary[k] for k in ("overall", "ci", "tests", "passed",
-                                                                 "tests_per_second")})
+    write_run_info(output_dir, summary={k: summary[k] for k in ("overall", "ci", "overall_score", "tests",
+                                                                 "passed", "tests_per_second")})
     ci = summary["ci"]
     for name, row in summary["categories"].items():
         log.info("%-24s %5d tests  %5.1f%%", name, row["tests"], 100 * row["pass_rate"])
-    log.info("overall %.1f%% (%d%% CI %.1f-%.1f) over %d tests, %d pages missing, %d malformed lines; "
-             "%.0f tests/s", 100 * summary["overall"], round(100 * ci["confidence"]), 100 * ci["low"],
-             100 * ci["high"], len(results), len(summary["missing_pages"]), len(bench.malformed),
-             summary["tests_per_second"])
+    log.info("overall %.1f%% (%d%% CI %.1f-%.1f), overall_score %.1f%%, over %d tests (%d implicit baselines); "
+             "%d pages missing, %d malformed lines, %d warnings; %.0f tests/s", 100 * summary["overall"],
+             round(100 * ci["confidence"]), 100 * ci["low"], 100 * ci["high"], 100 * summary["overall_score"],
+             len(results), bench.implicit_baselines, len(summary["missing_pages"]), len(bench.malformed),
+             len(bench.warnings), summary["tests_per_second"])
     log.info("reports: %s, %s", md_path, json_path)
     return summary
 

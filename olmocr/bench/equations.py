@@ -33,25 +33,29 @@ class Node(NamedTuple):
 
 # -- finding equations in markdown ------------------------------------------------------------------------------
 _ENVIRONMENTS = r"equation|align|alignat|gather|multline|eqnarray|flalign|displaymath"
-_DISPLAY = re.compile(
-    r"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|"
-    rf"(?P<env>\\begin\{{(?P<name>{_ENVIRONMENTS})\*?\}}.+?\\end\{{(?P=name)\*?\}})",
-    re.DOTALL,
-)
-_INLINE = re.compile(r"\\\((?P<a>.+?)\\\)|(?<![\\$])\$(?!\$)(?P<b>[^\n]+?)(?<![\\$])\$", re.DOTALL)
+_ENV = rf"(?P<env>\\begin\{{(?P<name>{_ENVIRONMENTS})\*?\}}.+?\\end\{{(?P=name)\*?\}})"
+# (display, inline) patterns, with and without dollar delimiters
+_PATTERNS = {
+    True: (re.compile(rf"\$\$(?P<a>.+?)\$\$|\\\[(?P<b>.+?)\\\]|{_ENV}", re.DOTALL),
+           re.compile(r"\\\((?P<a>.+?)\\\)|(?<![\\$])\$(?!\$)(?P<b>[^\n]+?)(?<![\\$])\$", re.DOTALL)),
+    False: (re.compile(rf"\\\[(?P<b>.+?)\\\]|{_ENV}", re.DOTALL),
+            re.compile(r"\\\((?P<a>.+?)\\\)", re.DOTALL)),
+}
 
 
-def extract_equations(markdown: str) -> list[str]:
+def extract_equations(markdown: str, dollars: bool = True) -> list[str]:
     """Every equation in an OCR output: ``$$…$$``, ``\\[…\\]``, bare equation environments, ``\\(…\\)``
-    and ``$…$`` (not ``\\$``), in that priority, each span counted once."""
+    and ``$…$`` (not ``\\$``), in that priority, each span counted once; ``dollars=False`` leaves out
+    the two dollar-delimited forms (a test's ``ignore_dollar_delimited``)."""
     found: list[str] = []
 
     def take(match: re.Match) -> str:
         groups = match.groupdict()
-        found.append(groups["a"] or groups["b"] or groups.get("env"))
+        found.append(groups.get("a") or groups.get("b") or groups.get("env"))
         return " "
 
-    _INLINE.sub(take, _DISPLAY.sub(take, markdown))
+    display, inline = _PATTERNS[dollars]
+    inline.sub(take, display.sub(take, markdown))
     return [eq.strip() for eq in found if eq.strip()]
 
 
@@ -145,20 +149,39 @@ _POSITIONAL = {"mfrac", "msup", "msub", "msubsup", "munder", "mover", "munderove
 _KEPT_ATTRS = {"mathvariant", "linethickness", "notation"}
 # Function application, invisible times/separator/plus: they render as nothing.
 _INVISIBLE = {"\u2061", "\u2062", "\u2063", "\u2064", "\u200b"}
-_WHITESPACE = re.compile(r"[\s\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
 
 
-def _attrs(el: ET.Element, text: str) -> tuple[tuple[str, str], ...]:
+def _attrs(el: ET.Element) -> tuple[tuple[str, str], ...]:
     out = []
     for key, value in sorted(el.attrib.items()):
         if key not in _KEPT_ATTRS:
             continue
         if key == "linethickness":
             value = "0" if re.fullmatch(r"0+(\.0*)?[a-z]*", value) else value
-        if key == "mathvariant" and value == "normal" and len(text) > 1:
-            continue  # a multi-letter identifier is upright anyway (\sin vs \operatorname{sin})
+        if key == "mathvariant" and value in ("normal", "italic"):
+            continue  # upright or slanted, the same letters (\text{x} vs x, \operatorname{sin} vs \sin)
         out.append((key, value))
     return tuple(out)
+
+
+# Token text splits into atoms: whole numbers, single letters, single other symbols; spaces go.
+_ATOM = re.compile(r"(?P<mn>\d+(?:\.\d+)*)|(?P<mi>[^\W\d_])|(?P<space>\s)|(?P<mo>.)", re.S)
+
+
+def _atoms(el: ET.Element) -> list[Node]:
+    """A token element (identifier, number, operator, text) as atoms, so that how the TeX grouped its
+    characters does not matter: ``\text{ mod 4}`` and ``\text{ mod } 4``, ``\\operatorname{Ann}`` and
+    ``\text{Ann}`` give the same atoms; a number stays whole, so ``5`` is not found in ``57``."""
+    text = "".join(ch for ch in "".join(el.itertext()) if ch not in _INVISIBLE)
+    attrs = _attrs(el)
+    return [Node(m.lastgroup, attrs, m.group(), ()) for m in _ATOM.finditer(text) if m.lastgroup != "space"]
+
+
+# Big operators whose limits KaTeX sets beside (\int) or above and below (\sum, \lim, \limits): the
+# same limits either way.
+_BIG_OPERATORS = set("∫∬∭∮∯∰∑∏∐⋀⋁⋂⋃⨀⨁⨂⨄⨆") | {"lim", "liminf", "limsup", "max", "min", "sup", "inf", "det",
+                                                 "gcd", "Pr"}
+_LIMITS_AS_SCRIPTS = {"munderover": "msubsup", "munder": "msub", "mover": "msup"}
 
 
 _OPEN, _CLOSE = "([{|\u2016\u27e8\u230a\u2308", ")]}|\u2016\u27e9\u230b\u2309"
@@ -186,24 +209,57 @@ def _row(nodes: list[Node]) -> tuple[Node, ...]:
     return tuple(merged)
 
 
+def _one(nodes: list[Node]) -> Node:
+    return nodes[0] if len(nodes) == 1 else Node("mrow", (), "", _row(nodes))
+
+
+def _positional(el: ET.Element, tag: str) -> Node:
+    parts = [_one(_normalize(child)) for child in el]
+    if tag in ("mover", "munder") and len(parts) == 2 and "true" in (el.get("accent"), el.get("accentunder")):
+        accent = el[1]
+        if accent.tag.rsplit("}", 1)[-1] == "mo" and accent.get("stretchy") == "true":
+            # \widehat and \hat draw different accents: keep what the stretchy one is
+            parts[1] = parts[1]._replace(attrs=(*parts[1].attrs, ("stretchy", "true")))
+    if tag in _LIMITS_AS_SCRIPTS and parts and "".join(a.text for a in _leaves(parts[0])) in _BIG_OPERATORS:
+        tag = _LIMITS_AS_SCRIPTS[tag]
+    return Node(tag, _attrs(el), "", tuple(parts))
+
+
+def _leaves(node: Node):
+    if not node.children:
+        yield node
+    for child in node.children:
+        yield from _leaves(child)
+
+
+def _table(el: ET.Element) -> Node:
+    """A table; in an alignment (columns set left or right: aligned, cases, split, …) the cells of a
+    row are one run of symbols, since where the & goes is layout; matrix cells stay apart."""
+    alignment = bool({"left", "right"} & set(el.get("columnalign", "").split()))
+    rows = []
+    for row in el:
+        cells = [[node for part in cell for node in _normalize(part)] for cell in row]  # each <mtd>'s content
+        if alignment:
+            rows.append(Node("mtr", (), "", _row([node for cell in cells for node in cell])))
+        else:
+            rows.append(Node("mtr", (), "", tuple(Node("mtd", (), "", _row(nodes)) for nodes in cells)))
+    return Node("mtable", (), "", tuple(rows))
+
+
 def _normalize(el: ET.Element) -> list[Node]:
     tag = el.tag.rsplit("}", 1)[-1]
     if tag in _DROPPED:
         return []
     if tag in ("mi", "mn", "mo", "mtext", "ms"):
-        text = "".join(ch for ch in "".join(el.itertext()) if ch not in _INVISIBLE)
-        text = _WHITESPACE.sub(" ", text).strip()
-        return [Node(tag, _attrs(el, text), text, ())] if text else []
-    children = [node for child in el for node in _normalize(child)] if tag not in _POSITIONAL else None
+        return _atoms(el)
+    if tag in _POSITIONAL:
+        return [_positional(el, tag)]
+    if tag == "mtable":
+        return [_table(el)]
+    children = [node for child in el for node in _normalize(child)]
     if tag in _TRANSPARENT:
         return children
-    if tag in _POSITIONAL:
-        parts = []
-        for child in el:
-            nodes = _normalize(child)
-            parts.append(nodes[0] if len(nodes) == 1 else Node("mrow", (), "", _row(nodes)))
-        return [Node(tag, _attrs(el, ""), "", tuple(parts))]
-    return [Node(tag, _attrs(el, ""), "", _row(children))]
+    return [Node(tag, _attrs(el), "", _row(children))]
 
 
 def canonical(mathml: str) -> Node:
@@ -229,7 +285,7 @@ def _rows(node: Node):
     """Every sequence of siblings in which a run of reference symbols may appear; a table row counts
     as the symbols of its cells in order, so one line of an alignment can be found."""
     if node.tag == "mtr":
-        yield tuple(symbol for cell in node.children for symbol in cell.children)
+        yield tuple(s for cell in node.children for s in (cell.children if cell.tag == "mtd" else (cell,)))
     elif node.children and node.tag not in _POSITIONAL:
         yield node.children
     for child in node.children:
@@ -254,9 +310,9 @@ def _squash(tex: str) -> str:
     return re.sub(r"\s+", "", tex)
 
 
-def match(reference: str, markdown: str) -> tuple[bool, str]:
+def match(reference: str, markdown: str, dollars: bool = True) -> tuple[bool, str]:
     """Whether some equation in ``markdown`` renders like ``reference`` (or contains it)."""
-    equations = extract_equations(markdown)
+    equations = extract_equations(markdown, dollars)
     if not equations:
         return False, "no equation found in the output ($$…$$, \\[…\\], \\(…\\), $…$ or an environment)"
     if any(_squash(eq) == _squash(reference) for eq in equations):

@@ -1,97 +1,103 @@
-"""Approximate substring search: the fewest edits that turn a pattern into some substring of a text.
+"""Fuzzy substring search with fuzzysearch's results (``find_near_matches(..., max_l_dist=k)``), faster.
 
-Myers' bit-vector algorithm (J. ACM 1999) in its search form: one pass over the text, a few integer
-operations per character, with the pattern's columns packed into one Python integer (so any pattern
-length works). Matches may start anywhere in the text at no cost.
+Order tests locate their texts as olmOCR-bench does, with fuzzysearch's n-gram Levenshtein search: the
+pattern is cut into n-grams of ``len // (k + 1)`` characters; every exact occurrence of an n-gram is
+extended to the right, then to the left, into the closest alignment of the rest of the pattern
+(ties go to the longer extension); overlapping matches are then grouped and the best of each group
+kept. fuzzysearch's wheels extend in pure Python over the whole window; an extension within ``k``
+edits can only end within ``k`` characters of the pattern's length, so for long extensions this asks
+rapidfuzz (C++) for those ``2k + 1`` distances instead. Short extensions, and patterns too short for
+n-grams, keep fuzzysearch's own step-by-step rules (and code, for the latter).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
-def _peq(pattern: str) -> dict[str, int]:
-    masks: dict[str, int] = {}
-    for i, ch in enumerate(pattern):
-        masks[ch] = masks.get(ch, 0) | (1 << i)
-    return masks
+from fuzzysearch.levenshtein import find_near_matches_levenshtein_linear_programming
+from rapidfuzz.distance import Levenshtein
 
 
-def _scan(pattern: str, text: str, max_diffs: int, offset: int = 0,
-          peq: dict[str, int] | None = None) -> list[tuple[int, int]]:
-    m = len(pattern)
-    if m == 0:
-        return [(0, 0)]
-    peq = peq or _peq(pattern)
-    full = (1 << m) - 1
-    top = 1 << (m - 1)
-    pv, mv, score = full, 0, m
+class Match(NamedTuple):
+    start: int
+    end: int
+    dist: int
+
+
+def _extend_short(rest: str, text: str, max_dist: int) -> tuple[int, int] | None:
+    """(distance, length) of the text prefix closest to ``rest``, scanning prefixes by growing length:
+    a later prefix wins ties, and the scan stops once no longer prefix can do better."""
+    if not rest:
+        return 0, 0
+    column = list(range(1, len(rest) + 1))  # distances of rest[:i] to the empty prefix
+    best, best_length = len(rest), 0
+    for length, ch in enumerate(text, start=1):
+        diagonal, above = length - 1, length
+        for i, wanted in enumerate(rest):
+            left = column[i]
+            above = column[i] = min(diagonal + (ch != wanted), left + 1, above + 1)
+            diagonal = left
+        if above <= best:
+            best, best_length = above, length
+        elif min(column) >= best:
+            break
+    return (best, best_length) if best <= max_dist else None
+
+
+def _extend_long(rest: str, text: str, max_dist: int) -> tuple[int, int] | None:
+    """The same for a long ``rest``: the closest prefix within ``max_dist``, the longest on ties."""
+    m = len(rest)
+    best, best_length = m, 0
+    for length in range(max(1, m - max_dist), min(len(text), m + max_dist) + 1):
+        dist = Levenshtein.distance(rest, text[:length], score_cutoff=max_dist)
+        if dist <= best:
+            best, best_length = dist, length
+    return (best, best_length) if best <= max_dist else None
+
+
+def _extend(rest: str, text: str, max_dist: int) -> tuple[int, int] | None:
+    if len(rest) > max(2 * max_dist, 10):
+        return _extend_long(rest, text, max_dist)
+    return _extend_short(rest, text, max_dist)
+
+
+def near_matches(pattern: str, text: str, max_dist: int) -> list[Match]:
+    """Every match fuzzysearch's Levenshtein search yields (before grouping), in its order."""
+    m, n = len(pattern), len(text)
+    size = m // (max_dist + 1)
+    if size < 3:
+        return [Match(x.start, x.end, x.dist)
+                for x in find_near_matches_levenshtein_linear_programming(pattern, text, max_dist)]
     out = []
-    for j, ch in enumerate(text):
-        eq = peq.get(ch, 0)
-        xv = eq | mv
-        xh = (((eq & pv) + pv) ^ pv) | eq
-        ph = mv | (~(xh | pv) & full)
-        mh = pv & xh
-        if ph & top:
-            score += 1
-        elif mh & top:
-            score -= 1
-        ph = (ph << 1) & full
-        mh = (mh << 1) & full
-        pv = mh | (~(xv | ph) & full)
-        mv = ph & xv
-        if score <= max_diffs:
-            out.append((offset + j + 1, score))
+    for first in range(0, m - size + 1, size):
+        gram, before, after = pattern[first:first + size], pattern[:first][::-1], pattern[first + size:]
+        lo, hi = max(0, first - max_dist), min(n, n - m + first + size + max_dist)
+        at = text.find(gram, lo, hi)
+        while at >= 0:
+            right = _extend(after, text[at + size:at - first + m + max_dist], max_dist)
+            if right is not None:
+                left_budget = max_dist - right[0]
+                left = _extend(before, text[max(0, at - first - left_budget):at][::-1], left_budget)
+                if left is not None:
+                    out.append(Match(at - left[1], at + size + right[1], left[0] + right[0]))
+            at = text.find(gram, at + 1, hi)
     return out
 
 
-def _windows(pattern: str, text: str, max_diffs: int) -> list[tuple[int, int]] | None:
-    """Text spans that can hold a match, or None when filtering would not pay off.
-
-    Pigeonhole: split the pattern into max_diffs + 1 pieces; a substring within max_diffs edits contains
-    at least one piece unchanged, so exact hits of the pieces (found by str.find, in C) locate every
-    possible match.
-    """
-    m, k = len(pattern), max_diffs
-    size = m // (k + 1)
-    if size < 3 or len(text) < 4 * m:
-        return None
-    spans = []
-    for i in range(k + 1):
-        start = i * size
-        piece = pattern[start:start + size] if i < k else pattern[start:]
-        pos = text.find(piece)
-        while pos != -1:
-            spans.append((max(0, pos - start - k), min(len(text), pos - start + m + k)))
-            pos = text.find(piece, pos + 1)
-    spans.sort()
-    merged: list[tuple[int, int]] = []
-    for lo, hi in spans:
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
-def match_ends(pattern: str, text: str, max_diffs: int) -> list[tuple[int, int]]:
-    """(end index, edits) for every text position where a substring ending there is within
-    ``max_diffs`` edits of ``pattern``."""
-    windows = _windows(pattern, text, max_diffs)
-    if windows is None:
-        return _scan(pattern, text, max_diffs)
-    out: list[tuple[int, int]] = []
-    peq = _peq(pattern)
-    for lo, hi in windows:
-        out += _scan(pattern, text[lo:hi], max_diffs, lo, peq)
-    return out
-
-
-def best_match(pattern: str, text: str) -> tuple[int, int]:
-    """(edits, end index) of the closest substring of ``text`` to ``pattern``."""
-    if pattern in text:
-        return 0, text.index(pattern) + len(pattern)
-    ends = _scan(pattern, text, len(pattern))
-    if not ends:
-        return len(pattern), 0
-    end, edits = min(ends, key=lambda e: (e[1], e[0]))
-    return edits, end
+def match_starts(pattern: str, text: str, max_dist: int) -> list[int]:
+    """Starts of the matches fuzzysearch reports: overlapping matches grouped, the best of each group
+    kept (fewest edits, then longest). Where several are equally good fuzzysearch's pick depends on
+    Python's string hashing, so its verdicts can change between runs; here the earliest wins."""
+    if max_dist == 0:
+        starts, at = [], text.find(pattern)
+        while at >= 0:
+            starts.append(at)
+            at = text.find(pattern, at + 1)
+        return starts
+    groups: list[tuple[int, int, list[Match]]] = []
+    for match in near_matches(pattern, text, max_dist):
+        touching = [g for g in groups if not (match.end <= g[0] or match.start >= g[1])]
+        members = [match] + [x for g in touching for x in g[2]]
+        groups = [g for g in groups if all(g is not t for t in touching)]
+        groups.append((min(x.start for x in members), max(x.end for x in members), members))
+    return [min(members, key=lambda x: (x.dist, x.start - x.end, x.start)).start for _, _, members in groups]

@@ -1,7 +1,10 @@
 """olmOCR-bench test records: one JSON object per line naming a PDF page and what its OCR must satisfy.
 
-Parsing is strict: an unknown field, a missing field or a wrong type is a ValueError naming the field,
-and :func:`load_tests` names the file and line.
+Every field that olmOCR-bench writes is accepted, with the same defaults, and a line is rejected for the
+same reasons (empty ``pdf``/``id``, negative ``max_diffs``, an empty text after normalisation, an order
+test whose ``max_diffs`` exceeds half of either text, …). A wrong type is a ValueError naming the field.
+A field no test type knows is not an error: :func:`parse_test` reports it and keeps the test, and
+:func:`load_tests` turns it into a ``file:line`` warning.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from olmocr.bench import checks
+from olmocr.bench.normalize import normalize
 
 
 @dataclass(frozen=True)
@@ -20,89 +24,155 @@ class BenchTest:
     page: int
     id: str
     type: ClassVar[str] = ""
+    check: ClassVar = None  # the function in olmocr.bench.checks that runs this type
+    required: ClassVar[tuple[str, ...]] = ()
     max_diffs: int = 0
-    checked: str | None = None
+    checked: str | None = None  # "verified" or "rejected": a reviewer's verdict on the test itself
     url: str | None = None
 
     def to_dict(self) -> dict:
-        return {"type": self.type, **dataclasses.asdict(self)}
+        """The JSON line: type, pdf, page, id, required fields and every field not at its default."""
+        out = {"type": self.type}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("pdf", "page", "id", *self.required) or value != f.default:
+                out[f.name] = value
+        return out
+
+    def validate(self) -> None:
+        """Type-specific checks beyond field types; raises ValueError."""
+
+    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
+        """(passed, explanation) for one output; ``explain=False`` skips the costly part of explaining."""
+        if self.check is None:
+            raise NotImplementedError(f"{type(self).__name__} is not a test type")
+        return self.check(self, markdown, explain)
 
 
 @dataclass(frozen=True)
 class TextPresenceTest(BenchTest):
+    required: ClassVar[tuple[str, ...]] = ("text",)
     text: str = ""
     case_sensitive: bool = True
     first_n: int | None = None
     last_n: int | None = None
 
+    def validate(self) -> None:
+        _not_blank(self, "text")
+
 
 @dataclass(frozen=True)
 class PresentTest(TextPresenceTest):
     type: ClassVar[str] = "present"
-
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        return checks.present(self, markdown, explain)
+    check: ClassVar = staticmethod(checks.present)
 
 
 @dataclass(frozen=True)
 class AbsentTest(TextPresenceTest):
     type: ClassVar[str] = "absent"
-
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        return checks.absent(self, markdown, explain)
+    check: ClassVar = staticmethod(checks.absent)
 
 
 @dataclass(frozen=True)
 class OrderTest(BenchTest):
     type: ClassVar[str] = "order"
+    check: ClassVar = staticmethod(checks.order)
+    required: ClassVar[tuple[str, ...]] = ("before", "after")
     before: str = ""
     after: str = ""
 
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        return checks.order(self, markdown, explain)
+    def validate(self) -> None:
+        _not_blank(self, "before")
+        _not_blank(self, "after")
+        shortest = min(len(normalize(self.before)), len(normalize(self.after)))
+        if self.max_diffs > shortest // 2:
+            raise ValueError(f"order test: max_diffs {self.max_diffs} is more than half of the shorter text "
+                             f"({shortest} characters)")
 
 
 @dataclass(frozen=True)
 class TableTest(BenchTest):
     type: ClassVar[str] = "table"
+    check: ClassVar = staticmethod(checks.table)
+    required: ClassVar[tuple[str, ...]] = ("cell",)
     cell: str = ""
-    up: str | None = None
-    down: str | None = None
-    left: str | None = None
-    right: str | None = None
-    top_heading: str | None = None
-    left_heading: str | None = None
-
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        return checks.table(self, markdown, explain)
+    up: str | None = ""
+    down: str | None = ""
+    left: str | None = ""
+    right: str | None = ""
+    top_heading: str | None = ""
+    left_heading: str | None = ""
+    ignore_markdown_tables: bool = False
 
 
 @dataclass(frozen=True)
 class MathTest(BenchTest):
     type: ClassVar[str] = "math"
+    check: ClassVar = staticmethod(checks.math)
+    required: ClassVar[tuple[str, ...]] = ("math",)
     math: str = ""
+    ignore_dollar_delimited: bool = False
 
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        return checks.math(self, markdown, explain)
+    def validate(self) -> None:
+        if not self.math.strip():
+            raise ValueError("math test: field 'math' is empty")
 
 
 @dataclass(frozen=True)
 class BaselineTest(BenchTest):
     type: ClassVar[str] = "baseline"
-    # Set for blank pages: at most this many letters and digits may be output (image links not counted).
+    check: ClassVar = staticmethod(checks.baseline)
+    # Set for blank pages: at most this many letters and digits may be output.
     max_length: int | None = None
+    max_length_skips_image_alt_tags: bool = False
     max_repeats: int = 30
     check_disallowed_characters: bool = True
 
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        return checks.baseline(self, markdown, explain)
+
+@dataclass(frozen=True)
+class FormatTest(BenchTest):
+    type: ClassVar[str] = "format"
+    check: ClassVar = staticmethod(checks.formatted)
+    required: ClassVar[tuple[str, ...]] = ("text", "format")
+    text: str = ""
+    format: str = ""  # heading, bold or italic
+    case_sensitive: bool = True
+
+    def validate(self) -> None:
+        _not_blank(self, "text")
+        if self.format not in checks.FORMATS:
+            raise ValueError(f"format test: field 'format' must be one of {', '.join(checks.FORMATS)}, "
+                             f"got {self.format!r}")
+
+
+@dataclass(frozen=True)
+class FootnoteTest(BenchTest):
+    type: ClassVar[str] = "footnote"
+    check: ClassVar = staticmethod(checks.footnote)
+    required: ClassVar[tuple[str, ...]] = ("marker",)
+    marker: str = ""
+    appears_before_marker: str | None = None
+    appears_after_marker: str | None = None
+
+    def validate(self) -> None:
+        if not self.marker:
+            raise ValueError("footnote test: field 'marker' is empty")
+        if " " in self.marker:
+            raise ValueError(f"footnote test: field 'marker' must not contain spaces, got {self.marker!r}")
+        for name in ("appears_before_marker", "appears_after_marker"):
+            if getattr(self, name):
+                _not_blank(self, name)
 
 
 TEST_TYPES: dict[str, type[BenchTest]] = {
-    cls.type: cls for cls in (PresentTest, AbsentTest, OrderTest, TableTest, MathTest, BaselineTest)
+    cls.type: cls
+    for cls in (PresentTest, AbsentTest, OrderTest, TableTest, MathTest, BaselineTest, FormatTest, FootnoteTest)
 }
-_REQUIRED_TEXT = {"present": ("text",), "absent": ("text",), "order": ("before", "after"),
-                  "table": ("cell",), "math": ("math",)}
+
+
+def _not_blank(test: BenchTest, name: str) -> None:
+    if not normalize(getattr(test, name)).strip():
+        raise ValueError(f"{test.type} test: field {name!r} is empty")
 
 
 def _check_type(name: str, value, annotation) -> None:
@@ -117,41 +187,59 @@ def _check_type(name: str, value, annotation) -> None:
         raise ValueError(f"field {name!r} must be {names}, got {value!r}")
 
 
-def parse_test(data: dict) -> BenchTest:
+def parse_test(data: dict, unknown: list[str] | None = None) -> BenchTest:
+    """A test from its JSON object. Fields no test type knows are left out and, when ``unknown`` is
+    given, appended to it; a missing or ill-typed field, or a value the bench rejects, is a ValueError."""
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     kind = data.get("type")
     if kind not in TEST_TYPES:
-        raise ValueError(f"field 'type' must be one of {', '.join(TEST_TYPES)}, got {kind!r}")
+        raise ValueError(f"unknown test type {kind!r} (expected one of {', '.join(TEST_TYPES)})")
     cls = TEST_TYPES[kind]
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
-    values = {k: v for k, v in data.items() if k != "type"}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{kind} test: unknown field(s) {', '.join(unknown)}")
-    for name in ("pdf", "page", "id", *_REQUIRED_TEXT.get(kind, ())):
+    values = {k: v for k, v in data.items() if k in known}
+    if unknown is not None:
+        unknown.extend(sorted(k for k in data if k not in known and k != "type"))
+    for name in ("pdf", "page", "id", *cls.required):
         if name not in values:
             raise ValueError(f"{kind} test: missing field {name!r}")
     for name, value in values.items():
         _check_type(name, value, hints[name])
-    for name in _REQUIRED_TEXT.get(kind, ()):
-        if not values[name].strip():
+    for name in ("pdf", "id"):
+        if not values[name]:
             raise ValueError(f"{kind} test: field {name!r} is empty")
     if values["page"] < 1:
         raise ValueError(f"field 'page' must be 1 or more, got {values['page']}")
-    return cls(**values)
+    if values.get("max_diffs", 0) < 0:
+        raise ValueError(f"field 'max_diffs' must be 0 or more, got {values['max_diffs']}")
+    test = cls(**values)
+    test.validate()
+    return test
 
 
-def load_tests(path: str) -> tuple[list[BenchTest], list[str]]:
-    """Parse a test JSONL file; malformed lines are returned as ``file:line: why`` errors, not raised."""
-    tests, errors = [], []
+@dataclass
+class TestFile:
+    tests: list[BenchTest] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)  # "file:line: why"; the line is skipped
+    warnings: list[str] = dataclasses.field(default_factory=list)  # "file:line: why"; the test is kept
+
+    __test__ = False  # not a pytest class
+
+
+def load_tests(path: str) -> TestFile:
+    """Parse a test JSONL file; malformed lines become errors and unknown fields warnings, never raised."""
+    out = TestFile()
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
+            unknown: list[str] = []
             try:
-                tests.append(parse_test(json.loads(line)))
+                out.tests.append(parse_test(json.loads(line), unknown))
             except (ValueError, TypeError) as exc:
-                errors.append(f"{path}:{number}: {exc}")
-    return tests, errors
+                out.errors.append(f"{path}:{number}: {exc}")
+                continue
+            if unknown:
+                out.warnings.append(f"{path}:{number}: unknown field(s) {', '.join(unknown)}, ignored")
+    return out

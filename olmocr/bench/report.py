@@ -1,11 +1,11 @@
-"""The bench's reports: ``results.json`` (everything) and ``report.md`` (for people)."""
+"""The bench's reports: ``results.json`` (everything, every test's verdict) and ``report.md`` (for people)."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from olmocr.bench.score import Bench, TestResult
+from olmocr.bench.score import Bench, TestResult, verdict
 
 
 def _pct(x: float) -> str:
@@ -16,48 +16,57 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def failures(results: list[TestResult]) -> list[dict]:
+def verdicts(results: list[TestResult], repeat_rule: str) -> list[dict]:
     return [{"id": r.test.id, "type": r.test.type, "category": r.category, "pdf": r.test.pdf, "page": r.test.page,
-             "score": r.score, "repeats": r.repeats, "explanation": r.explanation}
-            for r in results if r.score < 1.0]
+             "passed": verdict(r, "majority") == 1.0, "value": verdict(r, repeat_rule), "repeats_passed": r.passed,
+             "repeats": r.repeats, "explanation": r.explanation} for r in results]
 
 
 def write_reports(output_dir: str, summary: dict, results: list[TestResult], bench: Bench, *, bench_dir: str,
                   candidates: str, max_failures_listed: int) -> tuple[str, str]:
-    failed = failures(results)
-    payload = {"bench_dir": bench_dir, "candidates": candidates, **summary, "skipped_rejected": bench.skipped,
-               "malformed": bench.malformed, "failed": failed}
+    rows = verdicts(results, summary["repeat_rule"])
+    payload = {"bench_dir": bench_dir, "candidates": candidates, **summary,
+               "implicit_baselines": bench.implicit_baselines, "skipped": dict(bench.skipped),
+               "malformed": bench.malformed, "warnings": bench.warnings, "results": rows}
     json_path = os.path.join(output_dir, "results.json")
     with open(json_path, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, ensure_ascii=False)
 
     ci = summary["ci"]
+    rule = ("a test passes when more than half of its repeats pass" if summary["repeat_rule"] == "majority"
+            else "a test scores the share of its repeats that pass")
     lines = [
         f"# olmOCR-bench: `{candidates}`",
         "",
         f"**Overall {_pct(summary['overall'])}** ({round(100 * ci['confidence'])}% CI {_pct(ci['low'])}–"
         f"{_pct(ci['high'])}, {ci['bootstrap_samples']} bootstrap samples), the mean over "
-        f"{len(summary['categories'])} categories; {summary['passed']} of {summary['tests']} tests passed "
-        f"on every repeat. Bench: `{bench_dir}`.",
+        f"{len(summary['categories'])} categories ({rule}); overall_score (mean repeat average over all "
+        f"tests) {_pct(summary['overall_score'])}. {summary['passed']} of {summary['tests']} tests passed. "
+        f"Bench: `{bench_dir}`.",
         "",
     ]
-    for title, rows in (("Category", summary["categories"]), ("Test type", summary["types"])):
-        lines += [f"| {title} | Tests | Pass rate |", "|---|---:|---:|"]
-        lines += [f"| {name} | {row['tests']} | {_pct(row['pass_rate'])} |" for name, row in rows.items()]
+    for title, source, what in (("Category", summary["categories"], "Pass rate"),
+                                ("Test type", summary["types"], "Mean repeat average")):
+        lines += [f"| {title} | Tests | {what} |", "|---|---:|---:|"]
+        lines += [f"| {name} | {row['tests']} | {_pct(row['pass_rate'])} |" for name, row in source.items()]
         lines.append("")
+    if bench.implicit_baselines:
+        lines += [f"{bench.implicit_baselines} PDF(s) without a baseline test got one (category `baseline`).", ""]
+    for why, count in sorted(bench.skipped.items()):
+        lines += [f"{count} test(s) not run: {why}.", ""]
     if summary["missing_pages"]:
         lines += [f"## Missing outputs ({len(summary['missing_pages'])} page(s), their tests count as failed)", ""]
         lines += [f"- {page}" for page in summary["missing_pages"]] + [""]
-    if bench.malformed:
-        lines += [f"## Malformed test lines ({len(bench.malformed)}, skipped)", ""]
-        lines += [f"- `{_cell(line)}`" for line in bench.malformed] + [""]
-    if bench.skipped:
-        lines += [f"{bench.skipped} test(s) marked `checked: rejected` were not run.", ""]
-    lines += [f"## Failed tests ({len(failed)})", ""]
+    for title, items in ((f"Malformed test lines ({len(bench.malformed)}, skipped)", bench.malformed),
+                         (f"Warnings ({len(bench.warnings)})", bench.warnings)):
+        if items:
+            lines += [f"## {title}", ""] + [f"- `{_cell(item)}`" for item in items] + [""]
+    failed = [row for row in rows if row["repeats_passed"] < row["repeats"] or not row["repeats"]]
+    lines += [f"## Tests failing on some repeat ({len(failed)})", ""]
     if failed:
-        lines += ["| Test | Type | Category | Score | Why |", "|---|---|---|---:|---|"]
-        lines += [f"| {_cell(f['id'])} | {f['type']} | {f['category']} | {f['score']:.2f} | {_cell(f['explanation'])} |"
-                  for f in failed[:max_failures_listed]]
+        lines += ["| Test | Type | Category | Repeats passed | Why |", "|---|---|---|---:|---|"]
+        lines += [f"| {_cell(f['id'])} | {f['type']} | {f['category']} | {f['repeats_passed']}/{f['repeats']} | "
+                  f"{_cell(f['explanation'])} |" for f in failed[:max_failures_listed]]
         if len(failed) > max_failures_listed:
             lines += ["", f"…and {len(failed) - max_failures_listed} more in results.json."]
     md_path = os.path.join(output_dir, "report.md")

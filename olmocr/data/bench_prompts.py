@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 def bench_pages(root: str, types: list[str] | None = None, files: list[str] | None = None,
                 reference: bool = True) -> tuple[list[dict], list[str]]:
-    """Pages of a bench folder with their tests (filtered by type and test file) and malformed lines."""
+    """Pages of a bench folder with their tests (filtered by type and test file), and the problems found
+    in its test files (``file:line: why``: malformed lines, skipped, and unknown fields, ignored)."""
     if not os.path.isdir(root):
         raise ValueError(f"bench folder {root} does not exist")
     paths = sorted(glob.glob(os.path.join(root, "*.jsonl")))
@@ -36,11 +37,11 @@ def bench_pages(root: str, types: list[str] | None = None, files: list[str] | No
     if not paths:
         raise ValueError(f"{root}: no test files (*.jsonl)")
     pages: dict[tuple[str, int], list] = {}
-    malformed = []
+    problems = []
     for path in paths:
-        tests, errors = load_tests(path)
-        malformed += errors
-        for test in tests:
+        loaded = load_tests(path)
+        problems += loaded.errors + loaded.warnings
+        for test in loaded.tests:
             if (types and test.type not in types) or test.checked == "rejected":
                 continue
             pages.setdefault((test.pdf, test.page), []).append(test.to_dict())
@@ -51,7 +52,7 @@ def bench_pages(root: str, types: list[str] | None = None, files: list[str] | No
         rows.append({"pdf_path": pdf_path, "page": page, "page_id": f"{pdf}#{page}",
                      "md_path": md_path if reference and md_path and os.path.exists(md_path) else None,
                      "tests": json.dumps(tests, ensure_ascii=False)})
-    return rows, malformed
+    return rows, problems
 
 
 class PromptRenderer:
@@ -99,10 +100,10 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
     report = RejectReport(report_path)
     rows = []
     for name, bench in benches.items():
-        pages, malformed = bench_pages(bench["root"], bench.get("types"), bench.get("files"),
+        pages, problems = bench_pages(bench["root"], bench.get("types"), bench.get("files"),
                                        bench.get("reference", True))
-        for line in malformed:
-            log.warning("bench %s: malformed test line skipped: %s", name, line)
+        for line in problems:
+            log.warning("bench %s: %s", name, line)
         kept = 0
         for page in pages:
             try:

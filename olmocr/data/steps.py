@@ -9,6 +9,7 @@ to start with, then ``meta`` and ``text``, ``image``, ``anchor_text``, ``prompt`
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from olmocr.data import text_rules
 from olmocr.data.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
@@ -167,6 +168,54 @@ class RuleFilter(Step):
                 raise Reject("malformed_html_table", f"{where}: {error}")
         if self.latex_outside_math and text_rules.has_latex_outside_math(text):
             raise Reject("latex_outside_math", f"{where}: LaTeX command outside \\( \\) or \\[ \\]")
+        return sample
+
+
+class AnnotateTables(Step):
+    """Tell the model each HTML table's shape in the target text, before it writes the rows.
+
+    ``annotate_dims`` adds ``data-totalrows="R" data-totalcols="C"`` to each ``<table>`` tag (R, C: the
+    grid with spans laid out; a tag that already has them is left alone). ``firstrowpreview`` puts
+    ``<!-- Sample row (i): Column 1: …, Column 2: … -->`` right after the tag, from the first row with a
+    cell starting in every column (values cut to 50 characters). Tables whose spans cannot be laid out
+    are left as they are."""
+
+    MODES = ("annotate_dims", "firstrowpreview")
+    _TABLE = re.compile(r"<table\b([^>]*)>.*?</table>", re.I | re.S)
+
+    def __init__(self, mode: str = "annotate_dims"):
+        if mode not in self.MODES:
+            raise ValueError(f"table annotation mode must be one of {', '.join(self.MODES)}, got {mode!r}")
+        self.mode = mode
+
+    def _annotate(self, match: re.Match) -> str:
+        from olmocr.bench.tables import MalformedTable, html_tables
+
+        whole, attrs = match.group(0), match.group(1)
+        try:
+            tables = html_tables(whole)
+        except MalformedTable:
+            return whole
+        if not tables:
+            return whole
+        table, tag_end = tables[0], match.start(1) - match.start() + len(attrs)
+        if self.mode == "annotate_dims":
+            if "data-totalrows" in attrs.lower():
+                return whole
+            dims = f' data-totalrows="{len(table.grid)}" data-totalcols="{len(table.grid[0])}"'
+            return whole[:tag_end] + dims + whole[tag_end:]
+        width = len(table.grid[0])
+        for r, line in enumerate(table.grid):
+            if all(pos == (r, c) for c, pos in enumerate(line)):
+                values = [table.text[r, c].strip() for c in range(width)]
+                values = [v if len(v) <= 50 else v[:47] + "..." for v in values]
+                comment = ", ".join(f"Column {c + 1}: {v}" for c, v in enumerate(values))
+                return whole[:tag_end + 1] + f"<!-- Sample row ({r + 1}): {comment} -->" + whole[tag_end + 1:]
+        return whole
+
+    def __call__(self, sample):
+        if "<table" in sample["text"].lower():
+            sample["text"] = self._TABLE.sub(self._annotate, sample["text"])
         return sample
 
 

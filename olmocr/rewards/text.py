@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from rapidfuzz.distance import Levenshtein
 
-from olmocr.bench.tables import parse_tables
+from olmocr.bench.tables import MalformedTable, parse_tables
 from olmocr.data.frontmatter import FIELDS, FrontMatterError, page_text, parse_document
 from olmocr.data.text_rules import split_math
 
@@ -105,16 +105,16 @@ def element_count(completions: Sequence, reference: Sequence | None = None, **_)
 
 
 def rectangular_tables(completions: Sequence, **_) -> list[float]:
-    """Fraction of HTML tables whose rows all have the same width once spans are laid out (1 if none)."""
+    """Fraction of HTML tables that cover every position of their grid once spans are laid out (1 if
+    none; 0 when the spans cannot be laid out at all)."""
     out = []
     for completion in completions:
-        html = "\n".join(m.group(0) for m in re.finditer(r"<table\b.*?</table>", completion_text(completion),
-                                                       re.I | re.S))
-        grids = parse_tables(html)
-        if not grids:
-            out.append(1.0)
+        try:
+            tables = parse_tables(completion_text(completion), include_markdown=False)
+        except MalformedTable:
+            out.append(0.0)
             continue
-        out.append(sum(len({len(row) for row in g.rows}) <= 1 for g in grids) / len(grids))
+        out.append(sum(t.rectangular for t in tables) / len(tables) if tables else 1.0)
     return out
 
 

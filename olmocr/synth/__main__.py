@@ -30,10 +30,10 @@ def check_output(out_dir: str, tests_file: str) -> dict:
         with open(pdf[:-4] + ".md", encoding="utf-8") as fh:
             parse_document(fh.read())
         render_page(pdf, 1, 64)
-    tests, errors = load_tests(os.path.join(out_dir, tests_file))
-    if errors:
-        raise RuntimeError("generated tests do not parse:\n" + "\n".join(errors[:5]))
-    return {"pdfs": len(pdfs), "tests": len(tests)}
+    loaded = load_tests(os.path.join(out_dir, tests_file))
+    if loaded.errors or loaded.warnings:
+        raise RuntimeError("generated tests do not parse:\n" + "\n".join((loaded.errors + loaded.warnings)[:5]))
+    return {"pdfs": len(pdfs), "tests": len(loaded.tests)}
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
