@@ -1,10 +1,12 @@
-"""Structured-config schemas behind the YAML tree, and config validation.
+"""Config machinery: schemas generated from signatures, validation, building, running a stage.
 
 Schemas for ``_target_`` nodes are generated from the target's own signature, so a builder and its
-schema cannot drift apart. YAML options name their schema in their defaults list, which makes an
-unknown key or a wrong type a compose-time error naming the key. Entries of free-form maps (the data
-steps) are checked against the same generated schemas by :func:`validate`, which every entrypoint
-calls before doing any work.
+schema cannot drift apart. Each stage keeps its own schemas in ``olmocr/<stage>/schema.py``, which puts
+them in Hydra's ConfigStore when imported; YAML options name their schema in their defaults list, which
+makes an unknown key or a wrong type a compose-time error naming the key. Entries of free-form maps (the
+data steps, data sources) are checked by :func:`validate`, which every stage runs before any work.
+Builder modules import their heavy libraries (torch, transformers) when called, not when imported, so
+composing, validating and ``--help`` stay fast.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import inspect
-import sys
 import os
+import pkgutil
+import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -94,11 +99,25 @@ def reward_schema(target: str) -> type:
     return _schema_for_object(locate(target), reward=True)
 
 
+def _parameter_types(func) -> dict[str, Any]:
+    """Parameter annotations, evaluated one by one: an annotation naming a library the module imports
+    only when called (``nn.Module``) is a run-time parameter's, and counts as Any."""
+    out = {}
+    for name, annotation in getattr(func, "__annotations__", {}).items():
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, func.__globals__)  # noqa: S307 - the module's own annotation
+            except (NameError, AttributeError, TypeError):
+                annotation = Any
+        out[name] = annotation
+    return out
+
+
 @functools.cache
 def _schema_for_object(obj, reward: bool = False) -> type:
     path = f"{obj.__module__}.{obj.__qualname__}"
     func = obj.__init__ if inspect.isclass(obj) else obj
-    hints = typing.get_type_hints(func)
+    hints = _parameter_types(func)
     specs: list = [("_target_", str, field(default=path))]
     if reward:
         specs.append(("weight", float, field(default=1.0)))
@@ -118,76 +137,6 @@ def _schema_for_object(obj, reward: bool = False) -> type:
 
 
 @dataclass
-class SourceConfig:
-    roots: list[str] = MISSING
-    weight: float = 1.0
-
-
-@dataclass
-class DataConfig:
-    """``data`` group: named train sources (weights are repeat factors), named eval sources (one eval
-    loss each) and the per-sample steps (name → ``_target_`` config, null disables a step, an optional
-    ``_after_: <step>`` places it after another step)."""
-
-    # Typed as Any because OmegaConf cannot add an entry to a dict of dataclasses from the command line
-    # (+data.train.mine={roots: [...]}); validate() checks each entry against SourceConfig instead.
-    train: dict[str, Any] = field(default_factory=dict)
-    eval: dict[str, Any] = field(default_factory=dict)
-    steps: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class BenchSourceConfig:
-    root: str = MISSING  # a bench folder: test files (*.jsonl) and pdfs/ (with .md truth beside, optional)
-    types: list[str] = field(default_factory=list)  # keep only these test types (empty: all)
-    files: list[str] = field(default_factory=list)  # keep only these test files, by stem (empty: all)
-    reference: bool = True  # pass <pdf>.md, where present, to rewards as the reference page
-
-
-@dataclass
-class BenchDataConfig:
-    """``data`` group for GRPO: prompts are bench pages (a PDF page with its unit tests). Named train
-    benches, optional named eval benches (reward means on held-out pages) and the prompt steps."""
-
-    train: dict[str, Any] = field(default_factory=dict)
-    eval: dict[str, Any] = field(default_factory=dict)
-    steps: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class SFTAlgoConfig:
-    name: str = "sft"
-
-
-@dataclass
-class GRPOAlgoConfig:
-    """GRPO with trl: what is generated and how the loss is formed. Any other trl ``GRPOConfig`` field
-    goes in ``trl_args`` (checked against trl's own config before any work)."""
-
-    name: str = "grpo"
-    num_generations: int = 8
-    temperature: float = 0.8
-    top_p: float = 1.0
-    max_completion_length: int = 4096
-    beta: float = 0.0  # KL coefficient; 0 loads no reference model
-    loss_type: str = "dapo"  # grpo, dr_grpo, dapo, bnpo, …
-    importance_sampling_level: str = "token"  # token, or sequence (GSPO)
-    scale_rewards: str = "group"  # group, batch or none
-    epsilon: float = 0.2
-    num_iterations: int = 1
-    # transformers (plain generate; CPU and tests), vllm_colocate (vLLM inside each trainer process) or
-    # vllm_server (a `trl vllm-serve` process on its own GPU; see launch_commands.json in the run dir)
-    generation: str = "transformers"
-    vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    vllm_server_timeout: float = 240.0
-    vllm_gpu_memory_utilization: float = 0.3
-    vllm_tensor_parallel_size: int = 1
-    log_completions: bool = False
-    trl_args: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class PathsConfig:
     cache: str = "${olmocr.expand:${oc.env:OLMOCR_CACHE,'~/.cache/olmocr'}}"
     sample_data: str = "${olmocr.root:}/data/sample"
@@ -196,134 +145,26 @@ class PathsConfig:
 
 
 @dataclass
-class SynthConfig:
+class StageConfig:
+    """What every stage's config has: shared paths, and ``dry_run`` (validate, print, do nothing)."""
+
     paths: PathsConfig = field(default_factory=PathsConfig)
-    out_dir: str | None = None  # default: <run dir>/pages
-    num_pages: int = 24
-    seed: int = 0
-    first_index: int = 0
-    layout_weights: dict[str, float] = field(default_factory=dict)
-    language_weights: dict[str, float] = field(default_factory=dict)
-    render_check: bool = True
-
-
-@dataclass
-class BenchConfig:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    bench_dir: str = MISSING  # test files (*.jsonl, one category each) and the PDFs they name
-    candidates: str = MISSING  # <pdf path without .pdf>_pg<page>_repeat<n>.md files
-    group_by: str = "file"  # categories: one per test file (olmOCR-bench), or one per test type
-    repeat_rule: str = "majority"  # a test passes on most repeats (olmOCR-bench), or "mean": share passing
-    skip_baseline: bool = False  # drop every baseline test, the implicit ones (one per PDF) included
-    skip_rejected: bool = False  # leave out tests marked checked: rejected (olmOCR-bench runs them)
-    workers: int | None = None  # processes scoring pages; null: one per core
-    bootstrap_samples: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
-    max_failures_listed: int = 200  # in report.md; results.json lists them all
-
-
-@dataclass
-class CheckDataConfig:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    model: Any = MISSING
-    data: DataConfig = MISSING
-    seed: int = 0
-    max_samples: int | None = None
-    num_workers: int = 0
-
-
-@dataclass
-class DurationConfig:
-    unit: str = "steps"  # steps, epochs or tokens
-    value: float | None = 100
-
-
-@dataclass
-class LoraConfig:
-    r: int = 8
-    alpha: int = 32
-    dropout: float = 0.1
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-
-
-@dataclass
-class FinetuneConfig:
-    """What trains: freeze the vision tower or the language model, or train LoRA adapters on the LM."""
-
-    freeze_vision: bool = False
-    freeze_language: bool = False
-    lora: LoraConfig | None = None
-
-
-@dataclass
-class TrainerConfig:
-    batch_size: int = 1  # per device
-    grad_accum: int = 1
-    max_duration: DurationConfig = field(default_factory=DurationConfig)
-    # Stop early without changing the schedule; value null = no hard stop. (Not Optional[DurationConfig]:
-    # OmegaConf cannot merge a command-line dict into a null structured node.)
-    hard_stop: DurationConfig = field(default_factory=lambda: DurationConfig(value=None))
-    precision: str = "fp32"  # fp32 or bf16 (autocast)
-    clip_grad_norm: float | None = 1.0
-    eval_interval: int | None = 500
-    eval_max_batches: int | None = None
-    save_interval: int | None = 500
-    keep_last: int | None = 3
-    num_workers: int = 0
-    activation_checkpointing: bool = False
-    compile: bool = False
-    resume: bool = True
-    device: str = "auto"
-    # ddp (replicas), fsdp (FSDP2, sharded per block) or deepspeed (ZeRO stage zero_stage)
-    strategy: str = "ddp"
-    ddp_find_unused_parameters: bool = False
-    fsdp_reshard_after_forward: bool = True
-    zero_stage: int = 2
-
-
-@dataclass
-class TrainConfig:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    algo: Any = MISSING  # SFTAlgoConfig or GRPOAlgoConfig, by the algo group
-    model: Any = MISSING
-    data: Any = MISSING  # DataConfig (sft) or BenchDataConfig (grpo), by the data group
-    rewards: dict[str, Any] = field(default_factory=dict)  # grpo: conf/rewards/, checked by validate()
-    optimizer: Any = MISSING
-    scheduler: Any = MISSING
-    callbacks: dict[str, Any] = field(default_factory=dict)
-    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    run_name: str = "tiny_sft"
-    seed: int = 0
     dry_run: bool = False
 
 
-def register_configs(builders: bool = True) -> None:
-    """Put the schemas in Hydra's ConfigStore. ``builders=False`` skips the group schemas generated from
-    model/optimizer/scheduler builders, whose imports (torch) a stage like synth does not need."""
-    cs = ConfigStore.instance()
-    cs.store(name="synth_schema", node=SynthConfig)
-    cs.store(name="check_data_schema", node=CheckDataConfig)
-    cs.store(name="bench_schema", node=BenchConfig)
-    cs.store(name="train_schema", node=TrainConfig)
-    cs.store(group="data", name="data_schema", node=DataConfig)
-    cs.store(group="data", name="bench_data_schema", node=BenchDataConfig)
-    cs.store(group="algo", name="sft_schema", node=SFTAlgoConfig)
-    cs.store(group="algo", name="grpo_schema", node=GRPOAlgoConfig)
-    if not builders:
-        return
-    from olmocr.models import HubModel, TinyModel
+def store(name: str, node, group: str | None = None) -> None:
+    """Put a schema in Hydra's ConfigStore (``olmocr/<stage>/schema.py`` modules call this on import)."""
+    ConfigStore.instance().store(name=name, node=node, group=group)
 
-    cs.store(group="model", name="tiny_schema", node=schema_for(TinyModel))
-    cs.store(group="model", name="hub_schema", node=schema_for(HubModel))
-    from olmocr.train import muon, optim, schedules
 
-    for group, builders in (("optimizer", (optim.adamw, muon.muon)),
-                            ("scheduler", (schedules.linear, schedules.cosine, schedules.constant, schedules.wsd,
-                                           schedules.inverse_sqrt))):
-        for builder in builders:
-            cs.store(group=group, name=f"{builder.__name__}_schema", node=schema_for(builder))
+def register_schemas() -> None:
+    """Import every stage's ``schema`` module, so any primary config composes (tests, notebooks).
+    A stage's entry point imports only its own."""
+    import olmocr
+
+    for info in pkgutil.iter_modules(olmocr.__path__):
+        if info.ispkg and importlib.util.find_spec(f"olmocr.{info.name}.schema") is not None:
+            importlib.import_module(f"olmocr.{info.name}.schema")
 
 
 def _target_nodes(node, path: str = ""):
@@ -343,13 +184,9 @@ def _target_nodes(node, path: str = ""):
                 yield from _target_nodes(child, f"{path}[{i}]")
 
 
-# Maps whose entries have one schema but must stay open to new keys (see DataConfig).
-def _data_entry_schema(cfg: DictConfig) -> type:
-    """Sources of an SFT data config have ``roots``; benches of a GRPO one have a ``root``."""
-    return BenchSourceConfig if OmegaConf.select(cfg, "algo.name") == "grpo" else SourceConfig
-
-
-TYPED_MAP_ENTRIES = {"data.train": _data_entry_schema, "data.eval": _data_entry_schema}
+# Maps whose entries share one schema but must stay open to new keys (+data.train.mine={…}): path ->
+# function of the whole config giving (entry schema, what to call it in errors, an example entry).
+TYPED_MAP_ENTRIES: dict[str, Callable[[DictConfig], tuple[type, str, str]]] = {}
 
 
 def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
@@ -367,12 +204,16 @@ def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every ``_target_`` node against its target's signature; raise ValueError naming the key.
 
-    Also resolves every interpolation, so a bad ``${…}`` fails here rather than mid-run.
+    Also resolves every interpolation, so a bad ``${…}`` fails here rather than mid-run, and requires
+    every ``???`` value to be given.
     """
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
         raise ValueError(f"config: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: required, give {missing[0]}=…")
     for path, node in _target_nodes(cfg):
         try:
             schema = reward_schema(node._target_) if path.startswith("rewards.") else schema_for(node._target_)
@@ -383,15 +224,14 @@ def validate(cfg: DictConfig) -> DictConfig:
         _check_against(schema, OmegaConf.create(params), path, f"target {node._target_}")
     for path, schema_of in TYPED_MAP_ENTRIES.items():
         entries = OmegaConf.select(cfg, path)
-        schema = schema_of(cfg)
-        for name in entries or {}:
+        if not isinstance(entries, DictConfig):
+            continue
+        schema, what, example = schema_of(cfg)
+        for name in entries:
             entry = entries._get_node(name)
             if not isinstance(entry, DictConfig):
-                example = "{root: ...}" if schema is BenchSourceConfig else "{roots: [...], weight: 1.0}"
                 raise ValueError(f"{path}.{name}: expected a mapping like {example}, got {entry!r}")
             # Written back with its defaults filled in, so readers see a complete entry.
-            what = ("a bench {root, types, files, reference}; algo=grpo takes bench data: data=synth_bench, "
-                    "data=synthmix or your own" if schema is BenchSourceConfig else schema.__name__)
             entries[name] = _check_against(schema, entry, f"{path}.{name}", what)
     return cfg
 
@@ -401,10 +241,54 @@ def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    register_configs()
+    register_schemas()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = hydra_compose(config_name=config_name, overrides=overrides or [])
     return validate(cfg)
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Every config group under conf/ and its options."""
+    groups = {}
+    for folder, _, files in sorted(os.walk(CONF_DIR)):
+        options = sorted(f[:-5] for f in files if f.endswith(".yaml"))
+        if folder != CONF_DIR and options:
+            groups[os.path.relpath(folder, CONF_DIR).replace(os.sep, "/")] = options
+    return groups
+
+
+def stage_help(module: str, config_name: str, doc: str, overrides: list[str]) -> str:
+    """A stage's ``--help``: what it does, the config groups and their options, and its config with the
+    overrides given. (Hydra's own ``--help`` copies its config repository once per group, which takes
+    seconds with this tree; ``--hydra-help`` still shows Hydra's options.)"""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register_schemas()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            config = OmegaConf.to_yaml(hydra_compose(config_name=config_name, overrides=overrides))
+    except Exception as exc:  # noqa: BLE001 - a bad override: say so, help is still useful without it
+        config = f"(cannot compose with {' '.join(overrides)}: {str(exc).splitlines()[0]})\n"
+    width = max(len(group) for group in config_groups())
+    lines = [doc.strip(), "", f"Usage: python -m {module} [group=option ...] [key=value ...] "
+             "[dry_run=true] [-m key=a,b ...] [cluster=<name>]", "",
+             "== Configuration groups (conf/<group>/<option>.yaml) ==", ""]
+    lines += [f"{group:<{width}}: {', '.join(options)}" for group, options in config_groups().items()]
+    lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "", config.rstrip(), "",
+              "Hydra's own flags: python -m " + module + " --hydra-help"]
+    return "\n".join(lines)
+
+
+def start(main, module: str, config_name: str, doc: str) -> None:
+    """A stage's command line: ``--help`` is answered here (fast), ``cluster=<name>`` submits the run,
+    anything else runs the Hydra app ``main``."""
+    args = sys.argv[1:]
+    if "--help" in args or "-h" in args:
+        print(stage_help(module, config_name, doc, [a for a in args if not a.startswith("-")]))
+        return
+    sys.argv = submit_on_cluster(sys.argv)
+    main()
 
 
 def submit_on_cluster(argv: list[str]) -> list[str]:
@@ -417,9 +301,18 @@ def submit_on_cluster(argv: list[str]) -> list[str]:
 
 
 def run_stage(run, cfg: DictConfig, output_dir: str):
-    """Call a stage's ``run``; a user error (ValueError) ends it with one line and exit code 2."""
+    """Call a stage's ``run(cfg, output_dir)``; with ``dry_run``, only validate the config and print it.
+    A user error (ValueError) ends the stage with one line and exit code 2."""
     try:
+        if cfg.get("dry_run"):
+            print(OmegaConf.to_yaml(validate(cfg)))
+            return {"dry_run": True}
         return run(cfg, output_dir)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail(str(exc))
+
+
+def fail(message: str):
+    """End the program on a user error: one line, exit code 2 (also where Hydra would print a trace)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None

@@ -188,7 +188,7 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd):
     assert "hydra.launcher.secrets.HF_TOKEN: Beaker secret 'nope' does not exist" in capfd.readouterr().err
     assert fake.created == []
     proc = cli(tmp_path, ["hydra.launcher.budget=null", "hydra.launcher.dry_run=true"])
-    assert proc.returncode != 0 and "hydra.launcher.budget: required" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr == "error: hydra.launcher.budget: required to submit to Beaker\n"
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)

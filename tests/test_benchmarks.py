@@ -15,3 +15,11 @@ def test_bench_throughput_runs():
     for reward in ("bench", "medoid", "edit_distance", "front_matter", "element_count", "rectangular_tables", "eos"):
         assert re.search(rf"^{reward}\s+[\d.]+\s+\d+", out, re.M), reward
     assert re.search(r"medoid over 8 completions of \d+ bytes: [\d.]+ ms", out)
+
+
+def test_stage_startup_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/stage_startup.py", "--repeats", "1"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("train", "data", "bench", "synth"):
+        assert re.search(rf"^{stage}\s+[\d.]+s \([\d.]+x\)\s+[\d.]+s", proc.stdout, re.M), stage

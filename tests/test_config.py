@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
+from olmocr.data.dataset import sources
 from olmocr.data.pipeline import build_pipeline
 from olmocr.models import HubModel, TinyModel
 
@@ -19,6 +20,10 @@ def options(group: str) -> list[str]:
 
 
 PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_DIR, "*.yaml")))
+# Values a config leaves to the command line (???): composing without them is an error that names them.
+REQUIRED = {"bench": ["candidates=/tmp"]}
+SAMPLE_PAGES = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
+DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
 
 def test_groups_have_the_promised_options():
@@ -29,8 +34,15 @@ def test_groups_have_the_promised_options():
 
 @pytest.mark.parametrize("name", PRIMARY)
 def test_every_primary_config_composes(name):
-    cfg = compose(name)
+    cfg = compose(name, REQUIRED.get(name, []))
     assert OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_a_required_value_left_out_is_named():
+    with pytest.raises(ValueError, match=r"candidates: required, give candidates=…"):
+        compose("bench")
+    with pytest.raises(ValueError, match=r"data.roots: required"):
+        compose("check_data", ["data=folder"])
 
 
 @pytest.mark.parametrize("model", options("model"))
@@ -43,7 +55,7 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir):
 
 
 # SFT data (page/target pairs) and GRPO data (bench pages) take different step lists.
-SFT_DATA, BENCH_DATA = ["olmocr_mix", "sample"], ["synth_bench", "synthmix"]
+SFT_DATA, BENCH_DATA = ["folder", "olmocr_mix", "sample"], ["synth_bench", "synthmix"]
 SFT_STEPS, PROMPT_STEPS = ["v1", "v4", "v4_augmented"], ["prompt_v4"]
 
 
@@ -66,7 +78,7 @@ def test_every_bench_data_and_prompt_steps_option_builds(data, steps, processor)
 @pytest.mark.parametrize("data", SFT_DATA)
 @pytest.mark.parametrize("steps", SFT_STEPS)
 def test_every_data_and_steps_option_builds(data, steps, processor):
-    cfg = compose("check_data", [f"data={data}", f"data/steps={steps}"])
+    cfg = compose("check_data", [f"data={data}", f"data/steps={steps}", *DATA_REQUIRED.get(data, [])])
     container = OmegaConf.to_container(cfg.data, resolve=True)
     pipeline = build_pipeline(container["steps"], processor=processor)
     assert list(pipeline.steps)[0] == "front_matter"
@@ -74,8 +86,9 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     assert names.index("render") < names.index("prompt") < names.index("tokenize")
     if steps == "v4_augmented":
         assert names.index("rotation") == names.index("render") + 1 and names[-1] == "token_flip"
-    for source in list(container["train"].values()) + list(container["eval"].values()):
-        assert source["roots"] and source["weight"] > 0
+    train, evals = sources(container)
+    for source in list(train.values()) + list(evals.values()):
+        assert source["roots"] and source.get("weight", 1.0) > 0
 
 
 @pytest.mark.parametrize("config, override, key", [
@@ -109,6 +122,32 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
     assert "data.steps.render.longest_sid" in proc.stderr
     assert not os.path.exists(tmp_path / "outputs" / "check_data") or not glob.glob(
         str(tmp_path / "outputs/check_data/*/summary.json"))
+
+
+STAGES = {"train": "train", "data": "check_data", "bench": "bench", "synth": "synth"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_answers_help_and_dry_run_without_working(stage, tmp_path):
+    run = [sys.executable, "-m", f"olmocr.{stage}"]
+    proc = subprocess.run([*run, "--help", "seed=7"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"python -m olmocr.{stage}") and "== Configuration groups" in proc.stdout
+    assert "model     : olmocr2_7b, qwen25_vl_7b" in proc.stdout and "seed: 7" in proc.stdout
+    extra = REQUIRED.get(STAGES[stage], [])
+    proc = subprocess.run([*run, "dry_run=true", *extra], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "dry_run: true" in proc.stdout and "paths:" in proc.stdout
+    assert not glob.glob(str(tmp_path / "outputs" / "**" / "*.json"), recursive=True)  # nothing ran
+
+
+def test_a_missing_model_is_one_line_before_any_data_work(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "olmocr.train", "model=qwen25_vl_7b",
+                           f"model.name_or_path={tmp_path}/nonexistent"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: model.name_or_path: {tmp_path}/nonexistent is not a folder (expected a checkpoint "
+                           "folder in Hugging Face format, or a hub id like org/name)\n")
 
 
 def test_multirun_gives_one_dir_per_job(tmp_path):

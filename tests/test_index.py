@@ -1,5 +1,6 @@
 """The dataset index and datasets on a folder seeded with bad pairs, locally and on a real S3 server."""
 
+import glob
 import json
 import os
 
@@ -111,6 +112,30 @@ def test_empty_source_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="'nothing' has no usable md\\+pdf pairs"):
         build_datasets({"nothing": {"roots": [str(tmp_path / "empty")]}}, {}, STEPS)
+
+
+def test_folder_data_holds_out_a_stable_share(sample_copy, tmp_path):
+    from olmocr.data.dataset import sources
+
+    data = {"roots": [sample_copy], "eval_roots": [], "eval_fraction": 0.25, "steps": STEPS}
+    train, evals, _ = build_datasets(*sources(data), STEPS)
+    train_md = {r.md_path for r in train.sources["folder"][0].records}
+    eval_md = {r.md_path for r in evals["folder"].records}
+    assert train_md and eval_md and not train_md & eval_md
+    assert len(train_md | eval_md) == len(glob.glob(os.path.join(sample_copy, "*.md")))
+    assert 0.1 < len(eval_md) / len(train_md | eval_md) < 0.4
+    # the same on the next run, and a new page does not move the others
+    write_pdf(os.path.join(sample_copy, "zz_new.pdf"), ["new page"])
+    write_md(os.path.join(sample_copy, "zz_new.md"), "new page")
+    again, again_evals, _ = build_datasets(*sources(data), STEPS)
+    assert {r.md_path for r in again_evals["folder"].records} - {os.path.join(sample_copy, "zz_new.md")} == eval_md
+    # other folders for eval instead
+    train, evals, _ = build_datasets(*sources({**data, "eval_roots": [sample_copy]}), STEPS)
+    assert len(evals["folder"]) == len(train.sources["folder"][0])
+    with pytest.raises(ValueError, match="data.eval_fraction: expected a fraction"):
+        sources({**data, "eval_fraction": 1.5})
+    with pytest.raises(ValueError, match="part 'held_out' with holdout 0.0"):
+        build_datasets({"x": {"roots": [sample_copy], "part": "held_out"}}, {}, STEPS)
 
 
 def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):

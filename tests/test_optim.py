@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from olmocr.train import schedules
-from olmocr.train.muon import SingleDeviceMuonWithAuxAdam, muon, muon_param_groups, orthogonalize
+from olmocr.train.muon import SingleDeviceMuonWithAuxAdam, muon_param_groups, orthogonalize
+from olmocr.train.optim import muon
 from olmocr.train.optim import adamw
 
 

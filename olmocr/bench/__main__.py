@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
+import olmocr.bench.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import run_stage, start, validate
 
 log = logging.getLogger("olmocr.bench")
-register_configs(builders=False)
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
@@ -68,5 +67,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = submit_on_cluster(sys.argv)
-    main()
+    start(main, "olmocr.bench", "bench", __doc__)

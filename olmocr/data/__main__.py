@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from collections import Counter
 
@@ -18,10 +17,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
+import olmocr.data.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import build, run_stage, start, validate
 
 log = logging.getLogger("olmocr.data")
-register_configs()
 
 
 def _first(batch):
@@ -29,18 +28,17 @@ def _first(batch):
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from hydra.utils import instantiate
     from torch.utils.data import DataLoader, Subset
 
-    from olmocr.data.dataset import build_datasets
+    from olmocr.data.dataset import build_datasets, sources
     from olmocr.utils.runinfo import write_run_info
 
     validate(cfg)
-    model = instantiate(cfg.model)
+    model = build(cfg.model)
     processor = model.load_processor()
     data = OmegaConf.to_container(cfg.data, resolve=True)
     train, evals, report = build_datasets(
-        data["train"], data["eval"], data["steps"], cache_dir=os.path.join(cfg.paths.cache, "index"),
+        *sources(data), data["steps"], cache_dir=os.path.join(cfg.paths.cache, "index"),
         report_path=os.path.join(output_dir, "rejected.jsonl"), seed=cfg.seed, processor=processor,
     )
     log.info("steps:\n%s", train.sources[next(iter(train.sources))][0].pipeline)
@@ -80,5 +78,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = submit_on_cluster(sys.argv)
-    main()
+    start(main, "olmocr.data", "check_data", __doc__)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import random
 from collections.abc import Mapping
 
@@ -79,6 +81,33 @@ class MixtureDataset(Dataset):
         return self.sources[name][0][index]
 
 
+PARTS = ("all", "train", "held_out")
+
+
+def held_out(record: PairRecord, root: str, fraction: float) -> bool:
+    """Whether a pair is in a source's held-out share: a stable hash of its path under the root, so the
+    split is the same on every run and machine, and adding files does not move the others."""
+    rel = os.path.relpath(record.md_path or record.pdf_path, root) if "://" not in root else \
+        (record.md_path or record.pdf_path)[len(root):]
+    draw = int.from_bytes(hashlib.sha1(rel.replace(os.sep, "/").encode()).digest()[:8], "big") / 2 ** 64
+    return draw < fraction
+
+
+def sources(data: Mapping) -> tuple[dict, dict]:
+    """(train sources, eval sources) of a ``data`` config: named maps, or the ``data=folder`` form
+    (``roots``, then ``eval_roots`` or a held-out ``eval_fraction`` of the same roots)."""
+    if "roots" not in data:
+        return dict(data["train"]), dict(data["eval"])
+    roots, eval_roots, fraction = list(data["roots"]), list(data.get("eval_roots") or []), data["eval_fraction"]
+    if eval_roots:
+        return {"folder": {"roots": roots}}, {"folder": {"roots": eval_roots}}
+    if not 0 < fraction < 1:
+        raise ValueError(f"data.eval_fraction: expected a fraction between 0 and 1, got {fraction} "
+                         "(or give data.eval_roots)")
+    return ({"folder": {"roots": roots, "holdout": fraction, "part": "train"}},
+            {"folder": {"roots": roots, "holdout": fraction, "part": "held_out"}})
+
+
 def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str | None = None,
                    report_path: str | None = None, seed: int = 0, **runtime) -> tuple[MixtureDataset, dict[str, PageDataset], RejectReport]:
     """Index every root, build the step pipeline once, and return the train mixture, one eval dataset
@@ -86,7 +115,11 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
     pipeline = build_pipeline(steps, **runtime)
     report = RejectReport(report_path)
 
-    def source_dataset(name: str, roots: list[str]) -> PageDataset:
+    def source_dataset(name: str, src: Mapping) -> PageDataset:
+        roots, holdout, part = list(src["roots"]), float(src.get("holdout", 0.0)), src.get("part", "all")
+        if part not in PARTS or not 0 <= holdout < 1 or (part != "all") != (holdout > 0):
+            raise ValueError(f"data source {name!r}: part {part!r} with holdout {holdout}: expected part all with "
+                             "holdout 0, or part train / held_out with a holdout fraction between 0 and 1")
         records = []
         for root in roots:
             index = index_root(root, cache_dir)
@@ -96,12 +129,12 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
             for bad in index.problems:
                 report.add({"md_path": bad.md_path, "pdf_path": bad.pdf_path, "source": name},
                            Reject(bad.problem, bad.detail))
-            records += index.pairs
+            records += [r for r in index.pairs if part == "all" or held_out(r, root, holdout) == (part == "held_out")]
         if not records:
             raise ValueError(f"data source {name!r} has no usable md+pdf pairs under {list(roots)}")
         return PageDataset(name, records, pipeline, report, seed)
 
-    mixture = MixtureDataset({name: (source_dataset(name, list(src["roots"])), float(src.get("weight", 1.0)))
+    mixture = MixtureDataset({name: (source_dataset(name, src), float(src.get("weight", 1.0)))
                               for name, src in train.items()}, seed)
-    evals = {name: source_dataset(name, list(src["roots"])) for name, src in eval.items()}
+    evals = {name: source_dataset(name, src) for name, src in eval.items()}
     return mixture, evals, report

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import torch
+import contextlib
+import os
+import re
+from typing import TYPE_CHECKING
 
 from olmocr.models.families import get_family, transformers_class
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ModelSource:
@@ -44,26 +50,51 @@ class ModelSource:
     def load_processor(self):
         from transformers import AutoProcessor
 
-        return AutoProcessor.from_pretrained(self.path, **self.pretrained_kwargs(), **self.processor_kwargs())
+        with _loading(self.path):
+            return AutoProcessor.from_pretrained(self.path, **self.pretrained_kwargs(), **self.processor_kwargs())
 
     def load_model(self, device: str | torch.device = "cpu", path: str | None = None):
         """Load the weights (from ``path`` instead, e.g. a training checkpoint, when given)."""
+        import torch
+
         model_cls = transformers_class(self.family.model_class)
         extra = {} if path else self.pretrained_kwargs()
-        model = model_cls.from_pretrained(
-            path or self.path, dtype=DTYPES[self.dtype], attn_implementation=self.attn_implementation, **extra,
-        )
+        with _loading(path or self.path):
+            model = model_cls.from_pretrained(
+                path or self.path, dtype=getattr(torch, self.dtype), attn_implementation=self.attn_implementation,
+                **extra)
         return model.to(device)
 
 
+@contextlib.contextmanager
+def _loading(path: str):
+    """A checkpoint that cannot be read (missing files, no network for a hub id) is a one-line user error."""
+    try:
+        yield
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"model: cannot load {path}: {first}") from None
+
+
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
 class HubModel(ModelSource):
-    """A published checkpoint: a hub id or a local/remote directory in Hugging Face format."""
+    """A published checkpoint: a hub id (``org/name``) or a local folder in Hugging Face format."""
 
     def __init__(self, name_or_path: str, family: str, revision: str | None = None, dtype: str = "bfloat16",
                  attn_implementation: str = "sdpa", image_min_pixels: int | None = None,
                  image_max_pixels: int | None = None):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
-        self.name_or_path = name_or_path
+        if not os.path.isdir(os.path.expanduser(name_or_path)):
+            # checked here, when a stage builds the model source, before it reads any data
+            if "://" in name_or_path:
+                raise ValueError(f"model.name_or_path: {name_or_path} is remote; copy the checkpoint to a local "
+                                 "folder first (transformers loads local folders and hub ids)")
+            if os.path.isabs(name_or_path) or name_or_path.startswith((".", "~")) or not _HUB_ID.match(name_or_path):
+                raise ValueError(f"model.name_or_path: {name_or_path} is not a folder (expected a checkpoint "
+                                 "folder in Hugging Face format, or a hub id like org/name)")
+        self.name_or_path = os.path.expanduser(name_or_path)
         self.revision = revision
 
     @property

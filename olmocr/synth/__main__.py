@@ -6,17 +6,16 @@ import glob
 import json
 import logging
 import os
-import sys
 import time
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
+import olmocr.synth.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import run_stage, start, validate
 
 log = logging.getLogger("olmocr.synth")
-register_configs(builders=False)  # synth composes no model/optimizer groups
 
 
 def check_output(out_dir: str, tests_file: str) -> dict:
@@ -64,5 +63,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = submit_on_cluster(sys.argv)
-    main()
+    start(main, "olmocr.synth", "synth", __doc__)

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from olmocr.config import register_configs, run_stage, submit_on_cluster, validate
+import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import run_stage, start, validate
 
-register_configs()
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
     validate(cfg)
-    if cfg.dry_run:
-        print(OmegaConf.to_yaml(cfg))
-        return {"dry_run": True}
     if cfg.algo.name == "grpo":
         from olmocr.train import grpo
 
@@ -33,5 +29,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv = submit_on_cluster(sys.argv)
-    main()
+    start(main, "olmocr.train", "train", __doc__)

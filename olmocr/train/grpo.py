@@ -113,14 +113,14 @@ class GRPOTrainer(trl.GRPOTrainer):
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from hydra.utils import instantiate
     from transformers import PrinterCallback
     from transformers.trainer_utils import get_last_checkpoint
     from olmocr.config import build
     from olmocr.data.bench_prompts import build_prompt_dataset
     from olmocr.models.tuning import load_trainable, trainable_summary
     from olmocr.rewards import build_rewards
-    from olmocr.train.callbacks import HFTrainerBridge, MetricsFile
+    from olmocr.train.callbacks import MetricsFile
+    from olmocr.train.trl_callbacks import HFTrainerBridge
     from olmocr.train.distributed import init_distributed
     from olmocr.train.vllm_server import vllm_server_command, wait_for_server
     from olmocr.utils.runinfo import write_run_info
@@ -129,7 +129,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     check(cfg, dist_info.world_size)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     algo, t, data = resolved["algo"], resolved["trainer"], resolved["data"]
-    source = instantiate(cfg.model)
+    source = build(cfg.model)
     if algo["generation"] == "vllm_server":
         command = vllm_server_command(source.path, algo["vllm_server_host"], algo["vllm_server_port"],
                                       algo["vllm_tensor_parallel_size"], algo["vllm_gpu_memory_utilization"])

@@ -118,28 +118,3 @@ def muon_param_groups(model: nn.Module) -> dict[str, list[nn.Parameter]]:
         else:
             groups["other"].append(p)
     return groups
-
-
-def muon(model: nn.Module, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
-         weight_decay: float = 0.0, adam_lr: float = 3e-4, adam_betas: tuple[float, float] = (0.9, 0.95),
-         adam_eps: float = 1e-10, head_lr_scale: float = 11.0, embed_lr_scale: float = 30.0,
-         scalar_lr_scale: float = 2.0) -> SingleDeviceMuonWithAuxAdam:
-    """Build the optimizer for ``model`` (the ``optimizer=muon`` config)."""
-    model = model.module if hasattr(model, "module") else model  # DDP wrapper
-    if any(hasattr(p, "full_tensor") for p in model.parameters()):
-        raise ValueError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
-                         "use trainer.strategy=ddp with Muon")
-    if any("lora_" in name for name, p in model.named_parameters() if p.requires_grad):
-        raise ValueError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
-                         "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")
-    groups = muon_param_groups(model)
-    adam = {"use_muon": False, "betas": tuple(adam_betas), "eps": adam_eps, "weight_decay": weight_decay}
-    spec = [
-        {"params": groups["muon"], "use_muon": True, "lr": lr, "momentum": momentum, "nesterov": nesterov,
-         "ns_steps": ns_steps, "weight_decay": weight_decay, "name": "muon"},
-        {**adam, "params": groups["head"], "lr": adam_lr * head_lr_scale, "name": "head"},
-        {**adam, "params": groups["embeddings"], "lr": adam_lr * embed_lr_scale, "name": "embeddings"},
-        {**adam, "params": groups["scalars"], "lr": adam_lr * scalar_lr_scale, "name": "scalars"},
-        {**adam, "params": groups["other"], "lr": adam_lr, "name": "other"},
-    ]
-    return SingleDeviceMuonWithAuxAdam([g for g in spec if g["params"]])

@@ -1,9 +1,15 @@
-"""Optimizer builders: each takes the model (injected at run time) and plain hyperparameters."""
+"""Optimizer builders: each takes the model (injected at run time) and plain hyperparameters. torch is
+imported when a builder runs, so reading their signatures (config schemas) stays cheap."""
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from olmocr.train.muon import SingleDeviceMuonWithAuxAdam
 
 
 def no_decay(name: str, param: nn.Parameter) -> bool:
@@ -13,6 +19,8 @@ def no_decay(name: str, param: nn.Parameter) -> bool:
 
 def adamw(model: nn.Module, lr: float = 2e-5, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
           weight_decay: float = 0.01, fused: bool | None = None) -> torch.optim.AdamW:
+    import torch
+
     decay, plain = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -22,3 +30,30 @@ def adamw(model: nn.Module, lr: float = 2e-5, betas: tuple[float, float] = (0.9,
     if fused is None:
         fused = next(model.parameters()).is_cuda
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps, fused=fused)
+
+
+def muon(model: nn.Module, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
+         weight_decay: float = 0.0, adam_lr: float = 3e-4, adam_betas: tuple[float, float] = (0.9, 0.95),
+         adam_eps: float = 1e-10, head_lr_scale: float = 11.0, embed_lr_scale: float = 30.0,
+         scalar_lr_scale: float = 2.0) -> SingleDeviceMuonWithAuxAdam:
+    """Muon on the hidden matrices, Adam on head, embeddings and the rest (the ``optimizer=muon`` config)."""
+    from olmocr.train.muon import SingleDeviceMuonWithAuxAdam, muon_param_groups
+
+    model = model.module if hasattr(model, "module") else model  # DDP wrapper
+    if any(hasattr(p, "full_tensor") for p in model.parameters()):
+        raise ValueError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
+                         "use trainer.strategy=ddp with Muon")
+    if any("lora_" in name for name, p in model.named_parameters() if p.requires_grad):
+        raise ValueError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
+                         "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")
+    groups = muon_param_groups(model)
+    adam = {"use_muon": False, "betas": tuple(adam_betas), "eps": adam_eps, "weight_decay": weight_decay}
+    spec = [
+        {"params": groups["muon"], "use_muon": True, "lr": lr, "momentum": momentum, "nesterov": nesterov,
+         "ns_steps": ns_steps, "weight_decay": weight_decay, "name": "muon"},
+        {**adam, "params": groups["head"], "lr": adam_lr * head_lr_scale, "name": "head"},
+        {**adam, "params": groups["embeddings"], "lr": adam_lr * embed_lr_scale, "name": "embeddings"},
+        {**adam, "params": groups["scalars"], "lr": adam_lr * scalar_lr_scale, "name": "scalars"},
+        {**adam, "params": groups["other"], "lr": adam_lr, "name": "other"},
+    ]
+    return SingleDeviceMuonWithAuxAdam([g for g in spec if g["params"]])

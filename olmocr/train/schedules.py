@@ -7,8 +7,16 @@ function of the step, so resuming needs only the step count.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from torch.optim.lr_scheduler import LambdaLR
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LambdaLR
+
+
+def _lambda_lr(optimizer, factor) -> LambdaLR:
+    from torch.optim.lr_scheduler import LambdaLR  # imported here: reading the builders needs no torch
+
+    return LambdaLR(optimizer, factor)
 
 
 def _warmup_steps(warmup: float, total_steps: int) -> int:
@@ -29,7 +37,7 @@ def _decaying(optimizer, total_steps: int, warmup: float, shape) -> LambdaLR:
         up = _warmup(step, w)
         return up if up is not None else shape(min(1.0, (step - w) / max(1, total_steps - w)))
 
-    return LambdaLR(optimizer, factor)
+    return _lambda_lr(optimizer, factor)
 
 
 def linear(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
@@ -43,7 +51,7 @@ def cosine(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float 
 
 def constant(optimizer, total_steps: int, warmup: float = 0.0) -> LambdaLR:
     w = _warmup_steps(warmup, total_steps)
-    return LambdaLR(optimizer, lambda step: _warmup(step, w) or 1.0)
+    return _lambda_lr(optimizer, lambda step: _warmup(step, w) or 1.0)
 
 
 def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, final_ratio: float = 0.0) -> LambdaLR:
@@ -62,9 +70,9 @@ def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, f
             return 1.0
         return 1.0 - (1.0 - final_ratio) * min(1.0, into_decay / max(1, d))
 
-    return LambdaLR(optimizer, factor)
+    return _lambda_lr(optimizer, factor)
 
 
 def inverse_sqrt(optimizer, total_steps: int, warmup: float = 0.05) -> LambdaLR:
     w = max(1, _warmup_steps(warmup, total_steps))
-    return LambdaLR(optimizer, lambda step: _warmup(step, w) or math.sqrt(w / (step + 1)))
+    return _lambda_lr(optimizer, lambda step: _warmup(step, w) or math.sqrt(w / (step + 1)))

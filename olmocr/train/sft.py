@@ -31,9 +31,8 @@ def estimate_tokens_per_sample(dataset, samples: int = 8) -> float:
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from hydra.utils import instantiate
 
-    from olmocr.data.dataset import build_datasets
+    from olmocr.data.dataset import build_datasets, sources
     from olmocr.models.tuning import load_trainable, trainable_summary
     from olmocr.train.callbacks import MetricsFile
     from olmocr.train.checkpoint import CheckpointManager
@@ -48,7 +47,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     if dist_info.rank == 0:
         write_run_info(output_dir)
 
-    source = instantiate(cfg.model)
+    source = build(cfg.model)
     processor = source.load_processor()
     checkpoints = CheckpointManager(os.path.join(output_dir, "checkpoints"), t.keep_last)
     resume_from = checkpoints.latest()
@@ -67,7 +66,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     data = OmegaConf.to_container(cfg.data, resolve=True)
     train, evals, report = build_datasets(
-        data["train"], data["eval"], data["steps"], cache_dir=os.path.join(cfg.paths.cache, "index"),
+        *sources(data), data["steps"], cache_dir=os.path.join(cfg.paths.cache, "index"),
         report_path=os.path.join(output_dir, "rejected.jsonl"), seed=cfg.seed, processor=processor)
 
     samples_per_step = t.batch_size * t.grad_accum * dist_info.world_size

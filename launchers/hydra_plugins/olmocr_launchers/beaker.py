@@ -25,6 +25,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hydra_plugins.olmocr_launchers import beaker_job
+from olmocr.config import fail
 from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
 
 log = logging.getLogger(__name__)
@@ -189,8 +190,11 @@ class BeakerLauncher(Launcher):
         except ValueError:
             module = None  # shipped with the job instead (see beaker_job)
             log.info("the task function has no `python -m` entry: it is shipped with each job")
-        commit = self._check()
-        client = None if self.params["dry_run"] else self._client()
+        try:
+            commit = self._check()
+            client = None if self.params["dry_run"] else self._client()
+        except ValueError as exc:  # a user error before anything is submitted: one line, not Hydra's trace
+            fail(str(exc))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

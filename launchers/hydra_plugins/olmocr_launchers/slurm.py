@@ -18,6 +18,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 
+from olmocr.config import fail
+
 log = logging.getLogger(__name__)
 
 
@@ -48,8 +50,8 @@ def sbatch_script(params: dict, folder: str) -> str:
 class OlmocrSlurmLauncher(SubmititSlurmLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         if not self.params.get("account"):
-            raise ValueError("hydra.launcher.account: set the SLURM project to charge (SLURM_ACCOUNT or "
-                             "hydra.launcher.account=<project>) before submitting")
+            fail("hydra.launcher.account: set the SLURM project to charge (SLURM_ACCOUNT or "
+                 "hydra.launcher.account=<project>) before submitting")
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.params.get("dry_run"):
             sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -62,8 +64,8 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                                          _return_value=str(path), working_dir=str(sweep_dir)))
             return returns
         if shutil.which("sbatch") is None:
-            raise ValueError("cluster=slurm submits with sbatch, which is not on PATH here: submit from a "
-                             "login node, or use hydra.launcher.dry_run=true to see the scripts")
+            fail("cluster=slurm submits with sbatch, which is not on PATH here: submit from a login node, or "
+                 "use hydra.launcher.dry_run=true to see the scripts")
         params = dict(self.params)
         params.pop("dry_run")
         self.params = params

@@ -1,0 +1,27 @@
+"""Schema of ``python -m olmocr.bench`` (conf/bench.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import MISSING
+
+from olmocr.config import StageConfig, store
+
+
+@dataclass
+class BenchConfig(StageConfig):
+    bench_dir: str = MISSING  # test files (*.jsonl, one category each) and pdfs/
+    candidates: str = MISSING  # <pdf path without .pdf>_pg<page>_repeat<n>.md files
+    group_by: str = "file"  # categories: one per test file (olmOCR-bench), or one per test type
+    repeat_rule: str = "majority"  # a test passes on most repeats (olmOCR-bench), or "mean": share passing
+    skip_baseline: bool = False  # drop every baseline test, the implicit ones (one per PDF) included
+    skip_rejected: bool = False  # leave out tests marked checked: rejected (olmOCR-bench runs them)
+    workers: int | None = None  # processes scoring pages; null: one per core
+    bootstrap_samples: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+    max_failures_listed: int = 200  # in report.md; results.json lists them all
+
+
+store("bench_schema", BenchConfig)

@@ -1,0 +1,21 @@
+"""Schema of ``python -m olmocr.synth`` (conf/synth.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from olmocr.config import StageConfig, store
+
+
+@dataclass
+class SynthConfig(StageConfig):
+    out_dir: str | None = None  # default: <run dir>/pages
+    num_pages: int = 24
+    seed: int = 0
+    first_index: int = 0
+    layout_weights: dict[str, float] = field(default_factory=dict)
+    language_weights: dict[str, float] = field(default_factory=dict)
+    render_check: bool = True
+
+
+store("synth_schema", SynthConfig)

@@ -1,0 +1,119 @@
+"""Schemas of ``python -m olmocr.train`` (conf/train.yaml) and of its ``algo``, ``optimizer`` and
+``scheduler`` groups (the latter generated from the builders' signatures)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+import olmocr.data.schema  # noqa: F401 - training composes the data and model groups
+from olmocr.config import StageConfig, schema_for, store
+from olmocr.train import optim, schedules
+
+
+@dataclass
+class SFTAlgoConfig:
+    name: str = "sft"
+
+
+@dataclass
+class GRPOAlgoConfig:
+    """GRPO with trl: what is generated and how the loss is formed. Any other trl ``GRPOConfig`` field
+    goes in ``trl_args`` (checked against trl's own config before any work)."""
+
+    name: str = "grpo"
+    num_generations: int = 8
+    temperature: float = 0.8
+    top_p: float = 1.0
+    max_completion_length: int = 4096
+    beta: float = 0.0  # KL coefficient; 0 loads no reference model
+    loss_type: str = "dapo"  # grpo, dr_grpo, dapo, bnpo, …
+    importance_sampling_level: str = "token"  # token, or sequence (GSPO)
+    scale_rewards: str = "group"  # group, batch or none
+    epsilon: float = 0.2
+    num_iterations: int = 1
+    # transformers (plain generate; CPU and tests), vllm_colocate (vLLM inside each trainer process) or
+    # vllm_server (a `trl vllm-serve` process on its own GPU; see launch_commands.json in the run dir)
+    generation: str = "transformers"
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_server_timeout: float = 240.0
+    vllm_gpu_memory_utilization: float = 0.3
+    vllm_tensor_parallel_size: int = 1
+    log_completions: bool = False
+    trl_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DurationConfig:
+    unit: str = "steps"  # steps, epochs or tokens
+    value: float | None = 100
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    alpha: int = 32
+    dropout: float = 0.1
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class FinetuneConfig:
+    """What trains: freeze the vision tower or the language model, or train LoRA adapters on the LM."""
+
+    freeze_vision: bool = False
+    freeze_language: bool = False
+    lora: LoraConfig | None = None
+
+
+@dataclass
+class TrainerConfig:
+    batch_size: int = 1  # per device
+    grad_accum: int = 1
+    max_duration: DurationConfig = field(default_factory=DurationConfig)
+    # Stop early without changing the schedule; value null = no hard stop. (Not Optional[DurationConfig]:
+    # OmegaConf cannot merge a command-line dict into a null structured node.)
+    hard_stop: DurationConfig = field(default_factory=lambda: DurationConfig(value=None))
+    precision: str = "fp32"  # fp32 or bf16 (autocast)
+    clip_grad_norm: float | None = 1.0
+    eval_interval: int | None = 500
+    eval_max_batches: int | None = None
+    save_interval: int | None = 500
+    keep_last: int | None = 3
+    num_workers: int = 0
+    activation_checkpointing: bool = False
+    compile: bool = False
+    resume: bool = True
+    device: str = "auto"
+    # ddp (replicas), fsdp (FSDP2, sharded per block) or deepspeed (ZeRO stage zero_stage)
+    strategy: str = "ddp"
+    ddp_find_unused_parameters: bool = False
+    fsdp_reshard_after_forward: bool = True
+    zero_stage: int = 2
+
+
+@dataclass
+class TrainConfig(StageConfig):
+    algo: Any = MISSING  # SFTAlgoConfig or GRPOAlgoConfig, by the algo group
+    model: Any = MISSING
+    data: Any = MISSING  # DataConfig or FolderDataConfig (sft), BenchDataConfig (grpo), by the data group
+    rewards: dict[str, Any] = field(default_factory=dict)  # grpo: conf/rewards/, checked by validate()
+    optimizer: Any = MISSING
+    scheduler: Any = MISSING
+    callbacks: dict[str, Any] = field(default_factory=dict)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    run_name: str = "tiny_sft"
+    seed: int = 0
+
+
+store("train_schema", TrainConfig)
+store("sft_schema", SFTAlgoConfig, group="algo")
+store("grpo_schema", GRPOAlgoConfig, group="algo")
+for builder in (optim.adamw, optim.muon):
+    store(f"{builder.__name__}_schema", schema_for(builder), group="optimizer")
+for builder in (schedules.linear, schedules.cosine, schedules.constant, schedules.wsd, schedules.inverse_sqrt):
+    store(f"{builder.__name__}_schema", schema_for(builder), group="scheduler")
