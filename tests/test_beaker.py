@@ -136,18 +136,60 @@ def test_spec_resources_replicas_mounts_and_retries(monkeypatch, tmp_path):
     script = task["command"][2]
     assert ("torchrun --nnodes=2 --node_rank=$BEAKER_REPLICA_RANK --nproc_per_node=8 "
             "--master_addr=$BEAKER_LEADER_REPLICA_HOSTNAME --master_port=29400 -m olmocr.train") in script
-    assert "python -m olmocr.utils.sync /results/run s3://bucket/runs/olmocr-train-" in script
+    # The run's place follows its local run dir, so the same command finds the same run again.
+    remote = f"s3://bucket/runs/{(tmp_path / 'sweep').as_posix().lstrip('/')}"
+    assert f"python -m olmocr.utils.sync pull {remote} /results/run || " in script
+    assert f"python -m olmocr.utils.sync push /results/run {remote} --every 60 &" in script
 
 
-def test_grpo_server_layout_spec(monkeypatch, tmp_path):
-    launch(monkeypatch, tmp_path, ["+experiment=grpo_qwen25", "hydra.launcher.dry_run=true", "hydra.launcher.gpus=8",
-                                   "algo.vllm_server_port=8123"], module="olmocr.train")
+def test_preemptible_training_needs_a_persistent_run_dir(monkeypatch, tmp_path, capfd):
+    with pytest.raises(SystemExit):
+        launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true"], module="olmocr.train")
+    assert capfd.readouterr().err == ("error: a preemptible training job would restart from step 0 when preempted: "
+                                      "set hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
+                                      "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false\n")
+    # on a mounted persistent folder, the run dir is there (and nothing is synced); retries default to 3
+    launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.run_root=/weka/runs"],
+           module="olmocr.train")
     (spec,) = specs(tmp_path).values()
     script = spec["tasks"][0]["command"][2]
-    # The server listens where the trainers' config looks for it.
-    assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model Qwen/Qwen2.5-VL-7B-Instruct --host 127.0.0.1 --port 8123" in script
+    assert f"hydra.run.dir=/weka/runs/{(tmp_path / 'sweep').as_posix().lstrip('/')}" in script
+    assert "olmocr.utils.sync" not in script and spec["retry"] == {"allowedTaskRetries": 3}
+    # several replicas of DeepSpeed write optimizer shards on each machine: only a shared folder keeps them all
+    with pytest.raises(SystemExit):
+        launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.replicas=2",
+                                       "hydra.launcher.sync_to=s3://b/r", "trainer.strategy=deepspeed"],
+               module="olmocr.train")
+    assert "with several replicas use hydra.launcher.run_root" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("replicas, parallel, server_gpus, host", [
+    (1, ["algo.vllm_data_parallel_size=1"], "0", "127.0.0.1"),
+    (2, ["algo.vllm_data_parallel_size=2"], "0,1", "$BEAKER_LEADER_REPLICA_HOSTNAME"),
+])
+def test_grpo_server_layout_spec(monkeypatch, tmp_path, replicas, parallel, server_gpus, host):
+    keep = "hydra.launcher.sync_to=s3://b/r" if replicas == 1 else "hydra.launcher.run_root=/weka/r"  # DeepSpeed
+    launch(monkeypatch, tmp_path, ["+experiment=grpo_qwen25", "hydra.launcher.dry_run=true", "hydra.launcher.gpus=8",
+                                   f"hydra.launcher.replicas={replicas}", keep,
+                                   "algo.vllm_server_port=8123", *parallel], module="olmocr.train")
+    (spec,) = specs(tmp_path).values()
+    script = spec["tasks"][0]["command"][2]
+    # The leader's first GPUs serve; the trainers' config looks for the server where it listens.
+    bind = "0.0.0.0" if replicas > 1 else "127.0.0.1"
+    assert (f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then CUDA_VISIBLE_DEVICES={server_gpus} trl vllm-serve --model '
+            f"Qwen/Qwen2.5-VL-7B-Instruct --host {bind} --port 8123 --tensor-parallel-size 1 --data-parallel-size "
+            f"{len(server_gpus.split(','))} --gpu-memory-utilization 0.5 --max-model-len 16384 & server=$!; fi") in script
     assert "algo.vllm_server_port=8123" in script and "algo.vllm_server_port=8000" not in script
-    assert "CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 -m olmocr.train" in script
+    trainers = 8 - len(server_gpus.split(","))
+    visible = ",".join(str(g) for g in range(8 - trainers, 8))
+    launch_line = next(line for line in script.splitlines() if "-m olmocr.train" in line)
+    if replicas == 1:
+        assert launch_line.startswith(f"CUDA_VISIBLE_DEVICES={visible} torchrun --standalone --nproc_per_node={trainers} ")
+    else:  # one job over both replicas, ranks from the leader, where the server is
+        assert launch_line.startswith(
+            f"CUDA_VISIBLE_DEVICES={visible} torchrun --nnodes=2 --node_rank=$BEAKER_REPLICA_RANK "
+            f"--nproc_per_node={trainers} --master_addr=$BEAKER_LEADER_REPLICA_HOSTNAME --master_port=29400 ")
+    assert launch_line.endswith(f" algo.vllm_server_host={host}")
 
 
 def test_follow_reports_the_exit_code(monkeypatch, tmp_path, capfd):
@@ -202,7 +244,7 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd):
 def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
     """The spec's command, run as it is (bash -c …) with the result path on local disk: it trains."""
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
-                                   f"hydra.launcher.result_path={tmp_path / 'results'}",
+                                   "hydra.launcher.preemptible=false", f"hydra.launcher.result_path={tmp_path / 'results'}",
                                    "trainer.max_duration.value=2", "trainer.eval_interval=null",
                                    "trainer.save_interval=2", "data.steps.render.longest_side=256"],
            module="olmocr.train")
@@ -213,3 +255,60 @@ def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
                           env={**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", "OLMOCR_CACHE": cache_dir})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "results" / "run" / "checkpoints" / "step_000002" / "model" / "model.safetensors").exists()
+
+
+def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_path, cache_dir, s3_server):
+    """The spec's command, killed hard (SIGKILL: no exit handler runs) once a checkpoint reached S3, then
+    retried on a fresh machine: it restores the run dir and continues with the uninterrupted run's losses."""
+    import json
+    import shutil
+    import signal
+    import time
+
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=s3_server)
+    s3.create_bucket(Bucket="runs")
+    common = ["trainer.max_duration.value=24", "trainer.save_interval=8", "trainer.eval_interval=null",
+              "trainer.batch_size=2", "data.steps.render.longest_side=256"]
+    results = tmp_path / "results"
+    launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
+                                   "hydra.launcher.sync_to=s3://runs/olmocr", "hydra.launcher.sync_every=1",
+                                   f"hydra.launcher.result_path={results}", *common], module="olmocr.train")
+    (spec,) = specs(tmp_path).values()
+    assert spec["tasks"][0]["context"]["preemptible"] and spec["retry"] == {"allowedTaskRetries": 3}
+    command = spec["tasks"][0]["command"]
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "OLMOCR_CACHE": cache_dir}
+
+    def remote(suffix):
+        found = s3.list_objects_v2(Bucket="runs", Prefix="olmocr/").get("Contents", [])
+        return [o["Key"] for o in found if o["Key"].endswith(suffix)]
+
+    with open(tmp_path / "attempt1.log", "w") as log:
+        first = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while not remote("checkpoints/step_000008/trainer_state.pt") and first.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint reached S3"
+            time.sleep(0.1)
+        os.killpg(first.pid, signal.SIGKILL)  # preempted
+        first.wait()
+    assert first.returncode == -signal.SIGKILL and not remote("checkpoints/step_000024/trainer_state.pt")
+    shutil.rmtree(results)  # the retry runs on another machine
+    retry = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    resumed = [line for line in (retry.stdout + retry.stderr).splitlines() if "resumed from" in line]
+    assert resumed and "/checkpoints/step_0000" in resumed[0] and "(step 0," not in resumed[0]
+    straight = tmp_path / "straight"
+    proc = subprocess.run([sys.executable, "-m", "olmocr.train", *common, f"hydra.run.dir={straight}"],
+                          cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def losses(run_dir):  # the last line per step: a retry repeats the steps after its checkpoint
+        rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+        return {r["step"]: r["train/loss"] for r in rows if r["kind"] == "train"}
+
+    got, want = losses(results / "run"), losses(straight)
+    assert sorted(got) == list(range(1, 25))
+    for step in range(1, 25):
+        assert got[step] == pytest.approx(want[step], abs=1e-6), step
+    assert remote("checkpoints/step_000024/trainer_state.pt")  # the finished run is persistent too

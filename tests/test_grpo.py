@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import SAMPLE, write_pdf
@@ -144,15 +145,16 @@ def test_config_errors_come_before_any_work(tmp_path):
 def test_vllm_server_layout_command_and_unreachable_server(tmp_path):
     from olmocr.train.vllm_server import vllm_server_command, wait_for_server
 
-    cmd = vllm_server_command("/ckpt/model", "10.0.0.5", 8001, 1, 0.9)
+    cmd = vllm_server_command("/ckpt/model", "10.0.0.5", 8001, tensor_parallel_size=2, data_parallel_size=3,
+                              gpu_memory_utilization=0.5, max_model_length=16384)
     assert cmd == ["trl", "vllm-serve", "--model", "/ckpt/model", "--host", "10.0.0.5", "--port", "8001",
-                   "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9"]
+                   "--tensor-parallel-size", "2", "--data-parallel-size", "3", "--gpu-memory-utilization", "0.5",
+                   "--max-model-len", "16384"]
     with pytest.raises(ValueError, match=r"http://127.0.0.1:9/health/ not healthy after 0s: start it .*trl vllm-serve"):
         wait_for_server("127.0.0.1", 9, 0.0, cmd)
 
 
 def test_bench_prompts_skip_broken_pages_and_filter(tmp_path, processor):
-    from omegaconf import OmegaConf
 
     from olmocr.config import CONF_DIR
     from olmocr.data.bench_prompts import build_prompt_dataset
@@ -185,3 +187,24 @@ def test_bench_prompts_skip_broken_pages_and_filter(tmp_path, processor):
     assert len(only_absent) == 1
     with pytest.raises(ValueError, match="no test file"):
         build_prompt_dataset({"b": {"root": str(bench), "files": ["nope"]}}, steps, None, processor=processor)
+
+
+def test_grpo_qwen25_is_upstreams_best_recorded_run():
+    """olmOCR 2's recorded best GRPO run, as trl 1.16 receives it (see the experiment file's comment)."""
+    from olmocr.train.grpo import grpo_arguments
+
+    cfg = compose("train", ["+experiment=grpo_qwen25"])
+    r = OmegaConf.to_container(cfg, resolve=True)
+    args = grpo_arguments(output_dir="/tmp/unused", algo=r["algo"], trainer=r["trainer"], max_steps=10, seed=cfg.seed,
+                          use_cpu=True, eval_benches=False, reward_weights=[1.0, 1.0, 1.0])
+    assert (args.num_generations, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (28, 1, 28)
+    assert (args.temperature, args.top_p, args.beta, args.seed) == (0.8, 1.0, 0.01, 1)
+    assert (args.loss_type, args.scale_rewards, args.importance_sampling_level) == ("bnpo", "group", "sequence")
+    assert args.vllm_importance_sampling_correction and args.vllm_importance_sampling_mode == "sequence_mask"
+    assert args.vllm_importance_sampling_clip_max == 3.0 and args.dataloader_drop_last
+    assert (args.vllm_mode, args.vllm_max_model_length, args.max_completion_length) == ("server", 16384, 8000)
+    assert args.deepspeed and args.bf16 and (args.save_steps, args.save_total_limit) == (25, 30)
+    assert not args.cast_lm_head_to_fp32
+    assert (r["optimizer"]["lr"], r["scheduler"]["_target_"], r["scheduler"]["warmup"]) == (
+        2e-6, "olmocr.train.schedules.linear", 100)
+    assert set(r["rewards"]) == {"bench", "front_matter", "eos"}

@@ -1,5 +1,6 @@
 """The script a cluster task runs, executed here: the same stage trains on one process, under torchrun
-on two, across two "replicas" through a static rendezvous, and its outputs reach S3 even when it fails."""
+on two, across two "replicas" through a static rendezvous (SFT, and GRPO in the server layout), and its
+outputs reach S3 even when it fails."""
 
 import json
 import os
@@ -73,7 +74,7 @@ def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
     proc = run_script(script, cache_dir)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 2 and "error:" in err  # the stage's own exit status is kept
-    assert "synced" in out
+    assert "push " in out and " copied" in out
     keys = {o["Key"] for o in boto3.client("s3", endpoint_url=s3_server).list_objects_v2(Bucket="runs")["Contents"]}
     assert "exp1/.hydra/config.yaml" in keys
 
@@ -82,10 +83,43 @@ def test_grpo_server_layout():
     script = task_script(stage_command("olmocr.train", ["+experiment=grpo_qwen25"], "/results/run"),
                          run_dir="/results/run", gpus=8, vllm_server=["trl", "vllm-serve", "--model", "m", "--port", "8000"])
     lines = script.splitlines()
-    assert "CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model m --port 8000 &" in lines
-    launch = next(line for line in lines if "accelerate launch" in line)
-    assert launch.startswith("CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 accelerate launch --num_processes 7 -m olmocr.train")
-    assert "+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run" in launch
-    assert launch.endswith("cluster=local hydra.run.dir=/results/run algo.vllm_server_host=127.0.0.1")
-    with pytest.raises(ValueError, match="at least 2 GPUs"):
+    assert ('if [ "${BEAKER_REPLICA_RANK:-0}" = 0 ]; then CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model m --port 8000 & '
+            "server=$!; fi") in lines
+    launch = next(line for line in lines if "-m olmocr.train" in line)
+    assert launch.startswith("CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 torchrun --standalone --nproc_per_node=7 -m olmocr.train")
+    assert launch.endswith("+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run algo.vllm_server_host=127.0.0.1")
+    # a server of tensor x data parallel 4 takes GPUs 0-3
+    launch = next(line for line in task_script(["olmocr.train"], run_dir="/r", gpus=8, vllm_server=["serve"],
+                                               server_gpus=4).splitlines() if "-m olmocr.train" in line)
+    assert launch.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc_per_node=4 ")
+    with pytest.raises(ValueError, match="needs more GPUs than the server's 1"):
         task_script(["olmocr.train"], run_dir="/r", gpus=1, vllm_server=["trl", "vllm-serve"])
+
+
+def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
+    """Two replicas of 2 "GPUs": the leader's first serves (a stand-in here: no vLLM on CPU, so the
+    trainers generate with transformers), the other of each trains, and both trainers are one job."""
+    port = free_port()
+    marker = tmp_path / "server_started"
+    stand_in = [sys.executable, "-c", f"import time; open({str(marker)!r}, 'a').write('x'); time.sleep(600)"]
+    procs = []
+    for rank in (0, 1):
+        run_dir = str(tmp_path / f"replica{rank}")
+        command = stage_command("olmocr.train", ["+experiment=grpo_tiny", "trainer.max_duration.value=2",
+                                                 "trainer.save_interval=null"], run_dir)
+        script = task_script(command, run_dir=run_dir, gpus=2, replicas=2, rendezvous_port=port,
+                             vllm_server=stand_in, server_gpus=1)
+        assert "--nnodes=2 --node_rank=$BEAKER_REPLICA_RANK --nproc_per_node=1" in script
+        assert "algo.vllm_server_host=$BEAKER_LEADER_REPLICA_HOSTNAME" in script
+        procs.append(run_script(script, cache_dir, BEAKER_REPLICA_RANK=str(rank),
+                                BEAKER_LEADER_REPLICA_HOSTNAME="127.0.0.1"))
+    for proc in procs:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+    rows = [json.loads(line) for line in open(tmp_path / "replica0" / "metrics.jsonl")]
+    # one job: each step takes a page per trainer (two of 32), and only rank 0 (on the leader) writes
+    assert [round(r["train/epoch"], 4) for r in rows] == [0.0625, 0.125]
+    assert not (tmp_path / "replica1" / "metrics.jsonl").exists()
+    assert marker.read_text() == "x"  # the server ran on the leader only, and was stopped with the job
+    overrides = (tmp_path / "replica1" / ".hydra" / "overrides.yaml").read_text()
+    assert "algo.vllm_server_host=127.0.0.1" in overrides  # the leader's address, on every replica

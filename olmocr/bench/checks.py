@@ -7,9 +7,9 @@ Verdicts are olmOCR-bench's. ``max_diffs`` is a similarity threshold, not an edi
 when rapidfuzz's ``partial_ratio`` to the output reaches ``1 - max_diffs / len(text)`` (one diff is about
 one substituted character, or two inserted ones); order tests find their texts within ``max_diffs``
 Levenshtein edits with fuzzysearch's results (:mod:`olmocr.bench.fuzzy`); table cells compare by
-``ratio`` with a floor of 0.5. The work is
-arranged to skip what cannot change a verdict: normalised outputs and parsed tables are cached per
-output, and an exact hit (or, with ``max_diffs`` 0, its absence) decides without any fuzzy matching.
+``ratio`` with a floor of 0.5. The work is arranged to skip what cannot change a verdict: normalised
+outputs and parsed tables are cached per output, and an exact hit (or, with ``max_diffs`` 0, its
+absence) decides without any fuzzy matching.
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int
                     vllm_server_host=algo["vllm_server_host"], vllm_server_port=algo["vllm_server_port"],
                     vllm_server_timeout=algo["vllm_server_timeout"],
                     vllm_gpu_memory_utilization=algo["vllm_gpu_memory_utilization"],
-                    vllm_tensor_parallel_size=algo["vllm_tensor_parallel_size"])
+                    vllm_tensor_parallel_size=algo["vllm_tensor_parallel_size"],
+                    vllm_max_model_length=algo["vllm_max_model_length"])
     args.update(algo["trl_args"])
     return trl.GRPOConfig(**args)
 
@@ -122,7 +123,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.train.callbacks import MetricsFile
     from olmocr.train.trl_callbacks import HFTrainerBridge
     from olmocr.train.distributed import init_distributed
-    from olmocr.train.vllm_server import vllm_server_command, wait_for_server
+    from olmocr.train.vllm_server import server_command, wait_for_server
     from olmocr.utils.runinfo import write_run_info
 
     dist_info = init_distributed(cfg.trainer.device)
@@ -131,8 +132,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     algo, t, data = resolved["algo"], resolved["trainer"], resolved["data"]
     source = build(cfg.model)
     if algo["generation"] == "vllm_server":
-        command = vllm_server_command(source.path, algo["vllm_server_host"], algo["vllm_server_port"],
-                                      algo["vllm_tensor_parallel_size"], algo["vllm_gpu_memory_utilization"])
+        command = server_command(source.path, algo, algo["vllm_server_host"])
         if dist_info.rank == 0:
             with open(os.path.join(output_dir, "launch_commands.json"), "w") as fh:
                 json.dump({"vllm_server": command}, fh, indent=2)
@@ -183,6 +183,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     if resume_from:
         log.info("resuming from %s", resume_from)
     trainer.train(resume_from_checkpoint=resume_from)
-    final = get_last_checkpoint(args.output_dir)
+    # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
+    final = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
     return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "total_steps": steps,
             "log": trainer.state.log_history}

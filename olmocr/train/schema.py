@@ -42,6 +42,8 @@ class GRPOAlgoConfig:
     vllm_server_timeout: float = 240.0
     vllm_gpu_memory_utilization: float = 0.3
     vllm_tensor_parallel_size: int = 1
+    vllm_data_parallel_size: int = 1  # server: model copies; it takes tensor x data parallel GPUs
+    vllm_max_model_length: int | None = None  # prompt + completion tokens vLLM makes room for
     log_completions: bool = False
     trl_args: dict[str, Any] = field(default_factory=dict)
 

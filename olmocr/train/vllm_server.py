@@ -8,12 +8,22 @@ import urllib.error
 import urllib.request
 
 
-def vllm_server_command(model_path: str, host: str, port: int, tensor_parallel_size: int,
-                        gpu_memory_utilization: float) -> list[str]:
-    """The generation server of the server layout, on its own GPU(s): trl's vLLM server."""
-    return ["trl", "vllm-serve", "--model", model_path, "--host", host, "--port", str(port),
-            "--tensor-parallel-size", str(tensor_parallel_size),
-            "--gpu-memory-utilization", str(gpu_memory_utilization)]
+def vllm_server_command(model_path: str, host: str, port: int, tensor_parallel_size: int = 1,
+                        data_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
+                        max_model_length: int | None = None) -> list[str]:
+    """The generation server of the server layout, on its own GPUs (tensor x data parallel of them):
+    trl's vLLM server."""
+    command = ["trl", "vllm-serve", "--model", model_path, "--host", host, "--port", str(port),
+               "--tensor-parallel-size", str(tensor_parallel_size), "--data-parallel-size", str(data_parallel_size),
+               "--gpu-memory-utilization", str(gpu_memory_utilization)]
+    return command + (["--max-model-len", str(max_model_length)] if max_model_length else [])
+
+
+def server_command(model_path: str, algo, host: str) -> list[str]:
+    """The server command for a GRPO ``algo`` config (a mapping of its keys)."""
+    return vllm_server_command(model_path, host, algo["vllm_server_port"], algo["vllm_tensor_parallel_size"],
+                               algo["vllm_data_parallel_size"], algo["vllm_gpu_memory_utilization"],
+                               algo["vllm_max_model_length"])
 
 
 def wait_for_server(host: str, port: int, timeout: float, command: list[str]) -> None:

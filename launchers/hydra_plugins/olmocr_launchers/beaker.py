@@ -45,7 +45,7 @@ class BeakerLauncherConf:
     replicas: int = 1
     priority: str = "normal"
     preemptible: bool = True
-    retries: int = 0
+    retries: int | None = None  # task retries; null: 3 when preemptible, else 0
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)  # environment variable -> Beaker secret name
     weka: dict[str, str] = field(default_factory=dict)  # Weka bucket -> mount path
@@ -55,7 +55,13 @@ class BeakerLauncherConf:
     # The image holds (or checks out, with OLMOCR_GIT_COMMIT) committed code: refuse a dirty tree.
     require_clean_git: bool = True
     result_path: str = "/results"
-    sync_to: str | None = None  # s3:// prefix the run dir is copied to when the task ends
+    # Where a run outlives its task, so a retried or re-submitted job resumes. Either the run dir lives on
+    # a mounted persistent folder (run_root, e.g. a Weka mount), or it is restored from and pushed to an
+    # object store (sync_to, s3://… or gs://…) every sync_every seconds. Runs are placed by their local
+    # run dir's path (outputs/train/<run_name>/…), so the same command finds the same run.
+    run_root: str | None = None
+    sync_to: str | None = None
+    sync_every: int = 60
     rendezvous_port: int = 29400
     follow: bool = False
     dry_run: bool = False
@@ -105,8 +111,9 @@ def build_spec(*, script: str, params: dict, git_commit: str | None, description
         host_networking=multi,
         propagate_failure=True if multi else None,
     )
+    retries = params["retries"] if params["retries"] is not None else (3 if params["preemptible"] else 0)
     return BeakerExperimentSpec(budget=params["budget"], description=description, tasks=[task],
-                                retry=BeakerRetrySpec(allowed_task_retries=params["retries"]) if params["retries"] else None)
+                                retry=BeakerRetrySpec(allowed_task_retries=retries) if retries else None)
 
 
 class BeakerLauncher(Launcher):
@@ -120,7 +127,7 @@ class BeakerLauncher(Launcher):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
-    def _check(self) -> str | None:
+    def _check(self, module: str | None) -> str | None:
         p = self.params
         for key in ("workspace", "budget"):
             if not p[key]:
@@ -131,6 +138,10 @@ class BeakerLauncher(Launcher):
             raise ValueError(f"hydra.launcher.priority: expected one of {', '.join(PRIORITIES)}, got {p['priority']!r}")
         if p["replicas"] < 1 or p["gpus"] < 0:
             raise ValueError("hydra.launcher.replicas must be at least 1 and hydra.launcher.gpus at least 0")
+        if module == "olmocr.train" and p["preemptible"] and not (p["sync_to"] or p["run_root"]):
+            raise ValueError("a preemptible training job would restart from step 0 when preempted: set "
+                             "hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
+                             "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false")
         commit = _git("rev-parse", "HEAD")
         if p["require_clean_git"] and _git("status", "--porcelain"):
             raise ValueError("the git tree has uncommitted changes, which the job's image would not have: commit "
@@ -153,36 +164,39 @@ class BeakerLauncher(Launcher):
                                  f"workspace {self.params['workspace']}") from None
         return client
 
-    def _command(self, module: str | None, overrides: list[str], sweep_config: DictConfig) -> list[str]:
+    def _command(self, module: str | None, overrides: list[str], sweep_config: DictConfig, key: str) -> list[str]:
         """``python -m`` arguments of the task: the stage with the job's overrides, or the shipped job."""
         if module is not None:
-            return stage_command(module, overrides, self.run_dir)
+            return stage_command(module, overrides, self.run_dir(key))
         state = (self.task_function, sweep_config, Singleton.get_state())
         return ["hydra_plugins.olmocr_launchers.beaker_job", beaker_job.encode(state), self.params["result_path"]]
 
-    @property
-    def run_dir(self) -> str:
+    def run_dir(self, key: str) -> str:
+        if self.params["run_root"]:
+            return f"{self.params['run_root'].rstrip('/')}/{key}"
         return f"{self.params['result_path'].rstrip('/')}/run"
 
-    def _script(self, command: list[str], sweep_config: DictConfig, run_name: str) -> str:
+    def _script(self, command: list[str], sweep_config: DictConfig, key: str) -> str:
         p = self.params
-        vllm = None
+        vllm, server_gpus = None, 1
         algo = sweep_config.get("algo")
         if algo is not None and algo.get("generation") == "vllm_server":
-            from olmocr.train.vllm_server import vllm_server_command
+            from olmocr.train.vllm_server import server_command
 
             model = sweep_config.model.get("name_or_path")
             if not model:
                 raise ValueError("the GRPO server layout serves a hub model: model.name_or_path must be set")
-            vllm = vllm_server_command(model, "127.0.0.1", algo.vllm_server_port, algo.vllm_tensor_parallel_size,
-                                       algo.vllm_gpu_memory_utilization)
-        sync_to = f"{p['sync_to'].rstrip('/')}/{run_name}" if p["sync_to"] else None
-        return task_script(command, run_dir=self.run_dir, gpus=p["gpus"],
-                           replicas=p["replicas"], rendezvous_port=p["rendezvous_port"], vllm_server=vllm,
-                           sync_to=sync_to, setup=p["setup"])
+            # Other replicas' trainers reach the server on the leader's address.
+            vllm = server_command(model, algo, "0.0.0.0" if p["replicas"] > 1 else "127.0.0.1")
+            server_gpus = algo.vllm_tensor_parallel_size * algo.vllm_data_parallel_size
+        sync_to = f"{p['sync_to'].rstrip('/')}/{key}" if p["sync_to"] else None
+        return task_script(command, run_dir=self.run_dir(key), gpus=p["gpus"], replicas=p["replicas"],
+                           rendezvous_port=p["rendezvous_port"], vllm_server=vllm, server_gpus=server_gpus,
+                           sync_to=sync_to, sync_every=p["sync_every"], setup=p["setup"])
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
+        p = self.params
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         try:
@@ -191,7 +205,7 @@ class BeakerLauncher(Launcher):
             module = None  # shipped with the job instead (see beaker_job)
             log.info("the task function has no `python -m` entry: it is shipped with each job")
         try:
-            commit = self._check()
+            commit = self._check(module)
             client = None if self.params["dry_run"] else self._client()
         except ValueError as exc:  # a user error before anything is submitted: one line, not Hydra's trace
             fail(str(exc))
@@ -209,11 +223,17 @@ class BeakerLauncher(Launcher):
             job_dir = sweep_dir / str(sweep_config.hydra.sweep.subdir)
             job_dir.mkdir(parents=True, exist_ok=True)
             name = f"olmocr-{sweep_config.hydra.job.config_name}-{stamp}-{idx}".replace("_", "-")
+            key = job_dir.as_posix().lstrip("/")  # the run's place: the same for the same command
             task_overrides = [o for o in overrides if not o.startswith("hydra.")]
             shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
             description = self.params["description"] or " ".join(["python -m", module or "(shipped job)", *shown])
-            command = self._command(module, task_overrides, sweep_config)
-            spec = build_spec(script=self._script(command, sweep_config, name),
+            if (p["replicas"] > 1 and p["sync_to"] and not p["run_root"]
+                    and OmegaConf.select(sweep_config, "trainer.strategy") == "deepspeed"):
+                fail("DeepSpeed checkpoints hold every rank's optimizer shard, written on each replica's own disk, "
+                     "and sync_to keeps the leader's: with several replicas use hydra.launcher.run_root=<a shared "
+                     "mounted path> instead")
+            command = self._command(module, task_overrides, sweep_config, key)
+            spec = build_spec(script=self._script(command, sweep_config, key),
                               params=self.params, git_commit=commit, description=description)
             spec_path = job_dir / "beaker_spec.yaml"
             spec.to_file(spec_path)

@@ -3,14 +3,23 @@ wrapped in what its resources need.
 
 - one GPU (or none): ``python -m <stage> …``;
 - several GPUs on one machine: ``torchrun --standalone --nproc_per_node=G``;
-- several replicas: a static torchrun rendezvous on the leader replica (``BEAKER_LEADER_REPLICA_HOSTNAME``,
-  ``BEAKER_REPLICA_RANK``);
-- the GRPO server layout: GPU 0 runs ``trl vllm-serve``; the other GPUs train under accelerate (the stage
-  waits until the server is healthy);
-- outputs: the run dir is copied to ``sync_to`` when the script exits, also when it fails.
+- several replicas: one job over all of them, a static torchrun rendezvous at the leader replica
+  (``BEAKER_LEADER_REPLICA_HOSTNAME``, ``BEAKER_REPLICA_RANK``);
+- the GRPO server layout, for R replicas of G GPUs: the leader's first S GPUs run the generation server
+  (``trl vllm-serve``, S = its tensor x data parallel size); GPUs S..G-1 of *every* replica train as
+  one job of R x (G - S) processes (torchrun, ranks numbered from the leader, so rank 0, the only
+  process that talks to the server, runs beside it). trl 1.16 talks to one server, and a job needs the
+  same number of processes on each machine, so the first S GPUs of the other replicas stay idle;
+- a persistent run dir: with ``sync_to``, the run dir is first restored from there (a retried or
+  re-submitted task resumes from its newest complete checkpoint), then pushed every ``sync_every``
+  seconds while the stage runs and once more at exit, also on failure (``python -m olmocr.utils.sync``;
+  a checkpoint is only ever taken for complete once its marker file arrived, so a killed upload is
+  never resumed from).
 """
 
 import shlex
+
+LEADER, RANK = "$BEAKER_LEADER_REPLICA_HOSTNAME", "$BEAKER_REPLICA_RANK"
 
 
 def stage_command(module: str, overrides: list[str], run_dir: str) -> list[str]:
@@ -19,36 +28,59 @@ def stage_command(module: str, overrides: list[str], run_dir: str) -> list[str]:
     return [module, *kept, "cluster=local", f"hydra.run.dir={run_dir}"]
 
 
-def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1,
-                rendezvous_port: int = 29400, vllm_server: list[str] | None = None, sync_to: str | None = None, setup: list[str] | None = None) -> str:
+def _gpus(first: int, last: int) -> str:
+    return ",".join(str(i) for i in range(first, last))
+
+
+def _launch(stage: str, processes: int, replicas: int, port: int) -> str:
+    """Run ``-m <stage>`` as one job of ``processes`` per replica."""
+    if replicas > 1:
+        return (f"torchrun --nnodes={replicas} --node_rank={RANK} --nproc_per_node={processes} "
+                f"--master_addr={LEADER} --master_port={port} -m {stage}")
+    if processes > 1:
+        return f"torchrun --standalone --nproc_per_node={processes} -m {stage}"
+    return f"python -m {stage}"
+
+
+def _sync(run_dir: str, remote: str, every: int) -> list[str]:
+    run, remote = shlex.quote(run_dir), shlex.quote(remote.rstrip("/"))
+    sync = "python -m olmocr.utils.sync"
+    return [
+        f"{sync} pull {remote} {run} || {{ echo 'olmocr: cannot restore the run dir from {remote}' >&2; exit 1; }}",
+        # the leader keeps the persistent copy: other replicas write nothing the run needs back
+        f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then {sync} push {run} {remote} --every {every} & sync_pid=$!; fi',
+        'finish() { status=$?; if [ -n "${sync_pid:-}" ]; then kill -TERM "$sync_pid" 2>/dev/null; '
+        "wait \"$sync_pid\" || echo 'olmocr: output sync failed' >&2; fi; exit $status; }",
+        "trap finish EXIT",
+    ]
+
+
+def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1, rendezvous_port: int = 29400,
+                vllm_server: list[str] | None = None, server_gpus: int = 1, sync_to: str | None = None,
+                sync_every: int = 60, setup: list[str] | None = None) -> str:
     """A bash script running ``python -m <command>`` (e.g. :func:`stage_command`) on the task's GPUs;
-    ``vllm_server`` (the server's command) selects the GRPO server layout."""
+    ``vllm_server`` (the server's command, on ``server_gpus`` GPUs) selects the GRPO server layout."""
     stage = " ".join(shlex.quote(a) for a in command)
-    lines = ["set -uo pipefail"]
+    lines = ["set -uo pipefail", *(setup or [])]
     if sync_to:
-        target = shlex.quote(sync_to.rstrip("/"))
-        lines += [f"finish() {{ status=$?; python -m olmocr.utils.sync {shlex.quote(run_dir)} {target} "
-                  "|| echo 'olmocr: output sync failed' >&2; exit $status; }", "trap finish EXIT"]
-    lines += list(setup or [])
-    if vllm_server is not None:
-        if gpus < 2:
-            raise ValueError("the GRPO server layout needs at least 2 GPUs: one serves, the others train")
-        trainers = ",".join(str(i) for i in range(1, gpus))
-        lines += [
-            "CUDA_VISIBLE_DEVICES=0 " + " ".join(shlex.quote(a) for a in vllm_server) + " &",
-            "server=$!",
-            # The server runs in this task; the stage's own algo.vllm_server_port already names its port.
-            f"CUDA_VISIBLE_DEVICES={trainers} accelerate launch --num_processes {gpus - 1} -m {stage} "
-            "algo.vllm_server_host=127.0.0.1",
-            "status=$?",
-            "kill $server 2>/dev/null",
-            "exit $status",
-        ]
-    elif replicas > 1:
-        lines.append(f"torchrun --nnodes={replicas} --node_rank=$BEAKER_REPLICA_RANK --nproc_per_node={max(gpus, 1)} "
-                     f"--master_addr=$BEAKER_LEADER_REPLICA_HOSTNAME --master_port={rendezvous_port} -m {stage}")
-    elif gpus > 1:
-        lines.append(f"torchrun --standalone --nproc_per_node={gpus} -m {stage}")
-    else:
-        lines.append(f"python -m {stage}")
+        lines += _sync(run_dir, sync_to, sync_every)
+    if vllm_server is None:
+        lines.append(_launch(stage, max(gpus, 1), replicas, rendezvous_port))
+        return "\n".join(lines) + "\n"
+    trainers = gpus - server_gpus
+    if trainers < 1:
+        raise ValueError(f"the GRPO server layout needs more GPUs than the server's {server_gpus} (its tensor x data "
+                         f"parallel size): one or more train beside it; hydra.launcher.gpus is {gpus}")
+    host = LEADER if replicas > 1 else "127.0.0.1"
+    server = " ".join(shlex.quote(a) for a in vllm_server)
+    lines += [
+        f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then CUDA_VISIBLE_DEVICES={_gpus(0, server_gpus)} {server} & '
+        "server=$!; fi",
+        # The stage waits until the server is healthy; its algo.vllm_server_port already names the port.
+        f"CUDA_VISIBLE_DEVICES={_gpus(server_gpus, gpus)} "
+        f"{_launch(stage, trainers, replicas, rendezvous_port)} algo.vllm_server_host={host}",
+        "status=$?",
+        'if [ -n "${server:-}" ]; then kill "$server" 2>/dev/null; fi',
+        "exit $status",
+    ]
     return "\n".join(lines) + "\n"

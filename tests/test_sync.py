@@ -1,0 +1,116 @@
+"""The persistent copy of a run dir: complete checkpoints only, markers last, restore, a watcher."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from olmocr.utils import sync
+
+
+def write(path, text="x"):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def run_dir(root):
+    write(f"{root}/metrics.jsonl", "step 1\n")
+    write(f"{root}/checkpoints/step_000002/model/model.safetensors", "weights-2")
+    write(f"{root}/checkpoints/step_000002/trainer_state.pt", "state-2")
+    write(f"{root}/checkpoints/step_000004.partial/model/model.safetensors", "staging")  # being written
+    write(f"{root}/checkpoints/checkpoint-6/model.safetensors", "weights-6")  # no marker yet
+    return root
+
+
+def files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_push_takes_complete_checkpoints_marker_last(tmp_path, monkeypatch):
+    src, dst = run_dir(str(tmp_path / "run")), str(tmp_path / "copy")
+    order = []
+    real = sync.filesystem
+
+    def recording(path):
+        fs = real(path)
+        if not getattr(fs, "recording", False):  # fsspec hands out one cached instance: wrap it once
+            put = fs.put_file
+            monkeypatch.setattr(fs, "put_file", lambda lpath, rpath, **kw: (
+                order.append(os.path.relpath(rpath, dst)), put(lpath, rpath, **kw)), raising=False)
+            monkeypatch.setattr(fs, "recording", True, raising=False)
+        return fs
+
+    monkeypatch.setattr(sync, "filesystem", recording)
+    assert sync.push(src, dst) == (3, 0)
+    assert files(dst) == ["checkpoints/step_000002/model/model.safetensors", "checkpoints/step_000002/trainer_state.pt",
+                          "metrics.jsonl"]
+    assert order.index("checkpoints/step_000002/trainer_state.pt") > order.index(
+        "checkpoints/step_000002/model/model.safetensors")
+    # A complete checkpoint there is not sent again; a grown file is; a newly complete one goes, marker last.
+    write(f"{src}/checkpoints/step_000002/model/model.safetensors", "changed locally")
+    write(f"{src}/metrics.jsonl", "step 1\nstep 2\n")
+    write(f"{src}/checkpoints/checkpoint-6/trainer_state.json", "{}")
+    order.clear()
+    assert sync.push(src, dst) == (3, 2)
+    assert order == ["metrics.jsonl", "checkpoints/checkpoint-6/model.safetensors",
+                     "checkpoints/checkpoint-6/trainer_state.json"]
+    assert open(f"{dst}/checkpoints/step_000002/model/model.safetensors").read() == "weights-2"
+    # keep_last pruned a checkpoint here: it goes there too
+    import shutil
+
+    shutil.rmtree(f"{src}/checkpoints/step_000002")
+    sync.push(src, dst)
+    assert not os.path.exists(f"{dst}/checkpoints/step_000002")
+
+
+def test_pull_restores_complete_checkpoints_only(tmp_path):
+    remote = str(tmp_path / "remote")
+    write(f"{remote}/metrics.jsonl", "step 1\n")
+    write(f"{remote}/checkpoints/step_000002/model/model.safetensors", "weights-2")
+    write(f"{remote}/checkpoints/step_000002/trainer_state.pt", "state-2")
+    write(f"{remote}/checkpoints/step_000004/model/model.safetensors", "cut short")  # the upload was killed
+    local = str(tmp_path / "new_machine")
+    assert sync.pull(remote, local) == (3, 0)
+    assert files(local) == ["checkpoints/step_000002/model/model.safetensors", "checkpoints/step_000002/trainer_state.pt",
+                            "metrics.jsonl"]
+    assert sync.pull(remote, local) == (0, 3)  # already here
+    assert sync.pull(str(tmp_path / "nothing_yet"), str(tmp_path / "fresh")) == (0, 0)  # a first run
+
+
+def test_round_trip_through_s3(tmp_path, s3_server):
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
+    src = run_dir(str(tmp_path / "run"))
+    sync.push(src, "s3://runs/a/b")
+    restored = str(tmp_path / "restored")
+    sync.pull("s3://runs/a/b", restored)
+    assert files(restored) == ["checkpoints/step_000002/model/model.safetensors",
+                               "checkpoints/step_000002/trainer_state.pt", "metrics.jsonl"]
+
+
+def test_watcher_pushes_until_stopped_and_once_more(tmp_path):
+    src, dst = str(tmp_path / "run"), str(tmp_path / "copy")
+    write(f"{src}/metrics.jsonl", "step 1\n")
+    proc = subprocess.Popen([sys.executable, "-m", "olmocr.utils.sync", "push", src, dst, "--every", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(f"{dst}/metrics.jsonl"):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    write(f"{src}/last.txt", "written just before the end")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert os.path.exists(f"{dst}/last.txt") and "copied" in out
+
+
+def test_bad_arguments():
+    with pytest.raises(SystemExit):
+        sync.main(["sideways", "a", "b"])
+    assert sync.main(["pull", "a", "b", "--every", "1"]) == 1
+    assert sync.main(["push", "/no/such/run", "/tmp/x"]) == 1
