@@ -16,7 +16,9 @@ import sys
 import tempfile
 import time
 
-STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": []}  # and the values each requires
+STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": [],  # and the values each requires
+          "prepare": ["sources=[.]", "output=out"], "compress": ["source=.", "output=out"],
+          "compare": ["reference=.", "candidate=."]}
 COMMANDS = {"--help": ["--help"], "dry_run": ["dry_run=true"], "config error": ["no_such_key=1"]}
 
 
@@ -35,10 +37,10 @@ def main() -> None:
     args = parser.parse_args()
     floor = statistics.median(seconds(["-c", "import hydra, omegaconf"], True) for _ in range(args.repeats))
     print(f"floor (python -c 'import hydra, omegaconf'): {floor:.2f}s\n")
-    print(f"{'stage':<8}" + "".join(f"{name:>22}" for name in COMMANDS))
+    print(f"{'stage':<9}" + "".join(f"{name:>22}" for name in COMMANDS))
     with tempfile.TemporaryDirectory() as tmp:
         for stage, required in STAGES.items():
-            row = f"{stage:<8}"
+            row = f"{stage:<9}"
             for name, extra in COMMANDS.items():
                 cmd = ["-m", f"olmocr.{stage}", *extra, *required, f"hydra.run.dir={tmp}/{stage}"]
                 median = statistics.median(seconds(cmd, name != "config error") for _ in range(args.repeats))

@@ -85,10 +85,12 @@ def launch(monkeypatch, tmp_path, overrides, fake=None, module="olmocr.synth"):
 
     if fake is not None:
         monkeypatch.setattr(beaker.Beaker, "from_env", classmethod(lambda cls, **kw: fake))
-    task_function = importlib.import_module(f"{module}.__main__").main.__wrapped__
+    stage = importlib.import_module(module)  # a stage package, or a stage module (olmocr/prepare.py)
+    entry = importlib.import_module(f"{module}.__main__") if hasattr(stage, "__path__") else stage
+    task_function = entry.main.__wrapped__
     parser = get_args_parser()
     args = parser.parse_args(["-m", *BASE, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    config_name = {"olmocr.synth": "synth", "olmocr.train": "train"}[module]
+    config_name = {"olmocr.synth": "synth", "olmocr.train": "train", "olmocr.prepare": "prepare"}[module]
     _run_hydra(args=args, args_parser=parser, task_function=task_function, config_path=CONF_DIR,
                config_name=config_name)
 
@@ -114,6 +116,24 @@ def test_sweep_submits_one_experiment_per_job(monkeypatch, tmp_path):
         assert {(e.name, e.secret) for e in task.env_vars if e.secret} == {("WANDB_API_KEY", "wandb_key")}
     for text in (p.read_text() for p in (tmp_path / "sweep").rglob("*") if p.is_file()):
         assert "value-that-must-not-leak" not in text
+
+
+def test_a_stage_module_submits_like_a_stage_package(monkeypatch, tmp_path):
+    fake = FakeBeaker()
+    launch(monkeypatch, tmp_path, ["sources=[s3://b/runs/seed1,s3://b/runs/seed2]", "output=s3://b/souped",
+                                   "hydra.launcher.gpus=0"], fake, module="olmocr.prepare")
+    ((name, spec),) = fake.created
+    assert name.startswith("olmocr-prepare-")
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    line = next(line for line in spec.tasks[0].command[2].splitlines() if line.startswith("python -m"))
+    args = shlex.split(line)
+    assert args[:3] == ["python", "-m", "olmocr.prepare"]
+    values = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(args[3:])}
+    assert values["sources"] == ["s3://b/runs/seed1", "s3://b/runs/seed2"] and values["output"] == "s3://b/souped"
+    assert values["cluster"] == "local" and values["hydra.run.dir"] == "/results/run"
 
 
 def test_spec_resources_replicas_mounts_and_retries(monkeypatch, tmp_path):

@@ -21,5 +21,14 @@ def test_stage_startup_runs():
     proc = subprocess.run([sys.executable, "benchmarks/stage_startup.py", "--repeats", "1"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for stage in ("train", "data", "bench", "synth"):
+    for stage in ("train", "data", "bench", "synth", "prepare", "compress", "compare"):
         assert re.search(rf"^{stage}\s+[\d.]+s \([\d.]+x\)\s+[\d.]+s", proc.stdout, re.M), stage
+
+
+def test_checkpoint_tools_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/checkpoint_tools.py", "--copies", "2", "--repeats", "1",
+                           "--layers", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for method in ("prepare", "baseline", "baseline+hashes"):
+        assert re.search(rf"^{re.escape(method)}\s+[\d.]+\s+\d+\s+\d+\s+[\d.]+$", proc.stdout, re.M), method
+    assert re.search(r"soup of 2 \(median of 1\): time [\d.]+x", proc.stdout)

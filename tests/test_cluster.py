@@ -142,7 +142,7 @@ def test_every_cluster_composes_for_every_stage(cluster):
     from olmocr.config import CONF_DIR, register_schemas
 
     register_schemas()
-    for config in ("train", "synth", "check_data", "bench"):
+    for config in ("train", "synth", "check_data", "bench", "prepare", "compress", "compare"):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name=config, overrides=[f"cluster={cluster}"], return_hydra_config=True)
         assert cfg.hydra.launcher._target_.endswith(LAUNCHERS[cluster]), (config, cfg.hydra.launcher._target_)

@@ -21,7 +21,8 @@ def options(group: str) -> list[str]:
 
 PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_DIR, "*.yaml")))
 # Values a config leaves to the command line (???): composing without them is an error that names them.
-REQUIRED = {"bench": ["candidates=/tmp"]}
+REQUIRED = {"bench": ["candidates=/tmp"], "prepare": ["sources=[/tmp]", "output=/tmp/out"],
+            "compress": ["source=/tmp", "output=/tmp/out"], "compare": ["reference=/tmp", "candidate=/tmp"]}
 SAMPLE_PAGES = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
 DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
@@ -124,17 +125,21 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
         str(tmp_path / "outputs/check_data/*/summary.json"))
 
 
-STAGES = {"train": "train", "data": "check_data", "bench": "bench", "synth": "synth"}
+# stage -> its primary config, and a key to override in --help
+STAGES = {"train": ("train", "seed"), "data": ("check_data", "seed"), "bench": ("bench", "seed"),
+          "synth": ("synth", "seed"), "prepare": ("prepare", "step"), "compress": ("compress", "step"),
+          "compare": ("compare", "max_new_tokens")}
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_every_stage_answers_help_and_dry_run_without_working(stage, tmp_path):
     run = [sys.executable, "-m", f"olmocr.{stage}"]
-    proc = subprocess.run([*run, "--help", "seed=7"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    config, key = STAGES[stage]
+    proc = subprocess.run([*run, "--help", f"{key}=7"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"python -m olmocr.{stage}") and "== Configuration groups" in proc.stdout
-    assert "model     : olmocr2_7b, qwen25_vl_7b" in proc.stdout and "seed: 7" in proc.stdout
-    extra = REQUIRED.get(STAGES[stage], [])
+    assert "model     : olmocr2_7b, qwen25_vl_7b" in proc.stdout and f"{key}: 7" in proc.stdout
+    extra = REQUIRED.get(config, [])
     proc = subprocess.run([*run, "dry_run=true", *extra], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "dry_run: true" in proc.stdout and "paths:" in proc.stdout

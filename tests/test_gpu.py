@@ -39,3 +39,18 @@ def test_grpo_tiny_on_cuda_in_bf16(tmp_path, cache_dir):
     rows = metrics(out)
     assert sorted(rows) == [1, 2] and all("train/rewards/bench/mean" in r for r in rows.values())
     assert result["checkpoint"].endswith("checkpoint-2")
+
+
+def test_compare_with_vllm_against_transformers(tmp_path, cache_dir, tiny):
+    """The vLLM engine of compare: greedy tokens and their probabilities from vLLM, the same prompt tokens
+    as the processor's, on the tiny model and on its FP8 version (vLLM reads the compressed folder)."""
+    pytest.importorskip("vllm")
+    from test_checkpoint_tools import stage
+
+    stage("compress", [f"source={tiny.path}", f"output={tmp_path}/fp8"], tmp_path / "compress")
+    for candidate in (tiny.path, f"{tmp_path}/fp8"):
+        summary = stage("compare", [f"reference={tiny.path}", f"candidate={candidate}", "engine=vllm", "pages.count=2",
+                                    "max_new_tokens=16", "max_flagged=2"], tmp_path / os.path.basename(candidate))
+        assert summary["engine"] == "vllm" and summary["tokens"] > 0
+        assert summary["prompt_mismatches"] == 0  # vLLM and the processor built the same prompt
+        assert all(0 <= r["match_rate"] <= 1 for r in summary["results"])

@@ -76,7 +76,7 @@ def _loading(path: str):
         raise ValueError(f"model: cannot load {path}: {first}") from None
 
 
-_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
 class HubModel(ModelSource):
@@ -91,7 +91,7 @@ class HubModel(ModelSource):
             if "://" in name_or_path:
                 raise ValueError(f"model.name_or_path: {name_or_path} is remote; copy the checkpoint to a local "
                                  "folder first (transformers loads local folders and hub ids)")
-            if os.path.isabs(name_or_path) or name_or_path.startswith((".", "~")) or not _HUB_ID.match(name_or_path):
+            if os.path.isabs(name_or_path) or name_or_path.startswith((".", "~")) or not HUB_ID.match(name_or_path):
                 raise ValueError(f"model.name_or_path: {name_or_path} is not a folder (expected a checkpoint "
                                  "folder in Hugging Face format, or a hub id like org/name)")
         self.name_or_path = os.path.expanduser(name_or_path)

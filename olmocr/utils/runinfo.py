@@ -33,9 +33,14 @@ def package_versions() -> dict:
     return versions
 
 
+def run_facts() -> dict:
+    """What made a result: git revision, package versions, Python, command line."""
+    return {"git": git_revision(), "packages": package_versions(), "python": platform.python_version(),
+            "argv": sys.argv}
+
+
 def write_run_info(output_dir: str, **extra) -> str:
-    info = {"git": git_revision(), "packages": package_versions(), "python": platform.python_version(),
-            "argv": sys.argv, **extra}
+    info = {**run_facts(), **extra}
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "run_info.json")
     with open(path, "w") as fh:

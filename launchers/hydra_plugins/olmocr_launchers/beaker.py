@@ -73,15 +73,18 @@ def _git(*args: str) -> str | None:
 
 
 def stage_module(task_function) -> str:
-    """The module ``python -m`` runs to re-run the stage whose task function this is."""
+    """The module ``python -m`` runs to re-run the stage whose task function this is: a stage package
+    (``olmocr/train/__main__.py``) or a stage module (``olmocr/prepare.py``)."""
     module = getattr(getattr(task_function, "__wrapped__", task_function), "__module__", "") or ""
-    if module == "__main__":  # started with `python -m package`: the module's real name is in its spec
+    if module == "__main__":  # started with `python -m …`: the module's real name is in its spec
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         module = spec.name if spec is not None else module
-    if not module.endswith(".__main__"):
-        raise ValueError(f"the Beaker launcher re-runs a stage with `python -m <package>`; the task function "
-                         f"comes from {module!r}: start the app as `python -m <package>`")
-    return module[: -len(".__main__")]
+    if module.endswith(".__main__"):
+        return module[: -len(".__main__")]
+    if module.startswith("olmocr.") and module.count(".") == 1:
+        return module
+    raise ValueError(f"the Beaker launcher re-runs a stage with `python -m <package>`; the task function "
+                     f"comes from {module!r}: start the app as `python -m <package>`")
 
 
 def build_spec(*, script: str, params: dict, git_commit: str | None, description: str):

@@ -1,0 +1,67 @@
+"""Schemas of the checkpoint stages: ``python -m olmocr.prepare``, ``olmocr.compress``, ``olmocr.compare``
+(conf/prepare.yaml, conf/compress.yaml, conf/compare.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from olmocr.config import StageConfig, store
+
+
+@dataclass
+class PagesConfig:
+    root: str = MISSING  # a bench folder (its pages with tests) or a folder of PDFs (one page of each)
+    count: int = 16
+    seed: int = 0
+
+
+@dataclass
+class PrepareConfig(StageConfig):
+    sources: list[str] = MISSING  # run dirs, checkpoints or Hugging Face folders; local or s3://
+    output: str = MISSING  # a Hugging Face folder to write; local or s3://
+    weights: list[float] | None = None  # one per source (soup); null: plain mean
+    step: int | None = None  # the checkpoint of every run dir source; null: its newest
+    base: str | None = None  # the base model of LoRA sources; null: as their adapter_config.json says
+    processor: str | None = None  # where to take processor files from when the sources have none
+    overwrite: bool = False
+
+
+@dataclass
+class CompressConfig(StageConfig):
+    source: str = MISSING  # as a prepare source: run dir, checkpoint or Hugging Face folder; local or s3://
+    output: str = MISSING
+    step: int | None = None
+    scheme: str = "FP8_DYNAMIC"  # an llmcompressor preset; static-activation ones (FP8) calibrate on pages
+    ignore: list[str] = field(default_factory=list)
+    calibration: PagesConfig = field(default_factory=PagesConfig)
+    steps: dict[str, Any] = field(default_factory=dict)  # how calibration pages are rendered and prompted
+    overwrite: bool = False
+
+
+@dataclass
+class VllmConfig:
+    gpu_memory_utilization: float = 0.5
+    max_model_len: int | None = 16384
+
+
+@dataclass
+class CompareConfig(StageConfig):
+    reference: str = MISSING
+    candidate: str = MISSING
+    engine: str = "auto"  # the candidate's: vllm (installed, GPU present) else transformers; or force one
+    pages: PagesConfig = field(default_factory=PagesConfig)
+    steps: dict[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 128
+    threshold: float = 0.2  # a page whose probability gap at its first mismatch exceeds this is flagged
+    max_flagged: int = 0  # more flagged pages than this: exit code 1
+    device: str = "auto"  # of the transformers models: cuda when available, else cpu
+    dtype: str = "auto"  # of the transformers models: as stored
+    vllm: VllmConfig = field(default_factory=VllmConfig)
+
+
+store("prepare_schema", PrepareConfig)
+store("compress_schema", CompressConfig)
+store("compare_schema", CompareConfig)
