@@ -99,18 +99,15 @@ def sample_copy(tmp_path) -> str:
 
 @pytest.fixture
 def s3_server(monkeypatch):
-    """A real S3 API (moto server on 127.0.0.1) for s3:// paths; the environment points clients at it."""
-    from moto.server import ThreadedMotoServer
+    """A real S3 API (moto on 127.0.0.1, conditional writes atomic as on S3) for s3:// paths; the
+    environment points clients, subprocesses included, at it."""
+    from olmocr.utils.s3server import S3Server
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    server = S3Server().start()
+    for key, value in server.environment().items():
+        monkeypatch.setenv(key, value)
     import fsspec
 
     fsspec.config.conf.pop("s3", None)
-    yield f"http://{host}:{port}"
+    yield server.endpoint
     server.stop()

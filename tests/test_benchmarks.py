@@ -21,8 +21,9 @@ def test_stage_startup_runs():
     proc = subprocess.run([sys.executable, "benchmarks/stage_startup.py", "--repeats", "1"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for stage in ("train", "data", "bench", "synth", "prepare", "compress", "compare"):
-        assert re.search(rf"^{stage}\s+[\d.]+s \([\d.]+x\)\s+[\d.]+s", proc.stdout, re.M), stage
+    for stage in ("train", "data", "bench", "synth", "prepare", "compress", "compare", "pipeline",
+                  "pipeline.stats"):
+        assert re.search(rf"^{re.escape(stage)}\s+[\d.]+s \([\d.]+x\)\s+[\d.]+s", proc.stdout, re.M), stage
 
 
 def test_checkpoint_tools_runs():
@@ -32,3 +33,11 @@ def test_checkpoint_tools_runs():
     for method in ("prepare", "baseline", "baseline+hashes"):
         assert re.search(rf"^{re.escape(method)}\s+[\d.]+\s+\d+\s+\d+\s+[\d.]+$", proc.stdout, re.M), method
     assert re.search(r"soup of 2 \(median of 1\): time [\d.]+x", proc.stdout)
+
+
+def test_workqueue_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/workqueue.py", "--items", "40", "--workers", "3", "--runs", "1",
+                           "--no-upstream"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
+    assert re.search(r"^ours\s+[\d.]+\s+0\s+0$", proc.stdout, re.M), proc.stdout  # no duplicates, nothing lost

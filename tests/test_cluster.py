@@ -100,6 +100,26 @@ def test_two_task_job_trains_through_submitits_local_executor(tmp_path, cache_di
     assert logs, "the second task ran"
 
 
+def test_a_sweep_over_replica_starts_workers_that_share_one_workspace(tmp_path):
+    """Two pipeline jobs through submitit's local executor (the SLURM path without a scheduler) work
+    through one workspace: every item done once, by workers of both replicas."""
+    from olmocr.pipeline.workspace import Workspace
+
+    pdfs = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
+    workspace = str(tmp_path / "workspace")
+    proc = stage(["-m", "cluster=submitit_local", "replica=0,1", f"workspace={workspace}", f"pdfs=[{pdfs}]",
+                  "pages_per_group=1", "progress=false", "queue.poll_s=1"], tmp_path, module="olmocr.pipeline")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ws = Workspace(workspace)
+    items = {item.id for item in ws.items()}
+    records = [json.loads(ws.store.read(ws.done_name(i)).data) for i in items]
+    assert len(items) > 2 and all(ws.store.exists(ws.result_name(i)) for i in items)
+    assert {r["worker"].split("@")[0] for r in records} <= {"replica0", "replica1"}
+    finished = [json.load(open(tmp_path / "sweep" / job / "run_info.json"))["summary"]["work"]["done"]
+                for job in ("0", "1")]
+    assert sum(finished) == len(items)
+
+
 def test_a_requeued_slurm_task_resumes(tmp_path, cache_dir):
     """A requeued SLURM task (submitit re-runs the same job) lands in the same job dir on the shared file
     system and resumes there. Here a job is stopped half way (hard_stop, as a time limit would), then the
@@ -142,7 +162,7 @@ def test_every_cluster_composes_for_every_stage(cluster):
     from olmocr.config import CONF_DIR, register_schemas
 
     register_schemas()
-    for config in ("train", "synth", "check_data", "bench", "prepare", "compress", "compare"):
+    for config in ("train", "synth", "check_data", "bench", "prepare", "compress", "compare", "pipeline"):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name=config, overrides=[f"cluster={cluster}"], return_hydra_config=True)
         assert cfg.hydra.launcher._target_.endswith(LAUNCHERS[cluster]), (config, cfg.hydra.launcher._target_)

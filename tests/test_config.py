@@ -22,7 +22,8 @@ def options(group: str) -> list[str]:
 PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_DIR, "*.yaml")))
 # Values a config leaves to the command line (???): composing without them is an error that names them.
 REQUIRED = {"bench": ["candidates=/tmp"], "prepare": ["sources=[/tmp]", "output=/tmp/out"],
-            "compress": ["source=/tmp", "output=/tmp/out"], "compare": ["reference=/tmp", "candidate=/tmp"]}
+            "compress": ["source=/tmp", "output=/tmp/out"], "compare": ["reference=/tmp", "candidate=/tmp"],
+            "pipeline_stats": ["workspace=/tmp/workspace"]}
 SAMPLE_PAGES = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
 DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
@@ -108,6 +109,10 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("check_data", "max_samplez=3", "max_samplez"),
     ("check_data", "+data.steps.rotate={_target_: olmocr.data.steps.RotationAugmentation, probabilty: 0.1}",
      "probabilty"),
+    ("pipeline", "+work.pages=3", "pages"),
+    ("pipeline", "queue.lease=60", "lease"),
+    ("pipeline", "workers=many", "workers"),
+    ("pipeline_stats", ["workspace=/tmp/ws", "window=5"], "window"),
 ])
 def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     with pytest.raises((ConfigCompositionException, ValueError)) as info:
@@ -128,7 +133,8 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
 # stage -> its primary config, and a key to override in --help
 STAGES = {"train": ("train", "seed"), "data": ("check_data", "seed"), "bench": ("bench", "seed"),
           "synth": ("synth", "seed"), "prepare": ("prepare", "step"), "compress": ("compress", "step"),
-          "compare": ("compare", "max_new_tokens")}
+          "compare": ("compare", "max_new_tokens"), "pipeline": ("pipeline", "pages_per_group"),
+          "pipeline.stats": ("pipeline_stats", "window_min")}
 
 
 @pytest.mark.parametrize("stage", STAGES)

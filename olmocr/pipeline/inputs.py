@@ -1,0 +1,116 @@
+"""What ``pdfs=[…]`` names: PDF paths, folders, globs (local or ``s3://``) and text files listing them;
+page counts sampled from them to size work items."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+GLOB_CHARS = set("*?[")
+
+
+def _is_pdf(path: str) -> bool:
+    return path.lower().endswith(".pdf")
+
+
+def _expand_remote(entry: str) -> list[str]:
+    from olmocr.utils.io import filesystem
+
+    fs = filesystem(entry)
+    protocol = entry.split("://", 1)[0]
+    if GLOB_CHARS & set(entry):
+        found = fs.glob(entry)
+    elif _is_pdf(entry):
+        found = [entry] if fs.exists(entry) else []
+    else:  # a prefix: every PDF under it
+        found = [p for p in fs.find(entry) if _is_pdf(p)]
+    return sorted(f"{protocol}://{fs._strip_protocol(p)}" for p in found if _is_pdf(p))
+
+
+def _expand_local(entry: str) -> list[str]:
+    entry = os.path.expanduser(entry)
+    if GLOB_CHARS & set(entry):
+        found = [p for p in glob.glob(entry, recursive=True) if _is_pdf(p) and os.path.isfile(p)]
+    elif os.path.isdir(entry):
+        found = [os.path.join(folder, name) for folder, _, names in os.walk(entry) for name in names
+                 if _is_pdf(name)]
+    elif os.path.isfile(entry):
+        found = [entry]
+    else:
+        found = []
+    return sorted(os.path.abspath(p) for p in found)
+
+
+def _listed(entry: str) -> list[str]:
+    """Entries of a text file: one path, folder or glob per line; blank lines and ``#`` comments skipped.
+    Relative local paths are relative to the list's folder."""
+    from olmocr.utils.io import is_remote, read_text
+
+    base = os.path.dirname(os.path.abspath(entry)) if not is_remote(entry) else None
+    out = []
+    for line in read_text(entry).splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if base is not None and "://" not in line and not os.path.isabs(os.path.expanduser(line)):
+            line = os.path.join(base, line)
+        out.append(line)
+    return out
+
+
+def expand(entries: list[str]) -> list[str]:
+    """Every PDF the entries name, once each, as absolute local paths or full ``s3://`` URLs.
+
+    A ``.pdf`` path is itself; a folder or prefix means every PDF under it; a glob is matched (``**``
+    crosses folders); any other existing file is a list of further entries. An entry that names no PDF
+    is an error naming it."""
+    seen: dict[str, None] = {}
+    for entry in entries:
+        entry = str(entry)
+        listed = not _is_pdf(entry) and not GLOB_CHARS & set(entry) and (
+            entry.endswith(".txt") or ("://" not in entry and os.path.isfile(entry)))
+        for sub in (_listed(entry) if listed else [entry]):
+            found = _expand_remote(sub) if "://" in sub else _expand_local(sub)
+            if not found:
+                where = f" (listed in {entry})" if listed else ""
+                raise ValueError(f"pdfs: {sub!r}{where} names no PDF (expected a .pdf path, a folder, a glob "
+                                 "or a text file listing them)")
+            seen.update(dict.fromkeys(found))
+    return list(seen)
+
+
+def count_pages(path: str) -> int | None:
+    """A PDF's page count, or None when it cannot be read (it is still queued; its worker reports it)."""
+    from olmocr.data.pdf import PdfError, pdf_info
+
+    try:
+        return pdf_info(path).num_pages
+    except (PdfError, OSError):
+        return None
+
+
+def sample_page_counts(paths: list[str], sample: int, seed: int = 0, threads: int = 8) -> dict[str, int | None]:
+    """Page counts of up to ``sample`` PDFs chosen at random (all of them when there are no more)."""
+    chosen = paths if len(paths) <= sample else random.Random(seed).sample(paths, sample)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return dict(zip(chosen, pool.map(count_pages, chosen)))
+
+
+def group(paths: list[str], counts: dict[str, int | None], pages_per_group: int) -> list[tuple[list[str], int]]:
+    """Consecutive groups of about ``pages_per_group`` pages: a PDF counts its sampled page count, or
+    the sample's mean when it was not sampled (or could not be read). Returns (paths, estimated pages)."""
+    known = [n for n in counts.values() if n]
+    mean = sum(known) / len(known) if known else 1.0
+    groups, current, pages = [], [], 0.0
+    for path in paths:
+        estimate = counts.get(path) or mean
+        if current and pages + estimate > pages_per_group:
+            groups.append((current, round(pages)))
+            current, pages = [], 0.0
+        current.append(path)
+        pages += estimate
+    if current:
+        groups.append((current, round(pages)))
+    return groups

@@ -1,0 +1,271 @@
+"""Exactly-once work claims over a workspace, with nothing but the store's conditional writes.
+
+An item is claimed by *creating* ``claims/<id>.json`` (fails if it exists) with the worker's id and an
+expiry. The holder renews the claim before it expires by *replacing* it on the tag it last wrote; a
+claim whose expiry has passed (its worker died or stalled) is taken over by replacing it on the tag the
+taker read, which only one taker can do. The output goes to ``results/output_<id>.jsonl`` first and then
+the done marker is created (once): a crash between the two re-does the item and overwrites the same
+result, never adds a second. A holder whose claim has less than half a lease left renews it once more
+before finishing, so a worker that lost its claim while stalled drops its output instead.
+
+Claims are never deleted: an item whose claim exists has been claimed, so creating claims for the
+items a listing showed unclaimed needs no other check, and costs one request when another worker got
+there first. Per item that is three writes: claim, result, done marker (plus renewals of long items).
+
+A claim whose item failed (the processor raised) is released with its failure count raised; an item
+that failed ``max_failures`` times is given up and shown by the stats command, not retried forever.
+Clocks: expiries are compared with the reader's clock, so machines' clocks must agree to well within
+the lease (NTP does this).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+
+from olmocr.pipeline.workspace import CLAIMS, DONE, INDEX, Item, Workspace
+
+log = logging.getLogger("olmocr.pipeline")
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _ids(names: list[str]) -> set[str]:
+    return {n[:-5] for n in names if n.endswith(".json")}
+
+
+@dataclass
+class Claim:
+    item: Item
+    tag: str
+    body: dict
+    took_over: str | None = None  # the worker whose expired claim this one replaced
+    lost: threading.Event = field(default_factory=threading.Event)  # set once it is no longer ours
+    taken: bool = False  # lost to another worker (not released or finished by its holder)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class WorkQueue:
+    """One worker's view of a workspace's queue. Workers share nothing but the store; a process's
+    worker threads each hold their own queue (and may share one ``LeaseKeeper``)."""
+
+    def __init__(self, workspace: Workspace, worker: str, lease_s: float = 300.0, max_failures: int = 3,
+                 seed: int | None = None):
+        if lease_s <= 0:
+            raise ValueError(f"lease_s: must be positive, got {lease_s}")
+        self.ws, self.store = workspace, workspace.store
+        self.worker, self.lease_s, self.max_failures = worker, lease_s, max_failures
+        self.rng = random.Random(seed)
+        self.items: dict[str, Item] = {}
+        self._index_version: str | None = None
+        self._free: deque[str] = deque()
+        self._all_claimed = False  # at the last listing; claims are never deleted, so it stays true
+        # Quickest listing and create seen: what each costs the store, without the waits behind other
+        # requests that a busy store adds to both.
+        self._listing_s = self._create_s = float("inf")
+        self._misses = 0
+        self._done: set[str] = set()  # items seen done (done stays done)
+        self.look_s = 0.0  # how long the last look for expired claims took
+        self.next_expiry = float("inf")  # the earliest expiry among the claims that look read
+        self.given_up: set[str] = set()
+        self.outstanding = 0  # items neither done nor given up, as of the last look
+        self._sync_index()
+
+    def _sync_index(self) -> bool:
+        """Pick up items added to the index since it was last read; True when there were any."""
+        version = self.store.version(INDEX)
+        if version == self._index_version:
+            return False
+        items, _ = self.ws.read_index()
+        self.items, self._index_version = {item.id: item for item in items}, version
+        return True
+
+    def remaining(self) -> int:
+        """Items not done yet."""
+        return len(set(self.items) - _ids(self.store.list(DONE)))
+
+    def _body(self, **extra) -> dict:
+        now = time.time()
+        return {"worker": self.worker, "nonce": uuid.uuid4().hex, "claimed": now, "expires": now + self.lease_s,
+                "failures": 0, **extra}
+
+    def _list_unclaimed(self) -> None:
+        """List the claims; the items without one, in id order (ids are hashes: a random order every worker
+        shares) from a random start. Workers walk the order from different starts, so each claims a run of
+        consecutive items and runs into another's only where that one started."""
+        began = time.monotonic()
+        claimed = _ids(self.store.list(CLAIMS))
+        self._free = deque(sorted(i for i in self.items if i not in claimed))
+        self._free.rotate(self.rng.randrange(len(self._free) or 1))
+        self._all_claimed = not self._free
+        self._listing_s, self._misses = min(self._listing_s, time.monotonic() - began), 0
+
+    def claim_next(self) -> Claim | None:
+        """Claim an item that is neither done nor held by a live worker; None when there is none now."""
+        listed = False
+        while True:
+            # Creates that failed (others claimed those items since the listing) cost time; once they
+            # cost as much as a listing, list again (listings grow with the workspace, failed creates do
+            # not: this keeps the waste within twice the least possible).
+            if not self._free or self._misses * self._create_s >= self._listing_s:
+                if listed and not self._free:
+                    break
+                if self._sync_index() or not self._all_claimed:
+                    self._list_unclaimed()
+                    listed = True
+                    continue
+                break  # every item was claimed and none was added since
+            item = self.items[self._free.popleft()]
+            body = self._body()
+            began = time.monotonic()
+            tag = self.store.create(self.ws.claim_name(item.id), json.dumps(body).encode())
+            self._create_s = min(self._create_s, time.monotonic() - began)
+            if tag is not None:
+                return Claim(item, tag, body)
+            self._misses += 1
+            self._free.rotate(self.rng.randrange(len(self._free) or 1))  # into another worker's run: jump
+        began = time.monotonic()
+        try:
+            return self._take_over()
+        finally:
+            self.look_s = time.monotonic() - began
+
+    LIST_DONE_ABOVE = 50  # items to check: more than this, list the done markers; else look at each
+
+    def _take_over(self) -> Claim | None:
+        """Every item is claimed: take over one whose claim expired (its worker died or stalled)."""
+        held = [i for i in self.items if i not in self._done and i not in self.given_up]
+        listed = len(held) > self.LIST_DONE_ABOVE
+        if listed:
+            self._done |= _ids(self.store.list(DONE))
+            held = [i for i in held if i not in self._done]
+        self.outstanding, self.next_expiry = len(held), float("inf")
+        self.rng.shuffle(held)
+        for item_id in held:
+            if not listed and self.store.exists(self.ws.done_name(item_id)):
+                self._done.add(item_id)
+                self.outstanding -= 1
+                continue
+            name = self.ws.claim_name(item_id)
+            current = self.store.read(name)
+            if current is None:
+                continue
+            held_by = json.loads(current.data)
+            if held_by.get("given_up"):
+                self.given_up.add(item_id)
+                self.outstanding -= 1
+                continue
+            if held_by["expires"] > time.time():
+                self.next_expiry = min(self.next_expiry, held_by["expires"])
+                continue
+            body = self._body(failures=held_by.get("failures", 0))
+            tag = self.store.replace(name, json.dumps(body).encode(), current.tag)
+            if tag is None:
+                continue
+            if self.store.exists(self.ws.done_name(item_id)):  # its stalled holder finished after all
+                self._done.add(item_id)
+                continue
+            log.info("took over %s from %s (claim expired)", item_id, held_by.get("worker"))
+            return Claim(self.items[item_id], tag, body, took_over=held_by.get("worker"))
+        return None
+
+    def _rewrite(self, claim: Claim, **changes) -> bool:
+        with claim.lock:
+            if claim.lost.is_set():
+                return False
+            body = {**claim.body, **changes}
+            tag = self.store.replace(self.ws.claim_name(claim.item.id), json.dumps(body).encode(), claim.tag)
+            if tag is None:
+                claim.taken = True
+                claim.lost.set()
+                return False
+            claim.tag, claim.body = tag, body
+            return True
+
+    def renew(self, claim: Claim) -> bool:
+        """Push the expiry a lease ahead; False (and ``claim.lost`` set) when someone else holds it now."""
+        return self._rewrite(claim, expires=time.time() + self.lease_s)
+
+    def release(self, claim: Claim, error: str | None = None) -> None:
+        """Give the item back at once (an expired claim); with ``error``, count a failure against it."""
+        changes: dict = {"expires": 0.0}
+        if error is not None:
+            failures = claim.body.get("failures", 0) + 1
+            changes.update(failures=failures, error=error[:500], given_up=failures >= self.max_failures)
+        self._rewrite(claim, **changes)
+        with claim.lock:
+            claim.lost.set()  # ours no more
+
+    def complete(self, claim: Claim, result: bytes, counts: dict) -> bool:
+        """Write the result, then the done marker. False when the claim was lost first (the result is
+        dropped) or another worker finished the item first."""
+        # More than half a lease left: nobody can have taken it over (that needs it expired).
+        if claim.lost.is_set() or (claim.body["expires"] - time.time() < self.lease_s / 2
+                                   and not self.renew(claim)):
+            log.warning("claim on %s lost before it finished (expired while this worker stalled); result "
+                        "dropped, the new holder finishes it", claim.item.id)
+            return False
+        self.store.write(self.ws.result_name(claim.item.id), result)
+        record = {"id": claim.item.id, "worker": self.worker, "claimed": claim.body["claimed"],
+                  "finished": time.time(), "pdfs": len(claim.item.pdfs), "pages_estimated": claim.item.pages,
+                  "took_over": claim.took_over, "counts": counts}
+        first = self.store.create(self.ws.done_name(claim.item.id), json.dumps(record).encode()) is not None
+        with claim.lock:
+            claim.lost.set()  # finished: the keeper stops renewing it
+        return first
+
+
+class LeaseKeeper:
+    """Renews a process's claims every third of a lease, from one thread."""
+
+    def __init__(self, lease_s: float):
+        self.lease_s = lease_s
+        self._held: dict[int, tuple[WorkQueue, Claim]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def hold(self, queue: WorkQueue, claim: Claim) -> None:
+        with self._lock:
+            self._held[id(claim)] = (queue, claim)
+
+    def drop(self, claim: Claim) -> None:
+        with self._lock:
+            self._held.pop(id(claim), None)
+
+    def held(self) -> list[tuple[WorkQueue, Claim]]:
+        with self._lock:
+            return list(self._held.values())
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            for queue, claim in self.held():
+                try:
+                    if not queue.renew(claim) and claim.taken:
+                        log.warning("claim on %s lost: another worker took it over", claim.item.id)
+                except OSError as exc:  # the store is unreachable for now; the next round tries again
+                    log.warning("renewing the claim on %s failed: %s", claim.item.id, exc)
+
+    def release_all(self) -> int:
+        """Give back every claim still held (a stopping worker); returns how many."""
+        self._stop.set()
+        released = 0
+        for queue, claim in self.held():
+            if not claim.lost.is_set():
+                queue.release(claim)
+                released += 1
+        return released

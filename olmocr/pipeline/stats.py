@@ -1,0 +1,137 @@
+"""python -m olmocr.pipeline.stats workspace=… — how far a workspace is (local folder or s3://).
+
+Items total / done / being worked on / claims expired (their worker died; the next worker takes them
+over) / given up; documents, pages, fallback pages and tokens of the finished items; throughput over the
+whole run and over the last ``window_min`` minutes; the projected finish at the recent rate. Reads the
+index, the claims and the done markers only (never the results), so it is cheap on large workspaces.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+
+import hydra
+from omegaconf import DictConfig
+
+import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import run_stage, start, validate
+
+log = logging.getLogger("olmocr.pipeline.stats")
+
+
+def _rate(records: list[dict], key: str, since: float | None = None, now: float | None = None) -> float | None:
+    """``key`` per second: over the whole run, or (``since``) over the records finished since then, per
+    second of the window that the run has been going for."""
+    chosen = [r for r in records if since is None or r["finished"] >= since]
+    if not chosen:
+        return None
+    total = sum(r["counts"].get(key, 0) for r in chosen) if key != "items" else len(chosen)
+    first = min(r["claimed"] for r in records)
+    span = max(r["finished"] for r in chosen) - first if since is None else now - max(since, first)
+    return total / span if span > 0 else None
+
+
+def workspace_stats(workspace, window_min: float = 15.0, now: float | None = None) -> dict:
+    from olmocr.pipeline.workspace import CLAIMS, DONE
+
+    now = time.time() if now is None else now
+    items = {item.id: item for item in workspace.items()}
+    done_ids = [n[:-5] for n in workspace.store.list(DONE) if n.endswith(".json") and n[:-5] in items]
+    done = set(done_ids)
+    claim_ids = [n[:-5] for n in workspace.store.list(CLAIMS) if n.endswith(".json") and n[:-5] in items
+                 and n[:-5] not in done]
+    records, unreadable = [], 0
+    for data in workspace.store.read_many([workspace.done_name(i) for i in done_ids]).values():
+        try:
+            record = json.loads(data)
+            record["counts"] = dict(record.get("counts") or {})
+            float(record["claimed"]), float(record["finished"])
+            records.append(record)
+        except (ValueError, KeyError, TypeError):
+            unreadable += 1
+    claims = Counter()
+    for data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).values():
+        try:
+            claim = json.loads(data)
+            state = "given_up" if claim.get("given_up") else "active" if claim["expires"] > now else "expired"
+        except (ValueError, KeyError, TypeError):
+            state = "expired"  # unreadable: the next worker replaces it
+        claims[state] += 1
+    counts = Counter()
+    for record in records:
+        counts.update(record["counts"])
+    estimated_done = sum(items[r["id"]].pages for r in records if r.get("id") in items)
+    remaining = sum(item.pages for i, item in items.items() if i not in done)
+    # Item sizes were estimated from a sample; finished items say how far off the estimate runs.
+    if estimated_done and counts.get("pages"):
+        remaining = remaining * counts["pages"] / estimated_done
+    overall = _rate(records, "pages")
+    recent = _rate(records, "pages", since=now - 60 * window_min, now=now)
+    rate = recent or overall
+    return {
+        "workspace": workspace.root, "items": len(items), "done": len(done), "active": claims["active"],
+        "expired": claims["expired"], "given_up": claims["given_up"],
+        "waiting": len(items) - len(done) - sum(claims.values()), "unreadable_done_markers": unreadable,
+        "counts": dict(counts), "pages_remaining_estimated": round(remaining),
+        "pages_per_s": overall, "pages_per_s_recent": recent, "items_per_s": _rate(records, "items"),
+        "projected_finish_s": (remaining / rate) if rate and remaining else (0.0 if not remaining else None),
+        "window_min": window_min,
+    }
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (no throughput yet)"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s"
+
+
+def describe(stats: dict) -> str:
+    def rate(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    c = stats["counts"]
+    lines = [
+        f"workspace  {stats['workspace']}",
+        f"items      {stats['items']} total: {stats['done']} done, {stats['active']} being worked on, "
+        f"{stats['expired']} claims expired, {stats['given_up']} given up, {stats['waiting']} waiting",
+        f"documents  {c.get('documents', 0)} done, {c.get('bad_documents', 0)} unreadable",
+        f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
+        f"~{stats['pages_remaining_estimated']} to go",
+        f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",
+        f"rate       {rate(stats['pages_per_s'])} pages/s overall, {rate(stats['pages_per_s_recent'])} pages/s "
+        f"over the last {stats['window_min']:g} min",
+        f"finish     {_duration(stats['projected_finish_s'])}",
+    ]
+    if stats["unreadable_done_markers"]:
+        lines.append(f"warning    {stats['unreadable_done_markers']} done markers could not be read")
+    return "\n".join(lines)
+
+
+def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
+    from olmocr.pipeline.store import store_errors
+    from olmocr.pipeline.workspace import Workspace
+
+    validate(cfg)
+    try:
+        stats = workspace_stats(Workspace(cfg.workspace, cfg.s3_endpoint), window_min=cfg.window_min)
+    except store_errors() as exc:
+        raise ValueError(f"workspace {cfg.workspace}: {exc}") from None
+    if not stats["items"]:
+        raise ValueError(f"workspace: {cfg.workspace} has no work index (add PDFs with python -m olmocr.pipeline "
+                         "workspace=… pdfs=[…])")
+    print(json.dumps(stats, indent=2) if cfg.json else describe(stats))
+    return stats
+
+
+@hydra.main(config_path="../../conf", config_name="pipeline_stats", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_stage(run, cfg, None)
+
+
+if __name__ == "__main__":
+    start(main, "olmocr.pipeline.stats", "pipeline_stats", __doc__)

@@ -1,0 +1,282 @@
+"""Objects of a workspace with the conditional writes an exactly-once queue needs.
+
+Every object has a *tag* that changes whenever it is rewritten: its ETag on S3, a digest of its bytes
+in a local folder. Besides plain reads and overwrites, a store offers
+
+* ``create(name, data)``: write only if ``name`` does not exist (S3 ``If-None-Match: *``; a hard link
+  locally, which fails on an existing name), and
+* ``replace(name, data, tag)``: write only if ``name`` still has ``tag`` (S3 ``If-Match``; a
+  compare-and-swap under a POSIX byte-range lock locally, which the kernel drops when its holder dies).
+
+Both answer None when their condition fails: another writer got there first. Writes are atomic: a
+reader sees the old object or the new one, never a part (S3 PUT; a temporary file renamed into place).
+S3 goes through s3fs only; ``endpoint_url`` (or ``AWS_ENDPOINT_URL``) points it at MinIO, Ceph, moto or
+any other S3 API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+import uuid
+import zlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Versioned:
+    data: bytes
+    tag: str
+
+
+class Store:
+    """A flat namespace of objects under one root; names use ``/`` as in ``claims/<id>.json``."""
+
+    root: str
+
+    def url(self, name: str) -> str:
+        return f"{self.root.rstrip('/')}/{name}"
+
+    def read(self, name: str) -> Versioned | None:
+        raise NotImplementedError
+
+    def read_many(self, names: list[str]) -> dict[str, bytes]:
+        """The objects that exist among ``names``."""
+        raise NotImplementedError
+
+    def version(self, name: str) -> str | None:
+        """Something that changes whenever the object does (cheaper than reading it); None if absent."""
+        raise NotImplementedError
+
+    def exists(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def list(self, folder: str) -> list[str]:
+        """Names of the objects directly in ``folder`` (not their paths)."""
+        raise NotImplementedError
+
+    def write(self, name: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def create(self, name: str, data: bytes) -> str | None:
+        raise NotImplementedError
+
+    def replace(self, name: str, data: bytes, tag: str) -> str | None:
+        raise NotImplementedError
+
+    def delete(self, name: str) -> None:
+        raise NotImplementedError
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha1(data).hexdigest()
+
+
+class LocalStore(Store):
+    """A folder on a disk every worker sees (local, NFS, Lustre): needs hard links and POSIX locks."""
+
+    STRIPES = 4096
+    _threads = threading.Lock()  # POSIX locks belong to the process; threads of one process take this
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)  # created by the first write: reading never makes folders
+        self._lock_path = os.path.join(self.root, ".locks")
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.root, *name.split("/"))
+
+    def _staged(self, name: str, data: bytes) -> str:
+        """``data`` in a temporary file beside ``name``, flushed to disk (a done marker must never reach
+        the disk before the results it vouches for)."""
+        path = self._path(name)
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return tmp
+
+    def read(self, name: str) -> Versioned | None:
+        try:
+            with open(self._path(name), "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return None
+        return Versioned(data, _digest(data))
+
+    def read_many(self, names: list[str]) -> dict[str, bytes]:
+        out = {}
+        for name in names:
+            found = self.read(name)
+            if found is not None:
+                out[name] = found.data
+        return out
+
+    def version(self, name: str) -> str | None:
+        try:
+            st = os.stat(self._path(name))
+        except FileNotFoundError:
+            return None
+        return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+
+    def exists(self, name: str) -> bool:
+        return os.path.exists(self._path(name))
+
+    def list(self, folder: str) -> list[str]:
+        try:
+            return [n for n in os.listdir(self._path(folder)) if not n.startswith(".")]
+        except FileNotFoundError:
+            return []
+
+    def write(self, name: str, data: bytes) -> None:
+        os.replace(self._staged(name, data), self._path(name))
+
+    def create(self, name: str, data: bytes) -> str | None:
+        tmp = self._staged(name, data)
+        try:
+            os.link(tmp, self._path(name))
+        except FileExistsError:
+            return None
+        finally:
+            os.unlink(tmp)
+        return _digest(data)
+
+    @contextlib.contextmanager
+    def _locked(self, name: str):
+        """Hold the lock of ``name``'s stripe: a byte of ``.locks``, so one file serves every object."""
+        stripe = zlib.crc32(name.encode()) % self.STRIPES
+        with self._threads:
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX, 1, stripe)
+                yield
+            finally:
+                os.close(fd)  # closing drops the process's locks on the file
+
+    def replace(self, name: str, data: bytes, tag: str) -> str | None:
+        tmp = self._staged(name, data)
+        try:
+            with self._locked(name):
+                current = self.read(name)
+                if current is None or current.tag != tag:
+                    return None
+                os.replace(tmp, self._path(name))
+                tmp = None
+        finally:
+            if tmp is not None:
+                os.unlink(tmp)
+        return _digest(data)
+
+    def delete(self, name: str) -> None:
+        with self._locked(name):
+            try:
+                os.unlink(self._path(name))
+            except FileNotFoundError:
+                pass
+
+
+def _condition_failed(exc: OSError) -> bool:
+    """Did S3 refuse a conditional write (412 Precondition Failed, 409 ConditionalRequestConflict, or the
+    object gone under an If-Match)? Anything else is a real error."""
+    if isinstance(exc, (FileExistsError, FileNotFoundError)):
+        return True
+    return exc.errno in (errno.EINVAL, errno.EBUSY) and "condition" in str(exc).lower()
+
+
+class S3Store(Store):
+    def __init__(self, root: str, endpoint_url: str | None = None):
+        import s3fs
+
+        self.root = root.rstrip("/")
+        endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+        # No listing cache: a queue must see other workers' objects at once.
+        self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True,
+                                    client_kwargs={"endpoint_url": endpoint_url} if endpoint_url else {})
+
+    def read(self, name: str) -> Versioned | None:
+        from s3fs.utils import FileExpired
+
+        while True:
+            try:
+                # The open's HEAD gives the ETag and every read is If-Match on it, so data and tag agree.
+                with self.fs.open(self.url(name), "rb", cache_type="none") as fh:
+                    return Versioned(fh.read(), fh.details["ETag"])
+            except FileNotFoundError:
+                return None
+            except FileExpired:
+                continue  # rewritten between the HEAD and the GET: read the new one
+
+    def read_many(self, names: list[str]) -> dict[str, bytes]:
+        if not names:
+            return {}
+        by_key = {self.fs._strip_protocol(self.url(n)): n for n in names}
+        found = self.fs.cat(list(by_key), on_error="omit")
+        return {by_key[self.fs._strip_protocol(key)]: data for key, data in found.items()}
+
+    def version(self, name: str) -> str | None:
+        try:
+            return self.fs.info(self.url(name))["ETag"]
+        except FileNotFoundError:
+            return None
+
+    def exists(self, name: str) -> bool:
+        return self.fs.exists(self.url(name))
+
+    def list(self, folder: str) -> list[str]:
+        try:
+            return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.url(folder), detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def write(self, name: str, data: bytes) -> None:
+        self.fs.pipe_file(self.url(name), data)
+
+    def create(self, name: str, data: bytes) -> str | None:
+        try:
+            return self.fs.pipe_file(self.url(name), data, mode="create")["ETag"]
+        except OSError as exc:
+            if _condition_failed(exc):
+                return None
+            raise
+
+    def replace(self, name: str, data: bytes, tag: str) -> str | None:
+        try:
+            return self.fs.pipe_file(self.url(name), data, IfMatch=tag)["ETag"]
+        except OSError as exc:
+            if _condition_failed(exc):
+                return None
+            raise
+
+    def delete(self, name: str) -> None:
+        try:
+            self.fs.rm_file(self.url(name))
+        except FileNotFoundError:
+            pass
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What a store raises when it cannot do its work: a full disk, a missing bucket, no credentials,
+    an endpoint that does not answer."""
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:
+        return (OSError,)
+    return (OSError, BotoCoreError)
+
+
+def open_store(root: str, endpoint_url: str | None = None) -> Store:
+    """The store for a workspace: a local folder or ``s3://bucket/prefix``."""
+    if root.startswith("s3://"):
+        if len(root) <= len("s3://") or root[len("s3://"):].startswith("/"):
+            raise ValueError(f"workspace: {root!r} names no bucket (expected s3://bucket/prefix)")
+        return S3Store(root, endpoint_url)
+    if "://" in root:
+        raise ValueError(f"workspace: {root!r} is neither a local folder nor s3://bucket/prefix "
+                         "(the queue needs S3's conditional writes)")
+    return LocalStore(root)
