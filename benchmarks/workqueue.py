@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import glob
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -78,9 +79,8 @@ def upstream_populate(workspace: str, items: int) -> None:
 
 # --- the benchmark ---------------------------------------------------------------------------------------
 
-def upstream_python(venv: str | None) -> tuple[str | None, str]:
-    """A Python with olmocr 0.4.27, or None and why not."""
-    venv = venv or os.path.join(tempfile.mkdtemp(prefix="olmocr-upstream-"), "venv")
+def upstream_python(venv: str) -> tuple[str | None, str]:
+    """A Python with olmocr 0.4.27 in ``venv`` (made when missing), or None and why not."""
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):
         steps = [[sys.executable, "-m", "venv", venv],
@@ -138,21 +138,28 @@ def main() -> None:
     if args.role == "upstream-populate":
         return upstream_populate(args.workspace, args.items)
 
+    queues = {"ours": sys.executable}
+    scratch = tempfile.mkdtemp(prefix="workqueue-bench-")
+    try:
+        run_all(args, queues, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # the throwaway venv too, unless --upstream-venv kept it
+
+
+def run_all(args, queues: dict[str, str], scratch: str) -> None:
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.s3server import S3Server
 
-    queues = {"ours": sys.executable}
     if args.no_upstream:
         print("olmocr 0.4.27: skipped (--no-upstream)")
     else:
-        python, why = upstream_python(args.upstream_venv)
+        python, why = upstream_python(args.upstream_venv or os.path.join(scratch, "venv"))
         if python is None:
             print(f"olmocr 0.4.27: skipped ({why})")
         else:
             queues["olmocr-0.4.27"] = python
             print(f"olmocr 0.4.27 in {why}")
     results: dict[str, list[dict]] = {name: [] for name in queues}
-    scratch = tempfile.mkdtemp(prefix="workqueue-bench-")
     for run in range(args.runs):
         server = S3Server().start()
         env = {**os.environ, **server.environment()}
