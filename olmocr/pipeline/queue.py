@@ -59,13 +59,12 @@ class WorkQueue:
     """One worker's view of a workspace's queue. Workers share nothing but the store; a process's
     worker threads each hold their own queue (and may share one ``LeaseKeeper``)."""
 
-    def __init__(self, workspace: Workspace, worker: str, lease_s: float = 300.0, max_failures: int = 3,
-                 seed: int | None = None):
+    def __init__(self, workspace: Workspace, worker: str, lease_s: float = 300.0, max_failures: int = 3):
         if lease_s <= 0:
             raise ValueError(f"lease_s: must be positive, got {lease_s}")
         self.ws, self.store = workspace, workspace.store
         self.worker, self.lease_s, self.max_failures = worker, lease_s, max_failures
-        self.rng = random.Random(seed)
+        self.rng = random.Random()
         self.items: dict[str, Item] = {}
         self._index_version: str | None = None
         self._free: deque[str] = deque()
@@ -96,8 +95,7 @@ class WorkQueue:
 
     def _body(self, **extra) -> dict:
         now = time.time()
-        return {"worker": self.worker, "nonce": uuid.uuid4().hex, "claimed": now, "expires": now + self.lease_s,
-                "failures": 0, **extra}
+        return {"worker": self.worker, "claimed": now, "expires": now + self.lease_s, "failures": 0, **extra}
 
     def _list_unclaimed(self) -> None:
         """List the claims; the items without one, in id order (ids are hashes: a random order every worker

@@ -68,9 +68,6 @@ class Store:
     def replace(self, name: str, data: bytes, tag: str) -> str | None:
         raise NotImplementedError
 
-    def delete(self, name: str) -> None:
-        raise NotImplementedError
-
 
 def _digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
@@ -173,13 +170,6 @@ class LocalStore(Store):
                 os.unlink(tmp)
         return _digest(data)
 
-    def delete(self, name: str) -> None:
-        with self._locked(name):
-            try:
-                os.unlink(self._path(name))
-            except FileNotFoundError:
-                pass
-
 
 def _condition_failed(exc: OSError) -> bool:
     """Did S3 refuse a conditional write (412 Precondition Failed, 409 ConditionalRequestConflict, or the
@@ -252,12 +242,6 @@ class S3Store(Store):
             if _condition_failed(exc):
                 return None
             raise
-
-    def delete(self, name: str) -> None:
-        try:
-            self.fs.rm_file(self.url(name))
-        except FileNotFoundError:
-            pass
 
 
 def store_errors() -> tuple[type[BaseException], ...]:
