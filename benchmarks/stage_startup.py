@@ -18,7 +18,8 @@ import time
 
 STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": [],  # and the values each requires
           "prepare": ["sources=[.]", "output=out"], "compress": ["source=.", "output=out"],
-          "compare": ["reference=.", "candidate=."], "pipeline": [], "pipeline.stats": ["workspace=."]}
+          "compare": ["reference=.", "candidate=."], "pipeline": [], "pipeline.stats": ["workspace=."],
+          "pipeline.bench": []}
 COMMANDS = {"--help": ["--help"], "dry_run": ["dry_run=true"], "config error": ["no_such_key=1"]}
 
 

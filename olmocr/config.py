@@ -33,7 +33,7 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
 # Parameters that stages hand to builders at run time rather than through config.
 RUNTIME_PARAMETERS = {"processor", "model", "optimizer", "total_steps", "run_config", "output_dir",
-                      "eos_token_ids"}
+                      "eos_token_ids", "server", "converter", "workspace", "log_dir", "progress"}
 
 OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=True)
 OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
@@ -219,8 +219,9 @@ def validate(cfg: DictConfig) -> DictConfig:
             schema = reward_schema(node._target_) if path.startswith("rewards.") else schema_for(node._target_)
         except ValueError as exc:
             raise ValueError(f"{path}._target_: {exc}") from None
-        # `_after_` positions a data step (olmocr.data.pipeline.step_order); it is not a constructor argument.
-        params = {k: node._get_node(k) for k in node.keys() if k != "_after_"}
+        # `_after_` positions a data step (olmocr.data.pipeline.step_order); `_recursive_` is Hydra's
+        # (a target that builds its own nested targets); neither is a constructor argument.
+        params = {k: node._get_node(k) for k in node.keys() if k not in ("_after_", "_recursive_")}
         _check_against(schema, OmegaConf.create(params), path, f"target {node._target_}")
     for path, schema_of in TYPED_MAP_ENTRIES.items():
         entries = OmegaConf.select(cfg, path)

@@ -112,6 +112,12 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("pipeline", "+work.pages=3", "pages"),
     ("pipeline", "queue.lease=60", "lease"),
     ("pipeline", "workers=many", "workers"),
+    ("pipeline", "convert.temperature=[0.1]", "temperature"),
+    ("pipeline", "convert.steps.render.longest_sid=1024", "longest_sid"),
+    ("pipeline", "server.devise=cpu", "devise"),
+    ("pipeline", ["server=external", "server.url=http://h/v1", "server.model_name=m", "server.api_key=x"], "api_key"),
+    ("pipeline", "work.markdwn=false", "markdwn"),
+    ("pipeline_bench", "repeats=two", "repeats"),
     ("pipeline_stats", ["workspace=/tmp/ws", "window=5"], "window"),
 ])
 def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
@@ -134,7 +140,7 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
 STAGES = {"train": ("train", "seed"), "data": ("check_data", "seed"), "bench": ("bench", "seed"),
           "synth": ("synth", "seed"), "prepare": ("prepare", "step"), "compress": ("compress", "step"),
           "compare": ("compare", "max_new_tokens"), "pipeline": ("pipeline", "pages_per_group"),
-          "pipeline.stats": ("pipeline_stats", "window_min")}
+          "pipeline.stats": ("pipeline_stats", "window_min"), "pipeline.bench": ("pipeline_bench", "repeats")}
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -188,7 +194,28 @@ def test_a_step_added_from_the_command_line_lands_in_place(processor):
     assert default.index("rules") < default.index("check_pdf") < default.index("render")
 
 
-@pytest.mark.parametrize("experiment", options("experiment"))
+PIPELINE_EXPERIMENTS = [e for e in options("experiment") if e.startswith("pipeline_")]
+
+
+EXTERNAL = ["server.url=http://h/v1", "server.model_name=m"]
+
+
+@pytest.mark.parametrize("overrides", [[f"+experiment={e}"] for e in PIPELINE_EXPERIMENTS]
+                         + [[f"work={o}"] for o in options("work")] + [[f"convert={o}"] for o in options("convert")]
+                         + [[f"server={o}", *(EXTERNAL if o == "external" else [])] for o in options("server")])
+def test_pipeline_options_compose_and_build(overrides, tmp_path):
+    from olmocr.config import build
+    from olmocr.pipeline.convert import PageConverter
+    from olmocr.pipeline.server import Server
+
+    cfg = compose("pipeline", overrides)
+    server = build(cfg.server, model=instantiate(cfg.model))
+    converter = build(cfg.convert, server=server, log_dir=str(tmp_path))
+    assert isinstance(server, Server) and isinstance(converter, PageConverter)
+    assert callable(build(cfg.work, converter=converter))
+
+
+@pytest.mark.parametrize("experiment", [e for e in options("experiment") if e not in PIPELINE_EXPERIMENTS])
 def test_every_experiment_composes_and_instantiates(experiment, processor, tiny):
     from olmocr.config import build
 

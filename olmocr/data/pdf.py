@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import logging
+import shutil
+import subprocess
 from dataclasses import dataclass
 
-from olmocr.utils.io import read_bytes
+from olmocr.utils.io import local_path, read_bytes
 
 # pypdf logs every recoverable oddity of real-world PDFs at WARNING; rejections are reported by us.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
@@ -68,6 +71,47 @@ def pdf_info(path: str, data: bytes | None = None) -> PdfInfo:
     if pages == 0:
         raise PdfError("unreadable_pdf", f"{path} has no pages")
     return PdfInfo(pages, *_displayed_size(reader.pages[0]))
+
+
+@dataclass(frozen=True)
+class PdfLayout:
+    page_sizes: list[tuple[float, float]]  # displayed (width, height) of every page, in points
+    created: datetime.datetime | None  # the document's creation date, when its metadata has a valid one
+
+
+def pdf_layout(path: str, data: bytes | None = None) -> PdfLayout:
+    """Every page's displayed size and the creation date, from one parse (a caller converting all pages
+    of a document opens it once, not once per page)."""
+    reader = open_pdf(path, data)
+    try:
+        sizes = [_displayed_size(page) for page in reader.pages]
+    except Exception as exc:  # pypdf raises many types on broken page trees
+        raise PdfError("unreadable_pdf", f"{path}: page tree: {exc}") from None
+    if not sizes:
+        raise PdfError("unreadable_pdf", f"{path} has no pages")
+    try:
+        created = reader.metadata.creation_date if reader.metadata else None
+    except Exception:  # noqa: BLE001 - a malformed date string is common and harmless: no date
+        created = None
+    return PdfLayout(sizes, created)
+
+
+def text_layer(path: str, page: int = 1, data: bytes | None = None, timeout: float = 60.0) -> str:
+    """The page's own text, in reading order as poppler's ``pdftotext`` finds it ('' when it has none)."""
+    exe = shutil.which("pdftotext")
+    if exe is None:
+        raise RuntimeError("pdftotext not found: install poppler-utils (sudo apt-get install -y poppler-utils)")
+    with local_path(path, data) as local:
+        try:
+            proc = subprocess.run([exe, "-f", str(page), "-l", str(page), "-enc", "UTF-8", local, "-"],
+                                  capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise PdfError("unreadable_pdf", f"{path}: pdftotext took longer than {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise PdfError("unreadable_pdf", f"{path}: pdftotext failed ({message[-1] if message else 'no output'})")
+    # pdftotext ends every page with a form feed; blank lines around the text carry nothing.
+    return proc.stdout.decode("utf-8", errors="replace").replace("\f", "").strip()
 
 
 def pdf_page_size(path: str, page: int = 1, data: bytes | None = None) -> tuple[float, float]:

@@ -55,7 +55,10 @@ class ParseFrontMatter(Step):
 
 class CheckPdf(Step):
     """Open the PDF's structure (no rendering): reject missing, empty, encrypted, unreadable or
-    multi-page files before any expensive step. Keeps the bytes for later steps."""
+    multi-page files before any expensive step. Keeps the bytes for later steps.
+
+    A caller that has already opened the document for all its pages (the batch pipeline) passes
+    ``pdf_bytes``, ``num_pages`` and ``page_size`` in the sample, and the PDF is not parsed again."""
 
     def __init__(self, max_pages: int | None = 1):
         self.max_pages = max_pages
@@ -64,20 +67,23 @@ class CheckPdf(Step):
         path = sample.get("pdf_path")
         if path is None:
             raise Reject("missing_pdf", f"{sample.get('md_path')} has no .pdf beside it")
+        page = sample.get("page", 1)
+        data, num_pages, size = sample.get("pdf_bytes"), sample.get("num_pages"), sample.get("page_size")
         try:
-            data = read_bytes(path)
-            info = pdf_info(path, data)
+            if data is None or num_pages is None:
+                data = read_bytes(path)
+                info = pdf_info(path, data)
+                num_pages, size = info.num_pages, (info.width, info.height) if page == 1 else None
+            if self.max_pages is not None and num_pages > self.max_pages:
+                raise Reject("too_many_pages", f"{path} has {num_pages} pages (at most {self.max_pages})")
+            if not 1 <= page <= num_pages:
+                raise Reject("missing_page", f"{path} has no page {page} (it has {num_pages})")
+            sample["pdf_bytes"] = data
+            sample["page_size"] = size or pdf_page_size(path, page, data)
         except FileNotFoundError:
             raise Reject("missing_pdf", f"{path} does not exist") from None
         except PdfError as exc:
             raise Reject(exc.reason, str(exc)) from None
-        if self.max_pages is not None and info.num_pages > self.max_pages:
-            raise Reject("too_many_pages", f"{path} has {info.num_pages} pages (at most {self.max_pages})")
-        page = sample.get("page", 1)
-        if not 1 <= page <= info.num_pages:
-            raise Reject("missing_page", f"{path} has no page {page} (it has {info.num_pages})")
-        sample["pdf_bytes"] = data
-        sample["page_size"] = (info.width, info.height) if page == 1 else pdf_page_size(path, page, data)
         return sample
 
 

@@ -7,10 +7,15 @@ the workspace: a local folder or s3://bucket/prefix, with ``s3_endpoint`` for Mi
 ``work`` on each, and write ``results/output_<item>.jsonl`` and a done marker. Start it on as many
 machines as you like; each stops when nothing is left. ``python -m olmocr.pipeline.stats workspace=…``
 shows progress.
+
+``work=ocr`` (``ocr_tiny`` by default) converts pages through the model server ``server=`` starts
+(``transformers``, ``vllm``) or reaches (``external``), serving ``model=``, into Dolma JSONL documents
+and markdown; ``work=inventory`` lists the PDFs instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -28,7 +33,7 @@ SAMPLE_WORKSPACE = os.path.join("outputs", "pipeline", "sample")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.pipeline.inputs import expand
     from olmocr.pipeline.store import store_errors
-    from olmocr.pipeline.worker import run_workers
+    from olmocr.pipeline.worker import StopWork, run_workers
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.runinfo import write_run_info
 
@@ -44,6 +49,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     summary: dict = {"workspace": root}
     try:
         workspace = Workspace(root)
+        # Built (and so checked) before any PDF is read or any server started.
+        work = None
+        if cfg.workers:
+            server = build(cfg.server, model=build(cfg.model))
+            work = build(cfg.work, converter=build(cfg.convert, server=server, log_dir=output_dir),
+                         workspace=workspace, progress=cfg.progress)
         if pdfs:
             added = workspace.add(expand(pdfs), pages_per_group=cfg.pages_per_group, sample=cfg.sample,
                                   seed=cfg.seed)
@@ -52,11 +63,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                      added.items_new, cfg.pages_per_group, added.items_total, added.sampled,
                      added.unreadable_in_sample)
             summary["added"] = vars(added)
-        if cfg.workers:
-            report = run_workers(workspace, build(cfg.work), workers=cfg.workers, replica=cfg.replica,
-                                 lease_s=cfg.queue.lease_s,
-                                 max_failures=cfg.queue.max_failures, linger=cfg.queue.linger,
-                                 poll_s=cfg.queue.poll_s, progress=cfg.progress)
+        if work is not None:
+            # Work that needs a model server starts it here and stops it at the end, whatever happens.
+            with work if hasattr(work, "__enter__") else contextlib.nullcontext():
+                report = run_workers(workspace, work, workers=cfg.workers, replica=cfg.replica,
+                                     lease_s=cfg.queue.lease_s, max_failures=cfg.queue.max_failures,
+                                     linger=cfg.queue.linger, poll_s=cfg.queue.poll_s, progress=cfg.progress)
             summary["work"] = {**{k: v for k, v in vars(report).items() if k != "counts"},
                                "counts": dict(report.counts)}
             log.info("finished %d items in %.1f s (%s); %d failed, %d taken over from dead workers, %d lost to "
@@ -65,6 +77,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                      report.failed, report.taken_over, report.lost, report.duplicates)
     except store_errors() as exc:
         raise ValueError(f"workspace {root}: {exc}") from None
+    except StopWork as exc:
+        raise ValueError(f"{exc} (unfinished items were given back to the queue)") from None
     write_run_info(output_dir, summary=summary)
     return summary
 

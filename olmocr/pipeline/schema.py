@@ -1,5 +1,5 @@
-"""Schemas of ``python -m olmocr.pipeline`` and ``python -m olmocr.pipeline.stats`` (conf/pipeline.yaml,
-conf/pipeline_stats.yaml, conf/work/)."""
+"""Schemas of ``python -m olmocr.pipeline``, ``olmocr.pipeline.bench`` and ``olmocr.pipeline.stats``
+(conf/pipeline.yaml, conf/pipeline_bench.yaml, conf/pipeline_stats.yaml)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+import olmocr.models.schema  # noqa: F401 - the model group a started server serves (model=…)
 from olmocr.config import StageConfig, store
 
 
@@ -29,11 +30,16 @@ class PipelineConfig(StageConfig):
     pages_per_group: int = 500  # pages per work item, estimated from a sample of page counts
     sample: int = 100  # PDFs whose pages are counted to size the items
     seed: int = 0
-    workers: int = 1  # worker threads in this process; 0: only add the PDFs
+    # Items in flight in this process (threads sharing one server and one page limit): two, so an item's
+    # last pages never leave the server idle; 0: only add the PDFs.
+    workers: int = 2
     # This process's number among those started together: a sweep -m replica='range(16)' with cluster=…
     # starts 16 worker jobs (a SLURM job array, 16 Beaker jobs); it names the workers in claims.
     replica: int = 0
     work: Any = MISSING  # what a worker does with an item (conf/work/)
+    convert: Any = MISSING  # how work=ocr turns a page into text (conf/convert/)
+    server: Any = MISSING  # the model server page conversion talks to (conf/server/)
+    model: Any = MISSING  # what a started server serves (conf/model/)
     queue: QueueConfig = field(default_factory=QueueConfig)
     progress: bool = True
 
@@ -46,5 +52,17 @@ class StatsConfig(StageConfig):
     json: bool = False  # print the figures as JSON
 
 
+@dataclass
+class BenchConfig(StageConfig):
+    bench_dir: str = MISSING  # an olmOCR-bench folder: test files (*.jsonl) and pdfs/
+    candidates: str | None = None  # where the .md files go; null: <run dir>/candidates
+    repeats: int = 1  # conversions of every tested page (the bench scores each)
+    convert: Any = MISSING  # how a page becomes text (conf/convert/)
+    server: Any = MISSING  # the model server (conf/server/)
+    model: Any = MISSING  # what a started server serves (conf/model/)
+    progress: bool = True
+
+
 store("pipeline_schema", PipelineConfig)
+store("pipeline_bench_schema", BenchConfig)
 store("pipeline_stats_schema", StatsConfig)

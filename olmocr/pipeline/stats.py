@@ -99,7 +99,8 @@ def describe(stats: dict) -> str:
         f"workspace  {stats['workspace']}",
         f"items      {stats['items']} total: {stats['done']} done, {stats['active']} being worked on, "
         f"{stats['expired']} claims expired, {stats['given_up']} given up, {stats['waiting']} waiting",
-        f"documents  {c.get('documents', 0)} done, {c.get('bad_documents', 0)} unreadable",
+        f"documents  {c.get('documents', 0)} done, {c.get('bad_documents', 0)} unreadable, "
+        f"{c.get('dropped_documents', 0)} dropped (too many fallback pages)",
         f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
         f"~{stats['pages_remaining_estimated']} to go",
         f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",

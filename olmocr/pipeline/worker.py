@@ -29,6 +29,11 @@ class Output:
 Processor = Callable[[Item], Output]
 
 
+class StopWork(RuntimeError):
+    """Raised by a processor that cannot go on with any item (its model server is gone): the claim is
+    given back without counting a failure against the item, every worker stops, the run fails."""
+
+
 @dataclass
 class WorkReport:
     done: int = 0  # items this process finished
@@ -62,7 +67,8 @@ def _work(queue: WorkQueue, keeper: LeaseKeeper, process: Processor, stop: threa
           errors: list[BaseException], wake: threading.Condition) -> None:
     try:
         _loop(queue, keeper, process, stop, linger, poll_s, report, lock, progress, wake)
-    except BaseException as exc:  # noqa: BLE001 - the store failed: stop every worker, the caller raises it
+    except BaseException as exc:  # noqa: BLE001 - the store failed or the processor cannot go on: stop
+        # every worker; the caller raises it
         errors.append(exc)
         stop.set()
 
@@ -85,6 +91,10 @@ def _loop(queue: WorkQueue, keeper: LeaseKeeper, process: Processor, stop: threa
         keeper.hold(queue, claim)
         try:
             output = process(claim.item)
+        except StopWork:
+            keeper.drop(claim)
+            queue.release(claim)
+            raise
         except Exception as exc:  # noqa: BLE001 - one item's failure must not end the worker
             keeper.drop(claim)
             if stop.is_set():

@@ -1,0 +1,120 @@
+"""python -m olmocr.pipeline.bench — the pipeline in bench mode.
+
+Every page an olmOCR-bench folder tests is converted ``repeats`` times by the batch pipeline's page
+conversion (``convert=``, ``server=``, ``model=``: the same rendering, prompt, retries, rotation and
+fallback) and written as ``<candidates>/<pdf path without .pdf>_pg<page>_repeat<r>.md``, the layout
+``python -m olmocr.bench bench_dir=… candidates=…`` scores. Files already written are kept, so a stopped
+run resumes where it was. ``pages.jsonl`` in the run dir records every page's attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import build, run_stage, start, validate
+
+log = logging.getLogger("olmocr.pipeline.bench")
+
+
+def candidate_path(candidates: str, pdf: str, page: int, repeat: int) -> str:
+    from olmocr.bench.score import candidate_stem
+
+    return f"{candidate_stem(candidates, pdf, page)}_repeat{repeat}.md"
+
+
+def write_text(path: str, text: str) -> None:
+    """Whole or not at all: a run killed mid-write leaves no half file for the resume to keep."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(partial, path)
+
+
+async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_path: str, progress: bool) -> dict:
+    from tqdm import tqdm
+
+    from olmocr.pipeline.convert import all_of
+
+    totals = {"written": 0, "fallback_pages": 0, "input_tokens": 0, "output_tokens": 0}
+    bar = tqdm(total=len(todo), unit="page", desc="bench pages", disable=not progress, dynamic_ncols=True)
+
+    async def one(row: dict, repeat: int, path: str) -> None:
+        result = await converter.convert({"pdf_path": row["pdf_path"], "page": row["page"]}, row["pdf_path"])
+        await asyncio.to_thread(write_text, path, result.text)
+        record = {"pdf": row["pdf"], "repeat": repeat, "candidate": path, **result.record()}
+        with open(records_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        totals["written"] += 1
+        totals["fallback_pages"] += result.fallback
+        totals["input_tokens"] += result.input_tokens
+        totals["output_tokens"] += result.output_tokens
+        bar.set_postfix(fallback=totals["fallback_pages"], refresh=False)
+        bar.update(1)
+
+    try:
+        await all_of(one(row, repeat, path) for row, repeat, path in todo)
+    finally:
+        bar.close()
+    return totals
+
+
+def run(cfg: DictConfig, output_dir: str) -> dict:
+    from olmocr.data.bench_prompts import bench_pages
+    from olmocr.pipeline.worker import StopWork
+    from olmocr.utils.runinfo import write_run_info
+
+    validate(cfg)
+    if cfg.repeats < 1:
+        raise ValueError(f"repeats: must be at least 1, got {cfg.repeats}")
+    rows, problems = bench_pages(cfg.bench_dir, reference=False)
+    for problem in problems:
+        log.warning("%s", problem)
+    if not rows:
+        raise ValueError(f"bench_dir: {cfg.bench_dir} has no tested pages")
+    candidates = cfg.candidates or os.path.join(output_dir, "candidates")
+    pdfs_root = os.path.join(cfg.bench_dir, "pdfs")
+    todo, kept = [], 0
+    for row in sorted(rows, key=lambda r: r["page_id"]):
+        row["pdf"] = os.path.relpath(row["pdf_path"], pdfs_root)
+        for repeat in range(1, cfg.repeats + 1):
+            path = candidate_path(candidates, row["pdf"], row["page"], repeat)
+            if os.path.exists(path):
+                kept += 1
+            else:
+                todo.append((row, repeat, path))
+    log.info("%d tested pages x %d repeats: %d to convert, %d already in %s", len(rows), cfg.repeats, len(todo),
+             kept, candidates)
+    # Built (and so checked) before the server starts.
+    converter = build(cfg.convert, server=build(cfg.server, model=build(cfg.model)), log_dir=output_dir)
+    totals = {"written": 0}
+    if todo:
+        try:
+            with converter:
+                totals = converter.run(convert_pages(converter, todo, os.path.join(output_dir, "pages.jsonl"),
+                                                     cfg.progress))
+        except StopWork as exc:
+            raise ValueError(f"{exc} (pages written so far are kept; run again to resume)") from None
+    summary = {"candidates": candidates, "pages": len(rows), "repeats": cfg.repeats, "kept": kept, **totals}
+    log.info("wrote %d candidate files (%d from the text layer) to %s; score them with python -m olmocr.bench "
+             "bench_dir=%s candidates=%s", totals["written"], totals.get("fallback_pages", 0), candidates,
+             cfg.bench_dir, candidates)
+    write_run_info(output_dir, summary=summary)
+    return summary
+
+
+@hydra.main(config_path="../../conf", config_name="pipeline_bench", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
+
+
+if __name__ == "__main__":
+    start(main, "olmocr.pipeline.bench", "pipeline_bench", __doc__)

@@ -1,0 +1,72 @@
+"""One asynchronous client of an OpenAI-compatible chat endpoint, shared by every page in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+import httpx
+
+from olmocr.pipeline.server import Server
+
+# One line per request at INFO would bury the progress bar and the warnings that matter.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+# What a request that never reached the server (or whose connection the server dropped) raises: the
+# server may be restarting, so the page waits and tries again rather than spending an attempt.
+UNREACHABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+               httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclass
+class Reply:
+    """One answer: ``error`` says why it is unusable at the HTTP level (None when it is usable)."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+
+
+class ChatClient:
+    def __init__(self, server: Server, timeout_s: float, concurrency: int):
+        self.server = server
+        self.timeout_s = timeout_s
+        self.concurrency = concurrency
+        self._client: httpx.AsyncClient | None = None
+
+    async def open(self) -> None:
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=30.0), limits=limits,
+                                         headers=self.server.headers())
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def chat(self, messages: list[dict], max_tokens: int, temperature: float) -> Reply:
+        body = {"model": self.server.model, "messages": messages, "max_tokens": max_tokens,
+                "temperature": temperature}
+        while True:
+            seen = self.server.restarts
+            try:
+                response = await self._client.post(f"{self.server.url}/chat/completions", json=body)
+                break
+            except UNREACHABLE:
+                await asyncio.to_thread(self.server.recover, seen)  # raises ServerGone when it will not come back
+            except httpx.TimeoutException:
+                return Reply(error=f"no answer within {self.timeout_s:.0f} s (client timeout_s)")
+        if response.status_code != 200:
+            return Reply(error=f"HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            usage = data.get("usage") or {}
+            return Reply(text=choice["message"]["content"] or "", finish_reason=choice.get("finish_reason"),
+                         input_tokens=int(usage.get("prompt_tokens") or 0),
+                         output_tokens=int(usage.get("completion_tokens") or 0))
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            return Reply(error=f"not a chat completion ({type(exc).__name__}: {exc}): {response.text[:300]}")

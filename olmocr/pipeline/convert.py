@@ -1,0 +1,251 @@
+"""One page → its text: rendered and prompted by the configured data steps (the same step list that
+built the model's training and GRPO prompts, so inference cannot drift from training), sent to the
+model server, its answer parsed with the page front-matter parser.
+
+An answer that is cut off at ``max_tokens``, that does not parse, or that an HTTP error replaced is a
+failed attempt; the next one runs at the next temperature of the schedule. When the model says the page
+is not upright, the image is turned by the correction it gives and sent again. After the last attempt
+the page falls back to the PDF's own text layer, and is counted as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image
+
+from olmocr.data.frontmatter import FrontMatterError, PageMeta, parse_document
+from olmocr.data.pdf import PdfError, text_layer
+from olmocr.data.pipeline import build_pipeline
+from olmocr.data.steps import BuildMessages, Reject
+from olmocr.pipeline.client import ChatClient, Reply
+from olmocr.pipeline.server import Server
+
+log = logging.getLogger("olmocr.pipeline")
+
+# Attempt n runs at the n-th temperature: a little randomness gets a model out of a repetition loop.
+TEMPERATURES = [0.1, 0.1, 0.2, 0.3, 0.5, 0.8, 0.9, 1.0]
+DIRECTIONS = ("clockwise", "counterclockwise")
+# PIL's transposes turn counter-clockwise; these are the clockwise turns.
+_CLOCKWISE = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_90}
+FALLBACK_META = PageMeta(primary_language=None)
+
+
+def turn(image: Image.Image, degrees: int, direction: str) -> Image.Image:
+    """``image`` turned by ``degrees`` (0, 90, 180, 270) in ``direction``."""
+    clockwise = degrees % 360 if direction == "clockwise" else -degrees % 360
+    return image if clockwise == 0 else image.transpose(_CLOCKWISE[clockwise])
+
+
+def png_data_url(image: Image.Image) -> str:
+    # Lossless, so the server sees exactly the pixels training saw; the fastest zlib level, since the
+    # bytes only cross a local network (and the pipeline must keep a GPU fed on a few cores).
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def chat_messages(messages: list[dict], image_url: str) -> list[dict]:
+    """The steps' chat turn in OpenAI's form: the image part becomes an ``image_url`` part, in place."""
+    out = []
+    for message in messages:
+        content = message["content"]
+        if not isinstance(content, str):
+            content = [{"type": "image_url", "image_url": {"url": image_url}} if part["type"] == "image" else part
+                       for part in content]
+        out.append({"role": message["role"], "content": content})
+    return out
+
+
+@dataclass
+class PageResult:
+    page: int
+    text: str
+    meta: PageMeta
+    fallback: bool = False
+    input_tokens: int = 0  # over every attempt: what the page cost
+    output_tokens: int = 0
+    attempts: list[dict] = field(default_factory=list)  # per attempt: temperature, rotation, outcome
+
+    def record(self) -> dict:
+        """The page as a JSON object (the per-page output)."""
+        return {"page": self.page, "text": self.text, **self.meta.to_dict(), "fallback": self.fallback,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts}
+
+
+def _leaves(error: BaseException):
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+async def all_of(coroutines) -> list:
+    """Run concurrently; the results in order. When one fails the others are cancelled and its error is
+    raised as itself (the one that stops the run first, if any), not wrapped in an exception group."""
+    from olmocr.pipeline.worker import StopWork
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(coroutine) for coroutine in coroutines]
+    except BaseExceptionGroup as errors:
+        leaves = list(_leaves(errors))
+        raise next((e for e in leaves if isinstance(e, StopWork)), leaves[0]) from None
+    return [task.result() for task in tasks]
+
+
+class EventLoop:
+    """An asyncio loop on its own thread, so any number of threads (the queue's workers) share one
+    client and one limit on pages in flight."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="pipeline-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+class PageConverter:
+    """Converts pages concurrently: at most ``concurrency`` pages are in flight (rendered image held,
+    request out); renders run on ``render_threads`` threads (null: one per core).
+
+    Used as a context manager: entering starts the server (its output in ``<log_dir>/server.log``) and
+    the client; leaving stops both. :meth:`run` runs a coroutine on the converter's loop from any thread.
+    """
+
+    def __init__(self, server: Server, steps: dict[str, Any], temperatures: list[float] = TEMPERATURES,
+                 max_tokens: int = 8000, rotation_direction: str = "clockwise", concurrency: int = 64,
+                 timeout_s: float = 600.0, render_threads: int | None = None, log_dir: str = "."):
+        if not temperatures:
+            raise ValueError("convert.temperatures: give at least one (one attempt per temperature)")
+        if any(t < 0 for t in temperatures):
+            raise ValueError(f"convert.temperatures: must be 0 or more, got {list(temperatures)}")
+        if max_tokens < 1:
+            raise ValueError(f"convert.max_tokens: must be at least 1, got {max_tokens}")
+        if rotation_direction not in DIRECTIONS:
+            raise ValueError(f"convert.rotation_direction: expected one of {', '.join(DIRECTIONS)}, "
+                             f"got {rotation_direction!r}")
+        if concurrency < 1:
+            raise ValueError(f"convert.concurrency: must be at least 1, got {concurrency}")
+        if render_threads is not None and render_threads < 1:
+            raise ValueError(f"convert.render_threads: must be at least 1, got {render_threads}")
+        self.steps = build_pipeline(steps)
+        if not any(isinstance(step, BuildMessages) for step in self.steps.steps.values()):
+            raise ValueError("convert.steps: page conversion needs a 'messages' step (olmocr.data.steps.BuildMessages)")
+        self.server = server
+        self.client = ChatClient(server, timeout_s=timeout_s, concurrency=concurrency)
+        self.temperatures = list(temperatures)
+        self.max_tokens = max_tokens
+        self.rotation_direction = rotation_direction
+        self.render_threads = render_threads or os.cpu_count() or 1
+        self.log_dir = log_dir
+        self.pool: ThreadPoolExecutor | None = None
+        self._loop: EventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    def __enter__(self) -> PageConverter:
+        self.server.start(os.path.join(self.log_dir, "server.log"))
+        self.pool = ThreadPoolExecutor(self.render_threads, thread_name_prefix="render")
+        self._loop = EventLoop()
+        self._loop.run(self.client.open())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self._loop is not None:
+                self._loop.run(self.client.close())
+                self._loop.close()
+            if self.pool is not None:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self.server.stop()
+
+    def run(self, coroutine):
+        return self._loop.run(coroutine)
+
+    def _render(self, sample: dict) -> tuple[Image.Image, list[dict], str]:
+        sample = self.steps(sample)
+        return sample["image"], sample["messages"], png_data_url(sample["image"])
+
+    def _turned(self, image: Image.Image, rotation: int) -> str:
+        return png_data_url(turn(image, rotation, self.rotation_direction))
+
+    def judge(self, reply: Reply) -> tuple[PageMeta, str] | str:
+        """The answer's front matter and text, or why the attempt failed."""
+        if reply.error:
+            return reply.error
+        if reply.finish_reason == "length":
+            return f"cut off at max_tokens={self.max_tokens}"
+        if reply.finish_reason not in (None, "stop"):
+            return f"finish_reason {reply.finish_reason}"
+        try:
+            return parse_document(reply.text)
+        except FrontMatterError as exc:
+            return f"unparseable: {exc}"
+
+    async def convert(self, sample: dict, fallback_path: str, data: bytes | None = None) -> PageResult:
+        """``sample`` starts the steps (``pdf_path``, ``page``, and what the caller already knows of the
+        PDF); ``fallback_path`` is read for the text layer when every attempt fails."""
+        if self._slots is None:  # made on the loop that uses it
+            self._slots = asyncio.Semaphore(self.client.concurrency)
+        loop = asyncio.get_running_loop()
+        page = sample.get("page", 1)
+        result = PageResult(page=page, text="", meta=FALLBACK_META)
+        async with self._slots:
+            try:
+                image, messages, url = await loop.run_in_executor(self.pool, self._render, sample)
+            except Reject as exc:
+                result.attempts.append({"outcome": f"not rendered: {exc}"})
+                return await self._fall_back(result, fallback_path, data)
+            rotation, answer = 0, None
+            for temperature in self.temperatures:
+                reply = await self.client.chat(chat_messages(messages, url), self.max_tokens, temperature)
+                result.input_tokens += reply.input_tokens
+                result.output_tokens += reply.output_tokens
+                judged = self.judge(reply)
+                attempt = {"temperature": temperature, "rotation": rotation}
+                result.attempts.append(attempt)
+                if isinstance(judged, str):
+                    attempt["outcome"] = judged
+                    continue
+                answer = judged
+                meta = judged[0]
+                if meta.is_rotation_valid:
+                    attempt["outcome"] = "ok"
+                    break
+                attempt["outcome"] = f"page not upright: rotation_correction {meta.rotation_correction}"
+                rotation = (rotation + meta.rotation_correction) % 360
+                url = await loop.run_in_executor(self.pool, self._turned, image, rotation)
+            del image
+        if answer is None:
+            return await self._fall_back(result, fallback_path, data)
+        # The last answer that parsed, even if the model still found the page turned: its text is the
+        # model's reading, which beats the text layer.
+        result.meta, result.text = answer
+        return result
+
+    async def _fall_back(self, result: PageResult, path: str, data: bytes | None) -> PageResult:
+        result.fallback = True
+        try:
+            result.text = await asyncio.get_running_loop().run_in_executor(
+                self.pool, text_layer, path, result.page, data)
+        except PdfError as exc:
+            result.attempts.append({"outcome": f"no text layer: {exc}"})
+        log.debug("page %d of %s: text layer after %d attempt(s)", result.page, path, len(result.attempts))
+        return result

@@ -1,0 +1,65 @@
+"""Converted documents as Dolma JSONL lines, with the field names existing Dolma and olmOCR tooling reads,
+and where their markdown copies go."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import posixpath
+import re
+
+from olmocr import __version__
+from olmocr.pipeline.convert import PageResult
+
+SOURCE = "olmocr"
+
+
+def dolma_document(source: str, pages: list[PageResult], model: str, created: datetime.datetime | None = None,
+                   now: datetime.datetime | None = None) -> dict | None:
+    """One document: its pages' texts joined by newlines, each page's ``[start, end, page]`` span over
+    that text (a page without text has an empty span) and its front-matter fields; None when no page
+    has any text."""
+    text, spans = "", []
+    for index, page in enumerate(pages):
+        start = len(text)
+        if page.text:
+            text += page.text + ("\n" if index < len(pages) - 1 else "")
+        spans.append([start, len(text), page.page])
+    if not text:
+        return None
+    now = now or datetime.datetime.now(datetime.UTC)
+    return {
+        # The source is part of the id: two PDFs with the same text (a crawl's duplicates) stay two
+        # documents whose ids differ.
+        "id": hashlib.sha1(f"{source}\n{text}".encode()).hexdigest(),
+        "text": text,
+        "source": SOURCE,
+        "added": now.strftime("%Y-%m-%d"),
+        "created": (created or now).strftime("%Y-%m-%d"),
+        "metadata": {
+            "Source-File": source,
+            "olmocr-version": __version__,
+            "model": model,
+            "pdf-total-pages": len(pages),
+            "total-input-tokens": sum(p.input_tokens for p in pages),
+            "total-output-tokens": sum(p.output_tokens for p in pages),
+            "total-fallback-pages": sum(p.fallback for p in pages),
+        },
+        "attributes": {
+            "pdf_page_numbers": spans,
+            "primary_language": [p.meta.primary_language for p in pages],
+            "is_rotation_valid": [p.meta.is_rotation_valid for p in pages],
+            "rotation_correction": [p.meta.rotation_correction for p in pages],
+            "is_table": [p.meta.is_table for p in pages],
+            "is_diagram": [p.meta.is_diagram for p in pages],
+        },
+    }
+
+
+def mirror_path(source: str, suffix: str) -> str:
+    """Where a source PDF's copy goes inside a folder that mirrors the PDF tree: ``s3://bucket/a/b.pdf``
+    → ``bucket/a/b<suffix>``, ``/data/a/b.pdf`` → ``data/a/b<suffix>``; never above the folder."""
+    path = re.sub(r"^[a-z][a-z0-9+.-]*://", "", source)
+    parts = [part for part in path.split("/") if part not in ("", ".", "..")]
+    stem = posixpath.join(*parts) if parts else "document"
+    return (stem[:-4] if stem.lower().endswith(".pdf") else stem) + suffix

@@ -1,0 +1,321 @@
+"""The model server the pipeline sends pages to: one it starts (``transformers serve`` on any device, CPU
+included; ``vllm serve`` on GPUs) or one that already runs elsewhere (any OpenAI-compatible endpoint).
+
+A started server is checked on ``/health`` before any page is sent, restarted when it dies (at most
+``max_restarts`` times), and stopped with its whole process group at exit. Its output goes to a log
+file whose path every error names.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+
+from olmocr.pipeline.worker import StopWork
+
+log = logging.getLogger("olmocr.pipeline")
+
+
+class ServerGone(StopWork):
+    """The server cannot be reached and will not come back: the run must stop (nothing is lost; the
+    queue gives the items back)."""
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(path) - 4096))
+            lines = [line.strip() for line in fh.read().decode(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def executable(name: str) -> str:
+    """A console script of this Python's environment (found even when its bin folder is not on PATH)."""
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    return beside if os.access(beside, os.X_OK) else shutil.which(name) or name
+
+
+class Server:
+    """Where pages go: ``url`` (an OpenAI-compatible base, ending in /v1), the ``model`` name requests
+    carry, and the headers they need. ``recover`` is called when a request could not reach the server;
+    it returns when the server may answer again, or raises :class:`ServerGone`."""
+
+    url: str
+    model: str
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def start(self, log_path: str) -> None:
+        """Make the server ready; ``log_path`` takes a started server's output."""
+
+    def recover(self, seen_restarts: int) -> int:
+        raise NotImplementedError
+
+    @property
+    def restarts(self) -> int:
+        return 0
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started."""
+
+
+class ManagedServer(Server):
+    """A server process this pipeline starts, watches and stops."""
+
+    name = "server"
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 300.0,
+                 max_restarts: int = 3, env: Mapping[str, str] | None = None):
+        if max_restarts < 0:
+            raise ValueError(f"server.max_restarts: must be 0 or more, got {max_restarts}")
+        if startup_timeout_s <= 0:
+            raise ValueError(f"server.startup_timeout_s: must be positive, got {startup_timeout_s}")
+        self.host = host
+        self.port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.max_restarts = max_restarts
+        self.env = dict(env or {})
+        self.log_path: str | None = None
+        self._process: subprocess.Popen | None = None
+        self._restarts = 0
+        self._lock = threading.Lock()
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def start(self, log_path: str) -> None:
+        self.log_path = log_path
+        if self.port is None:
+            self.port = free_port(self.host)
+        self._launch()
+
+    def _launch(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
+        command = self.command()
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n$ {' '.join(command)}\n".encode())
+            out.flush()
+            try:
+                # Its own session, so stopping it stops the workers it forks (vLLM's engine processes).
+                self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 env={**os.environ, **self.env}, start_new_session=True)
+            except OSError as exc:
+                raise ServerGone(f"server: cannot run {command[0]} ({exc.strerror}); {self.hint()}") from None
+        log.info("%s starting on %s (log: %s)", self.name, self.url, self.log_path)
+        self._wait_healthy()
+
+    def hint(self) -> str:
+        return ""
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=5) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _wait_healthy(self) -> None:
+        start = time.monotonic()
+        while not self._healthy():
+            code = self._process.poll()
+            if code is not None:
+                raise ServerGone(f"{self.name} exited with code {code} before answering on {self.url}: "
+                                 f"{_last_line(self.log_path) or 'no output'} (log: {self.log_path})")
+            if time.monotonic() - start > self.startup_timeout_s:
+                self._kill()
+                raise ServerGone(f"{self.name} did not answer on {self.url}/health within "
+                                 f"{self.startup_timeout_s:.0f} s: {_last_line(self.log_path) or 'no output'} "
+                                 f"(log: {self.log_path})")
+            time.sleep(0.25)
+        log.info("%s ready on %s after %.1f s", self.name, self.url, time.monotonic() - start)
+
+    def recover(self, seen_restarts: int) -> int:
+        """Restart the server if it died (once, however many requests noticed), and wait until it answers.
+        ``seen_restarts`` is the restart count the caller knew when its request failed: a caller that
+        comes after another one's restart just tries again."""
+        with self._lock:
+            if self._restarts != seen_restarts:
+                return self._restarts
+            alive = self._process is not None and self._process.poll() is None
+            if alive and self._healthy():
+                return self._restarts  # a dropped connection, not a dead server
+            if alive:  # up but not answering: give it its startup time before calling it dead
+                deadline = time.monotonic() + self.startup_timeout_s
+                while time.monotonic() < deadline and self._process.poll() is None:
+                    if self._healthy():
+                        return self._restarts
+                    time.sleep(0.5)
+            code = self._process.poll() if self._process else None
+            if self._restarts >= self.max_restarts:
+                raise ServerGone(f"{self.name} on {self.url} stopped answering (exit code {code}) and was "
+                                 f"already restarted {self._restarts} time(s) (server.max_restarts); "
+                                 f"log: {self.log_path}")
+            self._restarts += 1
+            log.warning("%s on %s stopped answering (exit code %s); restart %d of %d", self.name, self.url,
+                        code, self._restarts, self.max_restarts)
+            self._kill()
+            self._launch()
+            return self._restarts
+
+    def _kill(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def stop(self) -> None:
+        with self._lock:
+            self._kill()
+
+
+class TransformersServer(ManagedServer):
+    """``transformers serve <model>``: any transformers model, on CPU or GPU; the embedded default."""
+
+    name = "transformers serve"
+
+    def __init__(self, model, device: str = "cpu", dtype: str = "auto", continuous_batching: bool = False,
+                 host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 300.0,
+                 max_restarts: int = 3):
+        # Without the update check, an offline machine does not wait on PyPI at every start.
+        super().__init__(host, port, startup_timeout_s, max_restarts, {"HF_HUB_DISABLE_UPDATE_CHECK": "1"})
+        self.source = model
+        self.device = device
+        self.dtype = dtype
+        self.continuous_batching = continuous_batching
+
+    @property
+    def model(self) -> str:
+        # transformers serve pinned to a model answers only requests that name exactly that model.
+        return self.source.path
+
+    def command(self) -> list[str]:
+        command = [executable("transformers"), "serve", self.source.path, "--host", self.host, "--port", str(self.port),
+                   "--device", self.device, "--dtype", self.dtype, "--log-level", "warning"]
+        return command + (["--continuous-batching"] if self.continuous_batching else [])
+
+    def hint(self) -> str:
+        return "install the serving extra: pip install 'transformers[serving]'"
+
+
+class VllmServer(ManagedServer):
+    """``vllm serve <model>`` on this machine's GPUs (install the ``vllm`` extra)."""
+
+    name = "vllm serve"
+
+    def __init__(self, model, served_model_name: str = "olmocr", max_model_len: int | None = 16384,
+                 gpu_memory_utilization: float | None = None, tensor_parallel_size: int = 1,
+                 data_parallel_size: int = 1, max_num_seqs: int | None = None, extra_args: list[str] | None = None,
+                 host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 900.0,
+                 max_restarts: int = 3):
+        super().__init__(host, port, startup_timeout_s, max_restarts)
+        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"server.gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization}")
+        self.source = model
+        self.served_model_name = served_model_name
+        self.max_model_len = max_model_len
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.tensor_parallel_size = tensor_parallel_size
+        self.data_parallel_size = data_parallel_size
+        self.max_num_seqs = max_num_seqs
+        self.extra_args = list(extra_args or [])
+
+    @property
+    def model(self) -> str:
+        return self.served_model_name
+
+    def command(self) -> list[str]:
+        # A FP8 checkpoint from python -m olmocr.compress carries its quantization config; vLLM reads it.
+        command = [executable("vllm"), "serve", self.source.path, "--served-model-name", self.served_model_name,
+                   "--host", self.host, "--port", str(self.port),
+                   "--tensor-parallel-size", str(self.tensor_parallel_size),
+                   "--data-parallel-size", str(self.data_parallel_size), "--disable-log-requests"]
+        revision = self.source.pretrained_kwargs().get("revision")
+        optional = {"--revision": revision, "--max-model-len": self.max_model_len,
+                    "--gpu-memory-utilization": self.gpu_memory_utilization, "--max-num-seqs": self.max_num_seqs}
+        for flag, value in optional.items():
+            if value is not None:
+                command += [flag, str(value)]
+        return command + self.extra_args
+
+    def hint(self) -> str:
+        return "install the vllm extra on a GPU machine: pip install -e '.[vllm]'"
+
+
+class ExternalServer(Server):
+    """Any OpenAI-compatible endpoint that runs elsewhere. Its API key is read from the environment
+    variable ``api_key_env`` names, so it never appears in a config or a log."""
+
+    def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: float = 300.0):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"server.url: expected an http(s):// base URL like http://host:8000/v1, got {url!r}")
+        self.url = url.rstrip("/")
+        self.model = model_name
+        self.api_key_env = api_key_env
+        self.unreachable_s = unreachable_s
+
+    def headers(self) -> dict[str, str]:
+        if not self.api_key_env:
+            return {}
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ValueError(f"server.api_key_env: the environment variable {self.api_key_env} is not set")
+        return {"Authorization": f"Bearer {key}"}
+
+    def start(self, log_path: str) -> None:
+        self.headers()  # a missing key is an error before any page is rendered
+
+    def _reachable(self) -> bool:
+        # Any HTTP answer (even 404) means the endpoint is there; only connection errors count as down.
+        try:
+            urllib.request.urlopen(self.url + "/models", timeout=10).close()
+        except urllib.error.HTTPError:
+            return True
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+        return True
+
+    def recover(self, seen_restarts: int) -> int:
+        deadline, wait = time.monotonic() + self.unreachable_s, 1.0
+        while not self._reachable():
+            if time.monotonic() >= deadline:
+                raise ServerGone(f"server {self.url}: unreachable for {self.unreachable_s:.0f} s "
+                                 "(server.unreachable_s)")
+            time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+            wait = min(wait * 2, 30.0)
+        return 0
