@@ -27,7 +27,8 @@ import tempfile
 import time
 from collections import Counter
 
-UPSTREAM = "olmocr==0.4.27"
+from upstream import upstream_or_skip
+
 # What its work queue imports (olmocr.s3_utils); the rest of its dependencies are not needed here.
 UPSTREAM_DEPS = ["boto3", "zstandard", "google-cloud-storage", "requests", "tqdm"]
 
@@ -78,24 +79,6 @@ def upstream_populate(workspace: str, items: int) -> None:
 
 
 # --- the benchmark ---------------------------------------------------------------------------------------
-
-def upstream_python(venv: str) -> tuple[str | None, str]:
-    """A Python with olmocr 0.4.27 in ``venv`` (made when missing), or None and why not."""
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        steps = [[sys.executable, "-m", "venv", venv],
-                 [python, "-m", "pip", "install", "-q", "--no-deps", UPSTREAM],
-                 [python, "-m", "pip", "install", "-q", *UPSTREAM_DEPS]]
-        for step in steps:
-            proc = subprocess.run(step, capture_output=True, text=True)
-            if proc.returncode != 0:
-                return None, f"cannot install {UPSTREAM}: {(proc.stderr or proc.stdout).strip().splitlines()[-1]}"
-    # Not from this checkout, whose own olmocr package would shadow the venv's.
-    proc = subprocess.run([python, "-c", "import olmocr.work_queue"], capture_output=True, text=True, cwd=venv)
-    if proc.returncode != 0:
-        return None, f"{UPSTREAM} does not import: {proc.stderr.strip().splitlines()[-1]}"
-    return python, venv
-
 
 def measure(python: str, role: str, workspace: str, workers: int, work_ms: float, folder: str,
             env: dict) -> dict:
@@ -150,15 +133,9 @@ def run_all(args, queues: dict[str, str], scratch: str) -> None:
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.s3server import S3Server
 
-    if args.no_upstream:
-        print("olmocr 0.4.27: skipped (--no-upstream)")
-    else:
-        python, why = upstream_python(args.upstream_venv or os.path.join(scratch, "venv"))
-        if python is None:
-            print(f"olmocr 0.4.27: skipped ({why})")
-        else:
-            queues["olmocr-0.4.27"] = python
-            print(f"olmocr 0.4.27 in {why}")
+    python = upstream_or_skip(args.no_upstream, args.upstream_venv, scratch, UPSTREAM_DEPS, "olmocr.work_queue")
+    if python is not None:
+        queues["olmocr-0.4.27"] = python
     results: dict[str, list[dict]] = {name: [] for name in queues}
     for run in range(args.runs):
         server = S3Server().start()

@@ -41,3 +41,12 @@ def test_workqueue_runs():
     assert proc.returncode == 0, proc.stderr
     assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
     assert re.search(r"^ours\s+[\d.]+\s+0\s+0$", proc.stdout, re.M), proc.stdout  # no duplicates, nothing lost
+
+
+def test_pipeline_throughput_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/pipeline_throughput.py", "--pdfs", "2", "--pages-per-pdf", "3",
+                           "--runs", "1", "--no-upstream"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
+    assert "6 pages (2 PDFs x 3)" in proc.stdout
+    assert re.search(r"^ours\s+[\d.]+\s+[\d.]+$", proc.stdout, re.M), proc.stdout

@@ -108,7 +108,8 @@ def test_a_sweep_over_replica_starts_workers_that_share_one_workspace(tmp_path):
     pdfs = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
     workspace = str(tmp_path / "workspace")
     proc = stage(["-m", "cluster=submitit_local", "replica=0,1", f"workspace={workspace}", f"pdfs=[{pdfs}]",
-                  "pages_per_group=1", "progress=false", "queue.poll_s=1"], tmp_path, module="olmocr.pipeline")
+                  "pages_per_group=1", "progress=false", "queue.poll_s=1", "work=inventory"], tmp_path,
+                 module="olmocr.pipeline")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ws = Workspace(workspace)
     items = {item.id for item in ws.items()}

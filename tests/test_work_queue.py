@@ -247,7 +247,7 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
     bad.mkdir()
     (bad / "corrupt.pdf").write_bytes(b"%PDF-1.4 this is not a PDF")
     write_encrypted_pdf(str(bad / "locked.pdf"))
-    run = [sys.executable, "-m", "olmocr.pipeline", f"pdfs=[{SAMPLE}/eval/pdfs,{bad}]", "workers=2"]
+    run = [sys.executable, "-m", "olmocr.pipeline", f"pdfs=[{SAMPLE}/eval/pdfs,{bad}]", "workers=2", "work=inventory"]
     proc = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "added 10 PDFs (0 already queued) in 1 items" in proc.stdout
@@ -277,7 +277,7 @@ def test_an_unreachable_s3_endpoint_is_one_line(tmp_path):
 
 
 def worker_command(root: str, run_dir: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "olmocr.pipeline", f"workspace={root}", "progress=false",
+    return [sys.executable, "-m", "olmocr.pipeline", f"workspace={root}", "progress=false", "work=inventory", "workers=1",
             f"hydra.run.dir={run_dir}", *extra]
 
 

@@ -71,6 +71,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                                      linger=cfg.queue.linger, poll_s=cfg.queue.poll_s, progress=cfg.progress)
             summary["work"] = {**{k: v for k, v in vars(report).items() if k != "counts"},
                                "counts": dict(report.counts)}
+            if hasattr(work, "converter"):
+                summary["work"]["server_restarts"] = work.converter.server.restarts
             log.info("finished %d items in %.1f s (%s); %d failed, %d taken over from dead workers, %d lost to "
                      "others while stalled, %d finished twice", report.done, report.seconds,
                      ", ".join(f"{v} {k}" for k, v in sorted(report.counts.items())) or "nothing",

@@ -103,7 +103,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                                                      cfg.progress))
         except StopWork as exc:
             raise ValueError(f"{exc} (pages written so far are kept; run again to resume)") from None
-    summary = {"candidates": candidates, "pages": len(rows), "repeats": cfg.repeats, "kept": kept, **totals}
+    summary = {"candidates": candidates, "pages": len(rows), "repeats": cfg.repeats, "kept": kept, **totals,
+               "server_restarts": converter.server.restarts}
     log.info("wrote %d candidate files (%d from the text layer) to %s; score them with python -m olmocr.bench "
              "bench_dir=%s candidates=%s", totals["written"], totals.get("fallback_pages", 0), candidates,
              cfg.bench_dir, candidates)

@@ -19,6 +19,8 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 UNREACHABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
                httpx.ConnectTimeout, httpx.PoolTimeout)
 
+MAX_DROPS = 4  # a request whose connection drops this often while the server stays up is a failed attempt
+
 
 @dataclass
 class Reply:
@@ -50,13 +52,19 @@ class ChatClient:
     async def chat(self, messages: list[dict], max_tokens: int, temperature: float) -> Reply:
         body = {"model": self.server.model, "messages": messages, "max_tokens": max_tokens,
                 "temperature": temperature}
+        drops = 0
         while True:
             seen = self.server.restarts
             try:
                 response = await self._client.post(f"{self.server.url}/chat/completions", json=body)
                 break
-            except UNREACHABLE:
-                await asyncio.to_thread(self.server.recover, seen)  # raises ServerGone when it will not come back
+            except UNREACHABLE as exc:
+                # Raises ServerGone when the server will not come back; returns once it answers again.
+                restarted = await asyncio.to_thread(self.server.recover, seen) != seen
+                drops = 0 if restarted else drops + 1  # restarts are bounded by the server itself
+                if drops == MAX_DROPS:
+                    # Up and answering, yet this request keeps losing its connection: a failed attempt.
+                    return Reply(error=f"connection lost {MAX_DROPS} times ({type(exc).__name__}: {exc})")
             except httpx.TimeoutException:
                 return Reply(error=f"no answer within {self.timeout_s:.0f} s (client timeout_s)")
         if response.status_code != 200:

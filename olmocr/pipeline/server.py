@@ -128,7 +128,7 @@ class ManagedServer(Server):
                                                  env={**os.environ, **self.env}, start_new_session=True)
             except OSError as exc:
                 raise ServerGone(f"server: cannot run {command[0]} ({exc.strerror}); {self.hint()}") from None
-        log.info("%s starting on %s (log: %s)", self.name, self.url, self.log_path)
+        log.info("%s (pid %d) starting on %s (log: %s)", self.name, self._process.pid, self.url, self.log_path)
         self._wait_healthy()
 
     def hint(self) -> str:

@@ -1,0 +1,360 @@
+"""Page conversion: retries, rotation and fallback against a scripted local chat server; Dolma documents,
+markdown and bad PDFs through the pipeline stage (local and S3 workspaces); the real `transformers serve`
+with the tiny model end to end, killed mid-run, failing to start; bench mode scored by olmocr.bench."""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from chat_server import CUT_OFF, DROP, SERVER_ERROR, UNPARSEABLE, ChatServer, good, pixels_key, rotated
+from conftest import SAMPLE, write_encrypted_pdf, write_pdf
+from omegaconf import OmegaConf
+from PIL import Image
+
+from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
+from olmocr.pipeline.convert import TEMPERATURES, PageConverter, PageResult, turn
+from olmocr.pipeline.server import ExternalServer
+
+SIDE = 200  # small renders keep the scripted tests fast; the real-server tests render at 1288
+
+
+def steps(longest_side: int = SIDE) -> dict:
+    cfg = OmegaConf.to_container(OmegaConf.load(os.path.join(CONF_DIR, "data", "steps", "prompt_v4.yaml")))
+    cfg["render"]["longest_side"] = longest_side
+    return cfg
+
+
+def converter(server: ChatServer, tmp_path, **options) -> PageConverter:
+    return PageConverter(ExternalServer(server.url, "scripted"), steps(), log_dir=str(tmp_path),
+                         **{"max_tokens": 100, "concurrency": 4, "render_threads": 2, **options})
+
+
+def convert_page(conv: PageConverter, pdf: str, page: int = 1) -> PageResult:
+    with conv:
+        return conv.run(conv.convert({"pdf_path": pdf, "page": page}, pdf))
+
+
+def test_failed_attempts_retry_at_the_temperature_schedule(tmp_path):
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["Words on the page"])
+    with ChatServer([UNPARSEABLE, CUT_OFF, SERVER_ERROR, good("The page, read.")]) as server:
+        result = convert_page(converter(server, tmp_path), pdf)
+    assert [r.temperature for r in server.requests] == TEMPERATURES[:4]
+    outcomes = [a["outcome"] for a in result.attempts]
+    assert outcomes[0].startswith("unparseable: document does not start with a '---'")
+    assert outcomes[1:] == ["cut off at max_tokens=100", 'HTTP 500: {"error": "scripted failure"}', "ok"]
+    assert (result.text, result.fallback, result.meta.primary_language) == ("The page, read.", False, "en")
+    assert (result.input_tokens, result.output_tokens) == (300, 30)  # every answered attempt is paid for
+    # Every attempt sends the same page, rendered and prompted by the inference steps.
+    from olmocr.data.prompts import PROMPT_V4
+
+    assert {r.text for r in server.requests} == {PROMPT_V4}
+    assert len({pixels_key(r.image) for r in server.requests}) == 1 and max(server.requests[0].image.size) in (SIDE, SIDE + 1)
+
+
+def test_a_dropped_connection_is_sent_again_without_spending_an_attempt(tmp_path):
+    from olmocr.pipeline.client import MAX_DROPS
+
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    with ChatServer([DROP, DROP, good("Read.")]) as server:
+        result = convert_page(converter(server, tmp_path), pdf)
+    assert len(server.requests) == 3 and [a["outcome"] for a in result.attempts] == ["ok"] and result.text == "Read."
+    # A server that stays up but drops this page's connection every time: each attempt fails after a few.
+    with ChatServer([DROP]) as server:
+        result = convert_page(converter(server, tmp_path, temperatures=[0.1, 0.2]), pdf)
+    assert len(server.requests) == 2 * MAX_DROPS and result.fallback
+    assert all(a["outcome"].startswith(f"connection lost {MAX_DROPS} times") for a in result.attempts)
+
+
+def test_after_the_last_attempt_the_page_falls_back_to_its_text_layer(tmp_path):
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["First page", "Second page has its own words"])
+    with ChatServer([UNPARSEABLE]) as server:
+        result = convert_page(converter(server, tmp_path, temperatures=[0.0, 0.4, 0.9]), pdf, page=2)
+    assert [r.temperature for r in server.requests] == [0.0, 0.4, 0.9]
+    assert result.fallback and result.text == "Second page has its own words"
+    assert result.meta.primary_language is None and result.meta.is_rotation_valid
+
+
+@pytest.mark.parametrize("direction, transposes", [
+    ("clockwise", [None, Image.Transpose.ROTATE_270, Image.Transpose.ROTATE_180]),
+    ("counterclockwise", [None, Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180]),
+])
+def test_a_page_the_model_finds_turned_is_sent_again_turned_back(tmp_path, direction, transposes):
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["An upright page"])
+    with ChatServer([rotated(90), rotated(90), good("Upright now.")]) as server:
+        result = convert_page(converter(server, tmp_path, rotation_direction=direction), pdf)
+    first = server.requests[0].image
+    assert [pixels_key(r.image) for r in server.requests] == [
+        pixels_key(first if t is None else first.transpose(t)) for t in transposes]
+    assert [a["rotation"] for a in result.attempts] == [0, 90, 180]
+    assert result.text == "Upright now." and result.meta.is_rotation_valid and not result.fallback
+    assert turn(first, 90, direction).size == first.size[::-1]
+
+
+def test_a_page_still_turned_after_every_attempt_keeps_the_models_last_reading(tmp_path):
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    with ChatServer([rotated(180)]) as server:
+        result = convert_page(converter(server, tmp_path, temperatures=[0.1, 0.2]), pdf)
+    assert len(server.requests) == 2 and not result.fallback
+    assert (result.text, result.meta.is_rotation_valid, result.meta.rotation_correction) == ("sideways text", False, 180)
+
+
+def test_bad_options_fail_before_any_server_is_reached(tmp_path):
+    server = ExternalServer("http://127.0.0.1:9/v1", "m")
+    for options, match in [({"temperatures": []}, "temperatures"), ({"rotation_direction": "left"}, "rotation_direction"),
+                           ({"max_tokens": 0}, "max_tokens"), ({"concurrency": 0}, "concurrency")]:
+        with pytest.raises(ValueError, match=match):
+            PageConverter(server, steps(), **options)
+    with pytest.raises(ValueError, match="'messages' step"):
+        PageConverter(server, {k: v for k, v in steps().items() if k != "messages"})
+    with pytest.raises(ValueError, match="server.url"):
+        ExternalServer("localhost:8000", "m")
+
+
+def pipeline_overrides(server: ChatServer, workspace: str, run_dir, *extra: str) -> list[str]:
+    return [f"workspace={workspace}", "server=external", f"server.url={server.url}", "server.model_name=scripted",
+            "work=ocr", "convert=default", f"convert.steps.render.longest_side={SIDE}", "convert.max_tokens=100",
+            "workers=1", "progress=false", f"hydra.run.dir={run_dir}", *extra]
+
+
+def run_pipeline(overrides: list[str], output_dir) -> dict:
+    from olmocr.pipeline.__main__ import run
+
+    return run(compose("pipeline", overrides), str(output_dir))
+
+
+def page_keys(pdf: str, pages: int) -> list[str]:
+    """What each page looks like to the model: rendered by the same steps the pipeline runs."""
+    from olmocr.data.pipeline import build_pipeline
+
+    render = build_pipeline(steps())
+    return [pixels_key(render({"pdf_path": pdf, "page": n})["image"]) for n in range(1, pages + 1)]
+
+
+def test_documents_become_dolma_lines_with_pages_in_order_and_bad_pdfs_are_counted(tmp_path):
+    pdfs = tmp_path / "in"
+    os.makedirs(pdfs / "sub")
+    three = write_pdf(str(pdfs / "sub" / "three.pdf"), ["Page one", "Page two (blank to the model)", "Page three"])
+    one = write_pdf(str(pdfs / "one.pdf"), ["Only page"])
+    (pdfs / "corrupt.pdf").write_bytes(b"%PDF-1.7 this is not a PDF")
+    (pdfs / "empty.pdf").write_bytes(b"")
+    write_encrypted_pdf(str(pdfs / "locked.pdf"))
+    keys = page_keys(three, 3)
+    texts = {keys[0]: "First page text.", keys[1]: "", keys[2]: "Third page text."}
+
+    def script(request):
+        key = pixels_key(request.image)
+        return good(texts.get(key, "The only page."))
+
+    workspace = str(tmp_path / "ws")
+    with ChatServer(script=script) as server:
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{pdfs}]",
+                                                  "work.page_results=true"), tmp_path / "run")
+    counts = summary["work"]["counts"]
+    assert counts == {"documents": 2, "pages": 4, "bad_documents": 3, "dropped_documents": 0, "fallback_pages": 0,
+                      "input_tokens": 400, "output_tokens": 40}
+    lines = [json.loads(line) for path in glob.glob(f"{workspace}/results/output_*.jsonl") for line in open(path)]
+    docs = {d["metadata"]["Source-File"]: d for d in lines}
+    assert set(docs) == {three, one}
+    doc = docs[three]
+    assert doc["text"] == "First page text.\nThird page text."
+    assert doc["attributes"]["pdf_page_numbers"] == [[0, 17, 1], [17, 17, 2], [17, 33, 3]]
+    assert doc["text"][0:17] == "First page text.\n" and doc["text"][17:33] == "Third page text."
+    assert doc["attributes"]["primary_language"] == ["en", "en", "en"]
+    assert doc["attributes"]["is_rotation_valid"] == [True] * 3
+    assert doc["attributes"]["rotation_correction"] == [0] * 3
+    assert doc["attributes"]["is_table"] == doc["attributes"]["is_diagram"] == [False] * 3
+    assert doc["metadata"] == {"Source-File": three, "olmocr-version": "0.1.0", "model": "scripted",
+                               "pdf-total-pages": 3, "total-input-tokens": 300, "total-output-tokens": 30,
+                               "total-fallback-pages": 0}
+    assert doc["source"] == "olmocr" and doc["created"] == "2000-01-01"  # the PDF's own creation date
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    assert doc["added"] == today and len(doc["id"]) == 40
+    assert docs[one]["text"] == "The only page." and docs[one]["id"] != doc["id"]
+    # The markdown mirror of the PDF tree, and every page's record.
+    assert open(f"{workspace}/markdown/{three.lstrip('/')[:-4]}.md").read() == doc["text"]
+    assert open(f"{workspace}/markdown/{one.lstrip('/')[:-4]}.md").read() == "The only page."
+    records = [json.loads(line) for path in glob.glob(f"{workspace}/pages/*.jsonl") for line in open(path)]
+    assert sorted((r["source"], r["page"]) for r in records) == sorted([(three, 1), (three, 2), (three, 3), (one, 1)])
+    assert all(r["attempts"] == [{"temperature": 0.1, "rotation": 0, "outcome": "ok"}] for r in records)
+
+
+def test_a_document_with_too_many_fallback_pages_is_dropped(tmp_path):
+    pdf = write_pdf(str(tmp_path / "two.pdf"), ["A good page", "A page the model cannot read"])
+    bad = page_keys(pdf, 2)[1]
+
+    def script(request):
+        return UNPARSEABLE if pixels_key(request.image) == bad else good("Read well.")
+
+    for rate, kept in (("0.004", False), ("0.5", True)):
+        workspace = str(tmp_path / f"ws{rate}")
+        with ChatServer(script=script) as server:
+            summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{pdf}]",
+                                                      "convert.temperatures=[0.1,0.5]",
+                                                      f"work.max_page_error_rate={rate}"), tmp_path / "run")
+        counts = summary["work"]["counts"]
+        assert counts["fallback_pages"] == 1 and counts["dropped_documents"] == (0 if kept else 1)
+        lines = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
+        assert len(lines) == int(kept)
+        if kept:
+            assert lines[0]["text"] == "Read well.\nA page the model cannot read"
+            assert lines[0]["metadata"]["total-fallback-pages"] == 1
+            assert lines[0]["attributes"]["primary_language"] == ["en", None]
+
+
+def test_an_unreachable_server_stops_the_run_and_gives_the_item_back(tmp_path):
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    workspace = str(tmp_path / "ws")
+    overrides = ["server=external", "server.url=http://127.0.0.1:9/v1", "server.model_name=m", "server.unreachable_s=1",
+                 f"workspace={workspace}", f"pdfs=[{pdf}]", "workers=1", "progress=false"]
+    with pytest.raises(ValueError, match=r"^server http://127.0.0.1:9/v1: unreachable for 1 s \(server.unreachable_s\) "
+                                         r"\(unfinished items were given back to the queue\)$"):
+        run_pipeline(overrides, tmp_path / "run")
+    claims = [json.load(open(p)) for p in glob.glob(f"{workspace}/claims/*.json")]
+    assert len(claims) == 1 and claims[0]["expires"] == 0 and not claims[0].get("failures")
+    assert not glob.glob(f"{workspace}/done/*")
+
+
+def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
+    fs.mkdir("corpus")
+    fs.put_file(write_pdf(str(tmp_path / "a.pdf"), ["Remote page one", "Remote page two"]), "corpus/x/a.pdf")
+    with ChatServer([good("Read remotely.")]) as server:
+        summary = run_pipeline(pipeline_overrides(server, "s3://corpus/ws", tmp_path / "run",
+                                                  "pdfs=[s3://corpus/x/*.pdf]"), tmp_path / "run")
+    assert summary["work"]["counts"]["documents"] == 1 and summary["work"]["counts"]["pages"] == 2
+    [result] = fs.glob("corpus/ws/results/*.jsonl")
+    doc = json.loads(fs.cat_file(result))
+    assert doc["metadata"]["Source-File"] == "s3://corpus/x/a.pdf" and doc["text"] == "Read remotely.\nRead remotely."
+    assert fs.cat_file("corpus/ws/markdown/corpus/x/a.md").decode() == doc["text"]
+
+
+# --- the real model server ---------------------------------------------------------------------------------
+
+def stage(module: str, args: list[str], cwd, timeout: int = 300, on_line=None) -> tuple[int, str]:
+    """Run ``python -m <module>`` to the end, calling ``on_line`` with each line of its output and log."""
+    env = {**os.environ, "PYTHONPATH": PROJECT_ROOT}
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if on_line:
+                on_line(line)
+        proc.wait()
+    finally:
+        timer.cancel()
+    return proc.returncode, "".join(lines)
+
+
+def server_pid(log: str) -> int | None:
+    import re
+
+    found = re.findall(r"transformers serve \(pid (\d+)\) starting", log)
+    return int(found[-1]) if found else None
+
+
+@pytest.mark.slow
+def test_the_tiny_model_behind_transformers_serve_converts_the_bundled_pdfs_despite_a_killed_server(tmp_path, tiny):
+    workspace, run_dir = tmp_path / "ws", tmp_path / "run"
+    seen, killed = [], []
+
+    def kill_after_first_answer(line: str) -> None:
+        seen.append(line)
+        # The server has answered a page (its log says so): kill it, with the rest of the pages to go.
+        if not killed and "ready on" in line:
+            pid = server_pid("".join(seen))
+            log = run_dir / "server.log"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and "POST /v1/chat/completions" not in log.read_text():
+                time.sleep(0.05)
+            os.killpg(pid, 9)
+            killed.append(pid)
+
+    code, log = stage("olmocr.pipeline", [f"workspace={workspace}", f"pdfs=[{SAMPLE}/eval/pdfs]",
+                                          f"model.cache_dir={os.path.dirname(tiny.path)}", "convert.max_tokens=200",
+                                          "progress=false", f"hydra.run.dir={run_dir}"],
+                      tmp_path, on_line=kill_after_first_answer)
+    assert code == 0, log
+    assert killed and "restart 1 of 3" in log
+    server_log = (run_dir / "server.log").read_text()
+    assert server_log.count("$ ") == 2 and server_pid(log) != killed[0]
+    summary = json.loads((run_dir / "run_info.json").read_text())["summary"]
+    assert summary["work"]["server_restarts"] == 1 and summary["work"]["done"] == 1
+    pdfs = sorted(glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
+    docs = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
+    assert sorted(d["metadata"]["Source-File"] for d in docs) == pdfs
+    for doc in docs:
+        assert set(doc) == {"id", "text", "source", "added", "created", "metadata", "attributes"}
+        meta, attrs = doc["metadata"], doc["attributes"]
+        assert meta["model"] == tiny.path and meta["pdf-total-pages"] == 1
+        # The random model never answers in the page format: each page is its text layer, paid for twice.
+        assert meta["total-fallback-pages"] == 1 and meta["total-input-tokens"] > 0
+        assert 0 < meta["total-output-tokens"] <= 2 * 200
+        assert attrs["pdf_page_numbers"] == [[0, len(doc["text"]), 1]] and doc["text"].strip()
+        assert attrs["primary_language"] == [None]
+        with open(f"{workspace}/markdown/{meta['Source-File'].lstrip('/')[:-4]}.md") as fh:
+            assert fh.read() == doc["text"]
+    done = [json.load(open(p)) for p in glob.glob(f"{workspace}/done/*.json")]
+    assert sum(d["counts"]["pages"] for d in done) == len(pdfs)
+    code, stats = stage("olmocr.pipeline.stats", [f"workspace={workspace}"], tmp_path)
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_a_server_that_never_starts_is_one_line_with_its_log(tmp_path):
+    (tmp_path / "not_a_model").mkdir()
+    code, log = stage("olmocr.pipeline.bench", ["model=olmocr2_7b", f"model.name_or_path={tmp_path}/not_a_model",
+                                                f"hydra.run.dir={tmp_path}/run"], tmp_path)
+    error = [line for line in log.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(error) == 1, log
+    assert error[0].startswith("error: transformers serve exited with code 1 before answering on http://127.0.0.1:")
+    assert f"(log: {tmp_path}/run/server.log)" in error[0]
+
+
+@pytest.mark.slow
+def test_bench_mode_outputs_are_scored_by_the_bench(tmp_path, tiny):
+    candidates = tmp_path / "candidates"
+    args = [f"candidates={candidates}", f"model.cache_dir={os.path.dirname(tiny.path)}", "repeats=2",
+            "progress=false", f"hydra.run.dir={tmp_path}/convert"]
+    code, log = stage("olmocr.pipeline.bench", args, tmp_path)
+    assert code == 0, log
+    pdfs = sorted(os.path.basename(p)[:-4] for p in glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
+    assert sorted(os.listdir(candidates)) == sorted(f"{p}_pg1_repeat{r}.md" for p in pdfs for r in (1, 2))
+    records = [json.loads(line) for line in open(tmp_path / "convert" / "pages.jsonl")]
+    assert len(records) == 16 and all(len(r["attempts"]) == 2 and r["fallback"] for r in records)
+    code, log = stage("olmocr.bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}",
+                                       f"hydra.run.dir={tmp_path}/score"], tmp_path)
+    assert code == 0, log
+    results = json.load(open(tmp_path / "score" / "results.json"))
+    tests = sum(1 for _ in open(f"{SAMPLE}/eval/synth.jsonl"))
+    assert results["tests"] == tests and results["missing_pages"] == [] and 0 <= results["overall"] <= 1
+    # Run again: every file is there, nothing is converted and no server is started.
+    code, log = stage("olmocr.pipeline.bench", [*args[:-1], f"hydra.run.dir={tmp_path}/again"], tmp_path)
+    assert code == 0, log
+    summary = json.load(open(tmp_path / "again" / "run_info.json"))["summary"]
+    assert (summary["kept"], summary["written"]) == (16, 0) and not (tmp_path / "again" / "server.log").exists()
+
+
+def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index(tmp_path):
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    workspace = str(tmp_path / "ws")
+    with ChatServer([good("x")]) as server:
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{pdf}]", "workers=0"), tmp_path / "r0")
+        before = gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read())
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run"), tmp_path / "r1")
+    assert gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read()) == before
+    assert len(glob.glob(f"{workspace}/done/*.json")) == 1
