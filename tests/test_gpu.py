@@ -54,3 +54,20 @@ def test_compare_with_vllm_against_transformers(tmp_path, cache_dir, tiny):
         assert summary["engine"] == "vllm" and summary["tokens"] > 0
         assert summary["prompt_mismatches"] == 0  # vLLM and the processor built the same prompt
         assert all(0 <= r["match_rate"] <= 1 for r in summary["results"])
+
+
+def test_bench_mode_through_vllm_serve_on_the_fp8_tiny_model(tmp_path, cache_dir, tiny):
+    """server=vllm: vllm serve started on the FP8 folder from olmocr.compress, health-checked, every tested
+    page converted, the server stopped at the end."""
+    pytest.importorskip("vllm")
+    from test_checkpoint_tools import stage
+
+    stage("compress", [f"source={tiny.path}", f"output={tmp_path}/fp8"], tmp_path / "compress")
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.bench", "server=vllm", "model=olmocr2_7b",
+                           f"model.name_or_path={tmp_path}/fp8", "server.max_model_len=4096",
+                           "server.gpu_memory_utilization=0.3", f"candidates={tmp_path}/candidates",
+                           "progress=false", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert len(os.listdir(tmp_path / "candidates")) == 8
+    assert "vllm serve" in (tmp_path / "run" / "server.log").read_text()
