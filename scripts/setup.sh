@@ -30,6 +30,15 @@ if ! command -v pdftoppm >/dev/null; then
   }
 fi
 
+# The tests open the HTML reports in a real headless browser: Debian's chromium and its driver.
+if [ -n "$extras" ] && { ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; }; then
+  echo "setup: installing chromium and chromium-driver (the tests open the HTML reports in a browser)"
+  apt_install chromium chromium-driver || {
+    echo "setup: chromium is missing and cannot be installed without root: run 'sudo apt-get install -y chromium chromium-driver'" >&2
+    exit 1
+  }
+fi
+
 # KaTeX (from the npm registry, pinned by its lock file) renders equations for the bench's math tests.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "setup: installing nodejs and npm (KaTeX renders equations for math tests)"

@@ -71,7 +71,7 @@ def test_cli_writes_both_reports(bench, tmp_path):
     assert len(rows) == len(tests) + 3 and result["implicit_baselines"] == 1
     implicit = rows["untested.pdf_baseline"]
     assert implicit["category"] == "baseline" and implicit["passed"] and implicit["repeats"] == 2
-    assert result["categories"]["baseline"] == {"tests": 1, "pass_rate": 1.0}
+    assert result["categories"]["baseline"] == {"tests": 1, "pass_rate": 1.0, "low": 1.0, "high": 1.0}
     assert rows["extra_field"]["passed"] and not rows["rejected"]["passed"]  # checked: rejected tests run
     # The missing page fails all its tests; on the page with an empty repeat a test passes on 1 of 2
     # repeats, which is not more than half: it fails (repeat_rule=majority).

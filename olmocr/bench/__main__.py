@@ -2,7 +2,9 @@
 
 Writes results.json and report.md to the run dir: per-category and per-type pass rates, the overall
 score with a bootstrap confidence interval, missing outputs, malformed test lines and every failed test
-with the reason it failed.
+with the reason it failed; and report.html, which shows them with each page beside its output.
+``candidates=[a,b]`` scores two folders (results_b.json, report_b.md for the second) and compares them:
+compare.json and report.html give per-category deltas and the tests that flipped.
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ log = logging.getLogger("olmocr.bench")
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
+    from olmocr.bench.html import flipped_tests, write_html
     from olmocr.bench.report import write_reports
     from olmocr.bench.score import check_options, load_bench, run_tests, summarize
     from olmocr.utils.runinfo import write_run_info
 
     validate(cfg)
     check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
-    if not os.path.isdir(cfg.candidates):
-        raise ValueError(f"candidates: {cfg.candidates} is not a folder")
+    folders = [cfg.candidates] if isinstance(cfg.candidates, str) else list(cfg.candidates)
+    if not 1 <= len(folders) <= 2 or not all(isinstance(f, str) for f in folders):
+        raise ValueError(f"candidates: expected a folder or [a, b], got {cfg.candidates}")
+    for folder in folders:
+        if not os.path.isdir(folder):
+            raise ValueError(f"candidates: {folder} is not a folder")
     bench = load_bench(cfg.bench_dir, skip_baseline=cfg.skip_baseline, skip_rejected=cfg.skip_rejected)
     for line in bench.malformed:
         log.warning("malformed test, skipped: %s", line)
@@ -40,13 +47,23 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         raise ValueError(f"bench_dir: no valid tests in {cfg.bench_dir}")
     if any(test.type == "math" for _, test in bench.tests):
         equations.render("x")  # math tests need Node and KaTeX: fail now, not in a worker mid-run
-    start = time.perf_counter()
-    results = run_tests(bench, cfg.candidates, workers=cfg.workers or os.cpu_count() or 1)
-    seconds = time.perf_counter() - start
-    summary = summarize(results, cfg.group_by, cfg.repeat_rule, cfg.bootstrap_samples, cfg.confidence, cfg.seed)
-    json_path, md_path = write_reports(output_dir, summary, results, bench, bench_dir=cfg.bench_dir,
-                                       candidates=cfg.candidates, max_failures_listed=cfg.max_failures_listed)
-    summary["tests_per_second"] = round(len(results) / max(seconds, 1e-9), 1)
+    runs = []
+    for folder, suffix in zip(folders, ("", "_b")):
+        start = time.perf_counter()
+        results = run_tests(bench, folder, workers=cfg.workers or os.cpu_count() or 1)
+        seconds = time.perf_counter() - start
+        summary = summarize(results, cfg.group_by, cfg.repeat_rule, cfg.bootstrap_samples, cfg.confidence, cfg.seed)
+        summary["tests_per_second"] = round(len(results) / max(seconds, 1e-9), 1)
+        paths = write_reports(output_dir, summary, results, bench, bench_dir=cfg.bench_dir, candidates=folder,
+                              max_failures_listed=cfg.max_failures_listed, suffix=suffix)
+        runs.append((folder, summary, results, paths))
+    folder, summary, results, (json_path, md_path) = runs[0]
+    reports = [md_path, json_path]
+    if len(runs) == 2:
+        reports.append(write_comparison(os.path.join(output_dir, "compare.json"), runs[0], runs[1]))
+    if cfg.html:
+        reports.append(write_html(os.path.join(output_dir, "report.html"), cfg.bench_dir,
+                                  [(f, s, r) for f, s, r, _ in runs], cfg.html_max_pages))
     write_run_info(output_dir, summary={k: summary[k] for k in ("overall", "ci", "overall_score", "tests",
                                                                  "passed", "tests_per_second")})
     ci = summary["ci"]
@@ -57,8 +74,25 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
              round(100 * ci["confidence"]), 100 * ci["low"], 100 * ci["high"], 100 * summary["overall_score"],
              len(results), bench.implicit_baselines, len(summary["missing_pages"]), len(bench.malformed),
              len(bench.warnings), summary["tests_per_second"])
-    log.info("reports: %s, %s", md_path, json_path)
+    if len(runs) == 2:
+        other = runs[1][1]
+        log.info("%s: overall %.1f%% (%+.1f points); %d tests flipped", runs[1][0], 100 * other["overall"],
+                 100 * (other["overall"] - summary["overall"]), len(flipped_tests(results, runs[1][2])))
+    log.info("reports: %s", ", ".join(reports))
     return summary
+
+
+def write_comparison(path: str, a: tuple, b: tuple) -> str:
+    import json
+
+    from olmocr.bench.html import category_deltas, flipped_tests
+
+    payload = {"a": a[0], "b": b[0], "overall": {"a": a[1]["overall"], "b": b[1]["overall"],
+                                                 "delta": b[1]["overall"] - a[1]["overall"]},
+               "categories": category_deltas(a[1], b[1]), "flipped": flipped_tests(a[2], b[2])}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, ensure_ascii=False)
+    return path
 
 
 @hydra.main(config_path="../../conf", config_name="bench", version_base="1.3")

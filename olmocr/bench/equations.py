@@ -124,6 +124,11 @@ def _renderer() -> Katex:
     return _katex
 
 
+def mathml(tex: str) -> str:
+    """KaTeX's MathML of an equation, for display; raises KatexError when KaTeX rejects it."""
+    return _renderer().mathml(tex)
+
+
 def render(tex: str) -> Node:
     """The canonical MathML tree of an equation (cached); raises KatexError when KaTeX rejects it."""
     if tex not in _cache:

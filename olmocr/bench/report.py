@@ -23,12 +23,13 @@ def verdicts(results: list[TestResult], repeat_rule: str) -> list[dict]:
 
 
 def write_reports(output_dir: str, summary: dict, results: list[TestResult], bench: Bench, *, bench_dir: str,
-                  candidates: str, max_failures_listed: int) -> tuple[str, str]:
+                  candidates: str, max_failures_listed: int, suffix: str = "") -> tuple[str, str]:
+    """``results<suffix>.json`` and ``report<suffix>.md`` in ``output_dir``."""
     rows = verdicts(results, summary["repeat_rule"])
     payload = {"bench_dir": bench_dir, "candidates": candidates, **summary,
                "implicit_baselines": bench.implicit_baselines, "skipped": dict(bench.skipped),
                "malformed": bench.malformed, "warnings": bench.warnings, "results": rows}
-    json_path = os.path.join(output_dir, "results.json")
+    json_path = os.path.join(output_dir, f"results{suffix}.json")
     with open(json_path, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, ensure_ascii=False)
 
@@ -47,8 +48,9 @@ def write_reports(output_dir: str, summary: dict, results: list[TestResult], ben
     ]
     for title, source, what in (("Category", summary["categories"], "Pass rate"),
                                 ("Test type", summary["types"], "Mean repeat average")):
-        lines += [f"| {title} | Tests | {what} |", "|---|---:|---:|"]
-        lines += [f"| {name} | {row['tests']} | {_pct(row['pass_rate'])} |" for name, row in source.items()]
+        lines += [f"| {title} | Tests | {what} | {round(100 * ci['confidence'])}% CI |", "|---|---:|---:|---:|"]
+        lines += [f"| {name} | {row['tests']} | {_pct(row['pass_rate'])} | {_pct(row['low'])}–{_pct(row['high'])} |"
+                  for name, row in source.items()]
         lines.append("")
     if bench.implicit_baselines:
         lines += [f"{bench.implicit_baselines} PDF(s) without a baseline test got one (category `baseline`).", ""]
@@ -69,7 +71,7 @@ def write_reports(output_dir: str, summary: dict, results: list[TestResult], ben
                   f"{_cell(f['explanation'])} |" for f in failed[:max_failures_listed]]
         if len(failed) > max_failures_listed:
             lines += ["", f"…and {len(failed) - max_failures_listed} more in results.json."]
-    md_path = os.path.join(output_dir, "report.md")
+    md_path = os.path.join(output_dir, f"report{suffix}.md")
     with open(md_path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
     return json_path, md_path

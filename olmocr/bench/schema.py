@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -12,7 +13,8 @@ from olmocr.config import StageConfig, store
 @dataclass
 class BenchConfig(StageConfig):
     bench_dir: str = MISSING  # test files (*.jsonl, one category each) and pdfs/
-    candidates: str = MISSING  # <pdf path without .pdf>_pg<page>_repeat<n>.md files
+    # A folder of <pdf path without .pdf>_pg<page>_repeat<n>.md files, or [a, b] to compare two
+    candidates: Any = MISSING
     group_by: str = "file"  # categories: one per test file (olmOCR-bench), or one per test type
     repeat_rule: str = "majority"  # a test passes on most repeats (olmOCR-bench), or "mean": share passing
     skip_baseline: bool = False  # drop every baseline test, the implicit ones (one per PDF) included
@@ -22,6 +24,8 @@ class BenchConfig(StageConfig):
     confidence: float = 0.95
     seed: int = 0
     max_failures_listed: int = 200  # in report.md; results.json lists them all
+    html: bool = True  # report.html: rates, and pages with their outputs and tests
+    html_max_pages: int = 300  # pages shown in report.html (failing or flipped first)
 
 
 store("bench_schema", BenchConfig)

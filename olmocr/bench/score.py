@@ -184,7 +184,8 @@ def verdict(result: TestResult, repeat_rule: str) -> float:
 def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: str = "majority",
               samples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
     """Per-category rates (tests scored by ``repeat_rule``), overall = their mean with a bootstrap
-    interval, ``overall_score`` = mean repeat average over all tests, per-type mean repeat averages."""
+    interval, ``overall_score`` = mean repeat average over all tests, per-type mean repeat averages;
+    every rate with its own bootstrap interval (``low``, ``high``)."""
     check_options(group_by, repeat_rule)
     if not results:
         raise ValueError("no tests to score")
@@ -197,7 +198,11 @@ def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: st
     low, high = bootstrap_interval(list(groups.values()), samples, confidence, seed)
 
     def table(source: dict[str, list[float]]) -> dict:
-        return {name: {"tests": len(v), "pass_rate": float(np.mean(v))} for name, v in sorted(source.items())}
+        rows = {}
+        for name, values in sorted(source.items()):
+            low, high = bootstrap_interval([np.asarray(values)], samples, confidence, seed)
+            rows[name] = {"tests": len(values), "pass_rate": float(np.mean(values)), "low": low, "high": high}
+        return rows
 
     return {
         "overall": float(np.mean([g.mean() for g in groups.values()])),

@@ -1,0 +1,113 @@
+"""Reports people look at, opened in a real headless browser (Debian's chromium through Selenium):
+the bench's report.html for one candidate and for two compared."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import SAMPLE
+
+BENCH = os.path.join(SAMPLE, "eval")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, "chromium and chromium-driver are needed: bash scripts/setup.sh --dev installs them"
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,2000"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    yield chrome
+    chrome.quit()
+
+
+def open_page(browser, path: str, screenshot: str) -> list[dict]:
+    """Open a report from disk; its console errors (none expected), after saving a screenshot."""
+    browser.get_log("browser")  # what earlier pages logged
+    browser.get(f"file://{path}")
+    browser.save_screenshot(screenshot)
+    return [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def bench(tmp_path, name: str, *overrides: str) -> str:
+    out = tmp_path / name
+    proc = subprocess.run([sys.executable, "-m", "olmocr.bench", f"bench_dir={BENCH}", *overrides, "workers=1",
+                           f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> tuple[str, str]:
+    """Two candidate folders for the bundled eval bench: A is each page's own text layer; B is A with one
+    wrongly kept header removed (an absent test goes fail → pass) and one sentence dropped (a present test
+    goes pass → fail)."""
+    from olmocr.data.pdf import text_layer
+
+    root = tmp_path_factory.mktemp("candidates")
+    a, b = root / "a", root / "b"
+    a.mkdir(), b.mkdir()
+    for pdf in sorted(os.listdir(os.path.join(BENCH, "pdfs"))):
+        if pdf.endswith(".pdf"):
+            text = text_layer(os.path.join(BENCH, "pdfs", pdf))
+            (a / f"{pdf[:-4]}_pg1_repeat1.md").write_text(text)
+            if pdf == "synth_s0_01000.pdf":
+                assert "Einem Wasser Analyse · 2014" in text and "Ebene ist zweite erste jeder" in text
+                text = text.replace("Einem Wasser Analyse · 2014", "").replace(
+                    "Ebene ist zweite erste jeder das Modell Stadt auch das Energie.", "")
+            (b / f"{pdf[:-4]}_pg1_repeat1.md").write_text(text)
+    return str(a), str(b)
+
+
+def test_bench_html_shows_every_page_and_failed_test(tmp_path, browser, outputs):
+    out = bench(tmp_path, "one", f"candidates={outputs[0]}")
+    results = json.load(open(os.path.join(out, "results.json")))
+    failed = [r for r in results["results"] if r["repeats_passed"] < r["repeats"]]
+    pages = {(r["pdf"], r["page"]) for r in results["results"]}
+    errors = open_page(browser, os.path.join(out, "report.html"), os.path.join(out, "report.png"))
+    assert errors == []
+    assert len(browser.find_elements("css selector", "section.page")) == len(pages) == 8
+    shown_failures = browser.find_elements("css selector", "li.test.fail")
+    assert len(shown_failures) == len(failed) > 0
+    assert {e.get_attribute("data-test-id") for e in shown_failures} == {r["id"] for r in failed}
+    assert len(browser.find_elements("css selector", "li.test.pass")) == len(results["results"]) - len(failed)
+    assert len(browser.find_elements("css selector", "section.page img")) == 8  # every page rendered
+    # An absent test that failed points at text in the output: it is highlighted there.
+    marked = [m.text for m in browser.find_elements("css selector", "section.page mark")]
+    assert "Einem Wasser Analyse · 2014" in marked
+    # Rates with their intervals, per category and test type.
+    assert results["categories"]["synth"]["low"] <= results["categories"]["synth"]["pass_rate"] <= \
+        results["categories"]["synth"]["high"]
+    assert len(browser.find_elements("css selector", "svg.bars")) == 2
+    assert os.path.getsize(os.path.join(out, "report.png")) > 10_000
+
+
+def test_two_candidates_compared_list_exactly_the_flipped_tests(tmp_path, browser, outputs):
+    out = bench(tmp_path, "two", f"candidates=[{outputs[0]},{outputs[1]}]")
+    compare = json.load(open(os.path.join(out, "compare.json")))
+    flipped = {(f["id"], f["a"], f["b"]) for f in compare["flipped"]}
+    assert ("synth_s0_01000_absent_04", False, True) in flipped
+    assert ("synth_s0_01000_present_00", True, False) in flipped
+    # The same verdicts read from each candidate's own results.
+    a = {r["id"]: r["passed"] for r in json.load(open(os.path.join(out, "results.json")))["results"]}
+    b = {r["id"]: r["passed"] for r in json.load(open(os.path.join(out, "results_b.json")))["results"]}
+    assert flipped == {(t, a[t], b[t]) for t in a if a[t] != b[t]}
+    assert compare["categories"]["synth"]["delta"] == pytest.approx(compare["overall"]["delta"])
+    errors = open_page(browser, os.path.join(out, "report.html"), os.path.join(out, "report.png"))
+    assert errors == []
+    rows = browser.find_elements("css selector", "#flips tr.flipped")
+    assert {r.get_attribute("data-test-id") for r in rows} == {f[0] for f in flipped}
+    first = browser.find_elements("css selector", "section.page")[0]
+    assert first.get_attribute("data-pdf") == "synth_s0_01000.pdf"  # the page with flipped tests first
+    assert len(first.find_elements("css selector", "div.markdown")) == 2  # both outputs side by side
