@@ -19,7 +19,7 @@ import time
 STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": [],  # and the values each requires
           "prepare": ["sources=[.]", "output=out"], "compress": ["source=.", "output=out"],
           "compare": ["reference=.", "candidate=."], "pipeline": [], "pipeline.stats": ["workspace=."],
-          "pipeline.bench": []}
+          "pipeline.bench": [], "report.plots": ["run_dir=."]}
 COMMANDS = {"--help": ["--help"], "dry_run": ["dry_run=true"], "config error": ["no_such_key=1"]}
 
 

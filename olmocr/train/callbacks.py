@@ -88,6 +88,19 @@ class MetricsFile(Callback):
         self._write(trainer, "eval", metrics)
 
 
+class Plots(Callback):
+    """The run's curves as PNG in ``<run dir>/plots`` when training ends (rank 0)."""
+
+    def __init__(self, output_dir: str):
+        self.output_dir = output_dir
+
+    def on_fit_end(self, trainer):
+        if trainer.rank == 0:
+            from olmocr.report.plots import plot_run
+
+            log.info("plots: %s", ", ".join(os.path.basename(p) for p in plot_run(self.output_dir)))
+
+
 class Console(Callback):
     """A progress bar over optimizer steps and a log line every ``interval`` steps (rank 0)."""
 

@@ -120,7 +120,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import build_prompt_dataset
     from olmocr.models.tuning import load_trainable, trainable_summary
     from olmocr.rewards import build_rewards
-    from olmocr.train.callbacks import MetricsFile
+    from olmocr.train.callbacks import MetricsFile, Plots
     from olmocr.train.trl_callbacks import HFTrainerBridge
     from olmocr.train.distributed import init_distributed
     from olmocr.train.vllm_server import server_command, wait_for_server
@@ -175,7 +175,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                           seed=cfg.seed, use_cpu=dist_info.device.type == "cpu", eval_benches=evals is not None,
                           reward_weights=weights)
     callbacks = [build(c, run_config=resolved, output_dir=output_dir) for c in cfg.callbacks.values() if c is not None]
-    callbacks.append(MetricsFile(output_dir))
+    callbacks += [MetricsFile(output_dir), Plots(output_dir)]
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=train, eval_dataset=evals,
                           processing_class=processor, optimizers=(optimizer, scheduler),
                           callbacks=[HFTrainerBridge(callbacks, dist_info.device)])

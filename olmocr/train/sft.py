@@ -34,7 +34,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     from olmocr.data.dataset import build_datasets, sources
     from olmocr.models.tuning import load_trainable, trainable_summary
-    from olmocr.train.callbacks import MetricsFile
+    from olmocr.train.callbacks import MetricsFile, Plots
     from olmocr.train.checkpoint import CheckpointManager
     from olmocr.train.collate import Collator
     from olmocr.train.distributed import build_strategy, init_distributed, shutdown
@@ -95,7 +95,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     model = strategy.prepare(model, optimizer)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     callbacks = [build(c, run_config=resolved, output_dir=output_dir) for c in cfg.callbacks.values() if c is not None]
-    callbacks.append(MetricsFile(output_dir))
+    callbacks += [MetricsFile(output_dir), Plots(output_dir)]
     trainer = Trainer(
         model, processor, optimizer, scheduler, train, evals, Collator(processor.tokenizer.pad_token_id),
         checkpoints, callbacks, stop_step=stop_step, batch_size=t.batch_size,
