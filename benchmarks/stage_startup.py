@@ -19,7 +19,8 @@ import time
 STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": [],  # and the values each requires
           "prepare": ["sources=[.]", "output=out"], "compress": ["source=.", "output=out"],
           "compare": ["reference=.", "candidate=."], "pipeline": [], "pipeline.stats": ["workspace=."],
-          "pipeline.bench": [], "report.plots": ["run_dir=."]}
+          "pipeline.bench": [], "report.plots": ["run_dir=."],
+          "report.viewer": ["results=."]}
 COMMANDS = {"--help": ["--help"], "dry_run": ["dry_run=true"], "config error": ["no_such_key=1"]}
 
 

@@ -22,7 +22,8 @@ def test_stage_startup_runs():
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for stage in ("train", "data", "bench", "synth", "prepare", "compress", "compare", "pipeline",
-                  "pipeline.stats", "pipeline.bench", "report.plots"):
+                  "pipeline.stats", "pipeline.bench", "report.plots",
+                  "report.viewer"):
         assert re.search(rf"^{re.escape(stage)}\s+[\d.]+s \([\d.]+x\)\s+[\d.]+s", proc.stdout, re.M), stage
 
 

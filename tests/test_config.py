@@ -23,7 +23,8 @@ PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_D
 # Values a config leaves to the command line (???): composing without them is an error that names them.
 REQUIRED = {"bench": ["candidates=/tmp"], "prepare": ["sources=[/tmp]", "output=/tmp/out"],
             "compress": ["source=/tmp", "output=/tmp/out"], "compare": ["reference=/tmp", "candidate=/tmp"],
-            "pipeline_stats": ["workspace=/tmp/workspace"], "report_plots": ["run_dir=/tmp"]}
+            "pipeline_stats": ["workspace=/tmp/workspace"], "report_plots": ["run_dir=/tmp"],
+            "report_viewer": ["results=/tmp"]}
 SAMPLE_PAGES = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
 DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
@@ -141,7 +142,7 @@ STAGES = {"train": ("train", "seed"), "data": ("check_data", "seed"), "bench": (
           "synth": ("synth", "seed"), "prepare": ("prepare", "step"), "compress": ("compress", "step"),
           "compare": ("compare", "max_new_tokens"), "pipeline": ("pipeline", "pages_per_group"),
           "pipeline.stats": ("pipeline_stats", "window_min"), "pipeline.bench": ("pipeline_bench", "repeats"),
-          "report.plots": ("report_plots", "dpi")}
+          "report.plots": ("report_plots", "dpi"), "report.viewer": ("report_viewer", "max_documents")}
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -172,6 +172,7 @@ def test_documents_become_dolma_lines_with_pages_in_order_and_bad_pdfs_are_count
     assert doc["attributes"]["is_rotation_valid"] == [True] * 3
     assert doc["attributes"]["rotation_correction"] == [0] * 3
     assert doc["attributes"]["is_table"] == doc["attributes"]["is_diagram"] == [False] * 3
+    assert doc["attributes"]["is_fallback"] == [False] * 3
     assert doc["metadata"] == {"Source-File": three, "olmocr-version": "0.1.0", "model": "scripted",
                                "pdf-total-pages": 3, "total-input-tokens": 300, "total-output-tokens": 30,
                                "total-fallback-pages": 0}
@@ -208,6 +209,7 @@ def test_a_document_with_too_many_fallback_pages_is_dropped(tmp_path):
             assert lines[0]["text"] == "Read well.\nA page the model cannot read"
             assert lines[0]["metadata"]["total-fallback-pages"] == 1
             assert lines[0]["attributes"]["primary_language"] == ["en", None]
+            assert lines[0]["attributes"]["is_fallback"] == [False, True]
 
 
 def test_an_unreachable_server_stops_the_run_and_gives_the_item_back(tmp_path):
@@ -305,7 +307,7 @@ def test_the_tiny_model_behind_transformers_serve_converts_the_bundled_pdfs_desp
         assert meta["total-fallback-pages"] == 1 and meta["total-input-tokens"] > 0
         assert 0 < meta["total-output-tokens"] <= 2 * 200
         assert attrs["pdf_page_numbers"] == [[0, len(doc["text"]), 1]] and doc["text"].strip()
-        assert attrs["primary_language"] == [None]
+        assert attrs["primary_language"] == [None] and attrs["is_fallback"] == [True]
         with open(f"{workspace}/markdown/{meta['Source-File'].lstrip('/')[:-4]}.md") as fh:
             assert fh.read() == doc["text"]
     done = [json.load(open(p)) for p in glob.glob(f"{workspace}/done/*.json")]

@@ -155,3 +155,45 @@ def test_sft_and_grpo_runs_end_with_plots_of_their_metrics(tmp_path, cache_dir):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
+
+
+def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_marked(tmp_path, browser):
+    from chat_server import UNPARSEABLE, ChatServer, good, pixels_key
+    from conftest import write_pdf
+    from test_pipeline_ocr import page_keys, pipeline_overrides, run_pipeline
+
+    from olmocr.config import compose
+    from olmocr.report.viewer import run
+
+    os.makedirs(tmp_path / "in")
+    three = write_pdf(str(tmp_path / "in" / "three.pdf"), ["First page", "Second page words", "Third page"])
+    one = write_pdf(str(tmp_path / "in" / "one.pdf"), ["Only page with a table"])
+    bad = page_keys(three, 3)[1]
+    answers = {k: good(f"Model text of page {n} | with \\(x^2\\)") for n, k in enumerate(page_keys(three, 3), 1)}
+
+    def script(request):
+        key = pixels_key(request.image)
+        if key == bad:
+            return UNPARSEABLE
+        return answers.get(key, good("<table><tr><td>cell</td></tr></table>"))
+
+    workspace = str(tmp_path / "ws")
+    with ChatServer(script=script) as server:
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/in]",
+                                        "convert.temperatures=[0.1]", "work.max_page_error_rate=1"), tmp_path / "run")
+    out = str(tmp_path / "viewer")
+    path = run(compose("report_viewer", [f"results={workspace}"]), out)
+    errors = open_page(browser, path, os.path.join(out, "viewer.png"))
+    assert errors == []
+    documents = browser.find_elements("css selector", "section.document")
+    assert sorted(d.get_attribute("data-source") for d in documents) == sorted([three, one])
+    pages = browser.find_elements("css selector", "div.page")
+    assert len(pages) == 4 and len(browser.find_elements("css selector", "div.page img")) == 4
+    fallback = browser.find_elements("css selector", "div.page.fallback")
+    assert [p.get_attribute("data-page") for p in fallback] == ["2"]
+    assert "Second page words" in fallback[0].text  # the text layer, shown as such
+    assert "text layer" in fallback[0].text
+    assert browser.find_elements("css selector", "div.markdown math")  # equations drawn as MathML
+    assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
+    assert "is_table False" in pages[0].text
+    assert os.path.getsize(os.path.join(out, "viewer.png")) > 10_000

@@ -17,8 +17,8 @@ SOURCE = "olmocr"
 def dolma_document(source: str, pages: list[PageResult], model: str, created: datetime.datetime | None = None,
                    now: datetime.datetime | None = None) -> dict | None:
     """One document: its pages' texts joined by newlines, each page's ``[start, end, page]`` span over
-    that text (a page without text has an empty span) and its front-matter fields; None when no page
-    has any text."""
+    that text (a page without text has an empty span), its front-matter fields and whether it fell back
+    to the text layer; None when no page has any text."""
     text, spans = "", []
     for index, page in enumerate(pages):
         start = len(text)
@@ -52,6 +52,7 @@ def dolma_document(source: str, pages: list[PageResult], model: str, created: da
             "rotation_correction": [p.meta.rotation_correction for p in pages],
             "is_table": [p.meta.is_table for p in pages],
             "is_diagram": [p.meta.is_diagram for p in pages],
+            "is_fallback": [p.fallback for p in pages],  # this page is its PDF's text layer, not the model's
         },
     }
 

@@ -1,8 +1,10 @@
-"""Schemas of ``python -m olmocr.report.plots`` (conf/report_plots.yaml)."""
+"""Schemas of ``python -m olmocr.report.plots`` and ``olmocr.report.viewer`` (conf/report_plots.yaml,
+conf/report_viewer.yaml)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import MISSING
 
@@ -15,4 +17,12 @@ class PlotsConfig(StageConfig):
     dpi: int = 100  # the PNGs are 7 x 4 inches
 
 
+@dataclass
+class ViewerConfig(StageConfig):
+    results: Any = MISSING  # a workspace, or Dolma JSONL paths/globs (one, or a list); local or s3://
+    max_documents: int = 50  # shown, in file order
+    longest_side: int = 700  # of the page images, in pixels
+
+
 store("report_plots_schema", PlotsConfig)
+store("report_viewer_schema", ViewerConfig)

@@ -1,0 +1,139 @@
+"""python -m olmocr.report.viewer results=… — converted documents as one self-contained HTML page.
+
+``results`` is a pipeline workspace (its ``results/*.jsonl``) or Dolma JSONL files (paths or globs; local
+or s3://). Per document: its source and counts, then every page rendered from the source PDF beside the
+text the pipeline extracted for it (markdown drawn: tables, equations), its front-matter attributes, and
+pages that fell back to the PDF's text layer marked. Writes ``viewer.html`` to the run dir.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import olmocr.report.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
+from olmocr.config import run_stage, start, validate
+
+log = logging.getLogger("olmocr.report.viewer")
+ATTRIBUTES = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
+
+
+def result_files(results: list[str]) -> list[str]:
+    """The JSONL files ``results`` names: a workspace's results/, files, globs."""
+    from olmocr.utils.io import filesystem, is_remote
+
+    files = []
+    for entry in results:
+        fs = filesystem(entry)
+        prefix = entry.split("://", 1)[0] + "://" if is_remote(entry) else ""
+        if fs.isdir(entry):
+            found = fs.glob(entry.rstrip("/") + "/results/*.jsonl") or fs.glob(entry.rstrip("/") + "/*.jsonl")
+        else:
+            found = fs.glob(entry)
+        if not found:
+            raise ValueError(f"results: {entry!r} names no Dolma JSONL (a workspace, a .jsonl file or a glob)")
+        files += [prefix + f if prefix and not f.startswith(prefix) else f for f in sorted(found)]
+    return files
+
+
+def read_documents(files: list[str], limit: int) -> tuple[list[dict], int]:
+    """Up to ``limit`` documents, and how many there are in all."""
+    from olmocr.utils.io import read_text
+
+    documents, total = [], 0
+    for path in files:
+        for number, line in enumerate(read_text(path).splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+                doc["text"], doc["attributes"]["pdf_page_numbers"], doc["metadata"]["Source-File"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{number}: not a Dolma document of the pipeline ({exc})") from None
+            total += 1
+            if len(documents) < limit:
+                documents.append(doc)
+    return documents, total
+
+
+def _page_images(source: str, pages: list[int], longest_side: int) -> dict[int, str]:
+    from olmocr.data.pdf import PdfError
+    from olmocr.data.render import RenderError, render_page
+    from olmocr.report.html import esc, image_data_url
+    from olmocr.utils.io import read_bytes
+
+    try:
+        data = read_bytes(source)
+    except OSError as exc:
+        return {p: f'<p class="fail">cannot read {esc(source)}: {esc(exc)}</p>' for p in pages}
+    out = {}
+    for page in pages:
+        try:
+            image = render_page(source, page, longest_side, data=data)
+            out[page] = f'<img alt="page {page}" src="{image_data_url(image, longest_side)}">'
+        except (RenderError, PdfError) as exc:
+            out[page] = f'<p class="fail">cannot render page {page}: {esc(exc)}</p>'
+    return out
+
+
+def document_html(doc: dict, index: int, longest_side: int) -> str:
+    from olmocr.report.html import esc, markdown_html
+
+    meta, attrs = doc["metadata"], doc["attributes"]
+    spans = attrs["pdf_page_numbers"]
+    fallback = attrs.get("is_fallback") or [None] * len(spans)
+    images = _page_images(meta["Source-File"], [page for _, _, page in spans], longest_side)
+    header = (f"<h2>{index}. {esc(meta['Source-File'])}</h2><p class='muted'>{meta.get('pdf-total-pages')} pages, "
+              f"{meta.get('total-fallback-pages', 0)} from the text layer, {meta.get('total-input-tokens', 0)} input "
+              f"and {meta.get('total-output-tokens', 0)} output tokens; model {esc(meta.get('model', '?'))}; "
+              f"id {esc(doc.get('id'))}</p>")
+    pages = []
+    for i, (begin, end, page) in enumerate(spans):
+        fields = ", ".join(f"{name} {esc(attrs[name][i])}" for name in ATTRIBUTES
+                           if isinstance(attrs.get(name), list) and i < len(attrs[name]))
+        marked = fallback[i] is True
+        note = '<p class="badge fail">text layer (the model gave no usable answer)</p>' if marked else ""
+        text = doc["text"][begin:end]
+        pages.append(f'<div class="page pair{" fallback" if marked else ""}" data-page="{page}">'
+                     f"<div><h3>page {page}</h3>{images[page]}</div><div>{note}<p class='muted'>{fields}</p>"
+                     f'<div class="markdown">{markdown_html(text) if text.strip() else "<p class=muted>(no text)</p>"}'
+                     f"</div></div></div>")
+    return f'<section class="document" data-source="{esc(meta["Source-File"])}">{header}{"".join(pages)}</section>'
+
+
+def run(cfg: DictConfig, output_dir: str) -> str:
+    from tqdm import tqdm
+
+    from olmocr.report.html import document, esc
+    from olmocr.utils.runinfo import write_run_info
+
+    validate(cfg)
+    if cfg.max_documents < 1:
+        raise ValueError(f"max_documents: must be at least 1, got {cfg.max_documents}")
+    files = result_files([cfg.results] if isinstance(cfg.results, str) else list(cfg.results))
+    documents, total = read_documents(files, cfg.max_documents)
+    body = [f"<h1>Converted documents</h1><p class='muted'>{len(documents)} of {total} documents from "
+            f"{len(files)} file(s): {esc(', '.join(files[:5]))}{' …' if len(files) > 5 else ''}</p>"]
+    for i, doc in enumerate(tqdm(documents, desc="documents", unit="doc"), start=1):
+        body.append(document_html(doc, i, cfg.longest_side))
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "viewer.html")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(document("Converted documents", "\n".join(body)))
+    log.info("%d of %d documents: %s", len(documents), total, path)
+    write_run_info(output_dir, summary={"documents": len(documents), "total": total, "viewer": path})
+    return path
+
+
+@hydra.main(config_path="../../conf", config_name="report_viewer", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
+
+
+if __name__ == "__main__":
+    start(main, "olmocr.report.viewer", "report_viewer", __doc__)
