@@ -1,0 +1,57 @@
+"""The whole model factory on the tiny model (scripts/factory.sh), end to end on CPU: every stage's
+artifact exists and loads; run again, it skips what is done."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from olmocr.config import PROJECT_ROOT
+
+
+def factory(out) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", "scripts/factory.sh", str(out)], cwd=PROJECT_ROOT, env=env, capture_output=True,
+                          text=True, timeout=1200)
+
+
+@pytest.mark.slow
+def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir):
+    from olmocr.models import HubModel
+
+    out = tmp_path / "factory"
+    proc = factory(out)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert len(glob.glob(f"{out}/pages/train/pdfs/*.pdf")) == 48 and len(glob.glob(f"{out}/pages/bench/pdfs/*.pdf")) == 12
+    assert {"loss.png", "lr.png"} <= set(os.listdir(out / "sft" / "plots"))
+    for seed in ("seed1", "seed2"):
+        assert os.path.exists(out / "grpo" / seed / "plots" / "rewards.png")
+        assert glob.glob(f"{out}/grpo/{seed}/checkpoints/checkpoint-4")
+    provenance = json.load(open(out / "release" / "soup" / "provenance.json"))
+    assert len(provenance["sources"]) == 2
+    for name in ("sft", "soup"):  # released folders load as Hugging Face models
+        model = HubModel(str(out / "release" / name), family="qwen2_5_vl", dtype="float32").load_model()
+        assert sum(p.numel() for p in model.parameters()) > 0
+    fp8 = json.load(open(out / "release" / "fp8" / "config.json"))
+    assert fp8["quantization_config"]["quant_method"] == "compressed-tensors"
+    assert json.load(open(out / "compare" / "compare.json"))["passed"]
+    for name in ("sft", "soup"):
+        assert len(os.listdir(out / "candidates" / name)) == 12
+    scores = json.load(open(out / "bench" / "results.json"))
+    assert scores["tests"] > 12 and scores["missing_pages"] == []
+    assert json.load(open(out / "bench" / "compare.json"))["b"] == str(out / "candidates" / "soup")
+    assert os.path.getsize(out / "bench" / "report.html") > 0
+    # Again: nothing is made twice.
+    made = {p: os.path.getmtime(p) for p in (out / "pages/train/synth.jsonl", out / "release/soup/model.safetensors",
+                                             out / "release/fp8/config.json",
+                                             next((out / "candidates/soup").iterdir()))}
+    again = factory(out)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert {p: os.path.getmtime(p) for p in made} == made
+    log = again.stdout + again.stderr
+    assert "0 to convert, 12 already in" in log and "resumed from" in log
