@@ -197,3 +197,16 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
     assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
     assert "is_table False" in pages[0].text
     assert os.path.getsize(os.path.join(out, "viewer.png")) > 10_000
+
+
+def test_model_output_is_drawn_but_never_run():
+    from olmocr.report.html import markdown_html
+
+    html = markdown_html('A ![a chart](page_1_2_3_4.png) <script>alert(1)</script> <img src=x onerror="alert(2)">'
+                         ' <table><tr><td colspan="2" onclick="x()">cell</td></tr></table> \\(a^2\\) \\[\\frac{1}{2}\\]'
+                         ' \\(\\badmacro\\)', marks=["cell"])
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "onerror" not in html and "onclick" not in html and "src=" not in html
+    assert '[figure: a chart]' in html and '<td colspan="2"><mark>cell</mark></td>' in html
+    assert html.count("<math") == 2 and 'display="inline"' in html and 'display="block"' in html
+    assert '<code class="fail" title="KaTeX cannot parse this">\\badmacro</code>' in html

@@ -61,7 +61,10 @@ class _Sanitizer(HTMLParser):
         self.out: list[str] = []
 
     def handle_starttag(self, tag, attrs):
-        if tag in ALLOWED_TAGS:
+        if tag == "img":  # a figure reference (![description](page_x_y_w_h.png)): its description, nothing loaded
+            alt = dict(attrs).get("alt") or ""
+            self.out.append(f'<span class="muted">[figure: {esc(alt)}]</span>')
+        elif tag in ALLOWED_TAGS:
             kept = "".join(f' {k}="{esc(v)}"' for k, v in attrs if k in ALLOWED_ATTRS and v and v.isdigit())
             self.out.append(f"<{tag}{kept}>")
         else:

@@ -98,7 +98,12 @@ class Plots(Callback):
         if trainer.rank == 0:
             from olmocr.report.plots import plot_run
 
-            log.info("plots: %s", ", ".join(os.path.basename(p) for p in plot_run(self.output_dir)))
+            try:
+                written = plot_run(self.output_dir)
+            except (OSError, ValueError) as exc:  # a finished run stays finished; the plots can be redrawn
+                log.warning("plots not drawn (%s); python -m olmocr.report.plots run_dir=%s", exc, self.output_dir)
+                return
+            log.info("plots: %s", ", ".join(os.path.basename(p) for p in written))
 
 
 class Console(Callback):
