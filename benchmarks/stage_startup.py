@@ -20,7 +20,7 @@ STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": [],  # an
           "prepare": ["sources=[.]", "output=out"], "compress": ["source=.", "output=out"],
           "compare": ["reference=.", "candidate=."], "pipeline": [], "pipeline.stats": ["workspace=."],
           "pipeline.bench": [], "report.plots": ["run_dir=."],
-          "report.viewer": ["results=."]}
+          "report.viewer": ["results=."], "pairs": []}
 COMMANDS = {"--help": ["--help"], "dry_run": ["dry_run=true"], "config error": ["no_such_key=1"]}
 
 

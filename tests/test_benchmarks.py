@@ -23,7 +23,7 @@ def test_stage_startup_runs():
     assert proc.returncode == 0, proc.stderr
     for stage in ("train", "data", "bench", "synth", "prepare", "compress", "compare", "pipeline",
                   "pipeline.stats", "pipeline.bench", "report.plots",
-                  "report.viewer"):
+                  "report.viewer", "pairs"):
         assert re.search(rf"^{re.escape(stage)}\s+[\d.]+s \([\d.]+x\)\s+[\d.]+s", proc.stdout, re.M), stage
 
 

@@ -119,6 +119,8 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("pipeline", ["server=external", "server.url=http://h/v1", "server.model_name=m", "server.api_key=x"], "api_key"),
     ("pipeline", "work.markdwn=false", "markdwn"),
     ("pipeline_bench", "repeats=two", "repeats"),
+    ("pairs", "margn=0.2", "margn"),
+    ("pairs", "rewards.bench.wieght=2", "wieght"),
     ("pipeline_stats", ["workspace=/tmp/ws", "window=5"], "window"),
 ])
 def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
@@ -142,7 +144,8 @@ STAGES = {"train": ("train", "seed"), "data": ("check_data", "seed"), "bench": (
           "synth": ("synth", "seed"), "prepare": ("prepare", "step"), "compress": ("compress", "step"),
           "compare": ("compare", "max_new_tokens"), "pipeline": ("pipeline", "pages_per_group"),
           "pipeline.stats": ("pipeline_stats", "window_min"), "pipeline.bench": ("pipeline_bench", "repeats"),
-          "report.plots": ("report_plots", "dpi"), "report.viewer": ("report_viewer", "max_documents")}
+          "report.plots": ("report_plots", "dpi"), "report.viewer": ("report_viewer", "max_documents"),
+          "pairs": ("pairs", "samples")}
 
 
 @pytest.mark.parametrize("stage", STAGES)

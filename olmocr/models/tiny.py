@@ -37,7 +37,7 @@ CHAT_TEMPLATE = (
 )
 
 # Bump when the builder changes what it writes, so stale caches are rebuilt rather than reused.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 
 
 class TinyModel(ModelSource):
@@ -167,6 +167,9 @@ def build_tiny(arch: dict, family, destination: str) -> None:
         config = build_config(arch, family, tokenizer)
         torch.manual_seed(arch["seed"])
         model = transformers_class(family.model_class)(config)
+        # Sampling by default, as released chat models' generation configs say: a server's temperature
+        # then means something (transformers serve keeps the model's do_sample); greedy is asked for.
+        model.generation_config.do_sample = True
         staging = tempfile.mkdtemp(prefix=".building-", dir=os.path.dirname(destination))
         try:
             model.save_pretrained(staging)

@@ -240,6 +240,18 @@ class PageConverter:
         result.meta, result.text = answer
         return result
 
+    async def sample(self, sample: dict, n: int, temperature: float) -> tuple[list[dict], list[Reply]]:
+        """The page's chat turn (the steps' messages, image part as given by the steps) and ``n`` answers
+        to it at ``temperature``, sent together; raises Reject when the page cannot be rendered."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.client.concurrency)
+        loop = asyncio.get_running_loop()
+        async with self._slots:
+            _, messages, url = await loop.run_in_executor(self.pool, self._render, sample)
+            replies = await asyncio.gather(*(self.client.chat(chat_messages(messages, url), self.max_tokens,
+                                                              temperature) for _ in range(n)))
+        return messages, list(replies)
+
     async def _fall_back(self, result: PageResult, path: str, data: bytes | None) -> PageResult:
         result.fallback = True
         try:

@@ -118,10 +118,13 @@ def rectangular_tables(completions: Sequence, **_) -> list[float]:
     return out
 
 
-def eos(completions: Sequence, completion_ids: Sequence | None = None, *,
+def eos(completions: Sequence, completion_ids: Sequence | None = None, finish_reason: Sequence | None = None, *,
         eos_token_ids: Sequence[int] = (), **_) -> list[float]:
     """1 when the completion's last token is an end-of-sequence token (it stopped by itself), else 0
-    (it was cut at the length limit). ``eos_token_ids`` are those generation stops on."""
+    (it was cut at the length limit). ``eos_token_ids`` are those generation stops on. Completions from a
+    chat server come with its ``finish_reason`` instead: "stop" is stopping by itself."""
+    if finish_reason is not None:
+        return [1.0 if reason == "stop" else 0.0 for reason in finish_reason]
     if completion_ids is None:
         raise ValueError("the eos reward needs the completion token ids (trl passes completion_ids)")
     if not eos_token_ids:

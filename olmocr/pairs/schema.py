@@ -1,0 +1,28 @@
+"""Schema of ``python -m olmocr.pairs`` (conf/pairs.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import MISSING
+
+import olmocr.models.schema  # noqa: F401 - the model group a started server serves (model=…)
+from olmocr.config import StageConfig, store
+
+
+@dataclass
+class PairsConfig(StageConfig):
+    run_name: str = MISSING  # the run dir, outputs/pairs/<run_name>: re-running the same name resumes
+    bench_dir: str = MISSING  # pages with unit tests (*.jsonl and pdfs/); a .md beside a PDF is its reference
+    samples: int = 4  # completions per page
+    temperature: float = 1.0
+    margin: float = 0.1  # chosen reward - rejected reward must be at least this
+    rewards: Any = MISSING  # name -> {_target_, weight, options} (conf/rewards/)
+    convert: Any = MISSING  # rendering, prompt, client (conf/convert/; its retries are not used here)
+    server: Any = MISSING  # conf/server/
+    model: Any = MISSING  # what a started server serves (conf/model/)
+    progress: bool = True
+
+
+store("pairs_schema", PairsConfig)
