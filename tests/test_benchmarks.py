@@ -51,3 +51,11 @@ def test_pipeline_throughput_runs():
     assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
     assert "6 pages (2 PDFs x 3)" in proc.stdout
     assert re.search(r"^ours\s+[\d.]+\s+[\d.]+$", proc.stdout, re.M), proc.stdout
+
+
+def test_dpo_learning_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/dpo_learning.py", "--steps", "3", "--seeds", "0"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^seed 0 lr 0 +0\.000 +\| 0\.00$", proc.stdout, re.M), proc.stdout  # lr 0: policy == reference
+    assert "median over seeds, last window: margin" in proc.stdout

@@ -58,12 +58,12 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir):
 
 
 # SFT data (page/target pairs) and GRPO data (bench pages) take different step lists.
-SFT_DATA, BENCH_DATA = ["folder", "olmocr_mix", "sample"], ["synth_bench", "synthmix"]
+SFT_DATA, BENCH_DATA, PAIRS_DATA = ["folder", "olmocr_mix", "sample"], ["synth_bench", "synthmix"], ["pairs"]
 SFT_STEPS, PROMPT_STEPS = ["v1", "v4", "v4_augmented"], ["prompt_v4"]
 
 
 def test_every_data_and_steps_option_is_classified():
-    assert sorted(SFT_DATA + BENCH_DATA) == options("data")
+    assert sorted(SFT_DATA + BENCH_DATA + PAIRS_DATA) == options("data")
     assert sorted(SFT_STEPS + PROMPT_STEPS) == options("data/steps")
 
 
@@ -238,6 +238,15 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     assert cfg.run_name == experiment
     if cfg.algo.name == "sft":
         assert "tokenize" in pipeline and not cfg.rewards
+        return
+    if cfg.algo.name == "dpo":
+        from olmocr.train import dpo
+
+        assert "tokenize" not in pipeline  # trl tokenises prompts and answers
+        dpo.check(cfg)
+        args = dpo.dpo_arguments(output_dir="/tmp/x", algo=resolved["algo"], trainer=resolved["trainer"],
+                                 max_steps=10, seed=0, use_cpu=True, evaluate=False)
+        assert (args.beta, args.loss_type) == (cfg.algo.beta, [cfg.algo.loss_type])
         return
     from olmocr.rewards import build_rewards
     from olmocr.train import grpo

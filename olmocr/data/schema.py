@@ -80,7 +80,18 @@ def _entry_schema(cfg: DictConfig) -> tuple[type, str, str]:
 
 
 TYPED_MAP_ENTRIES.update({"data.train": _entry_schema, "data.eval": _entry_schema})
+@dataclass
+class PairsDataConfig:
+    """``data`` group for DPO: preference pairs (``python -m olmocr.pairs`` output: a page reference, a
+    chosen and a rejected answer), the page rendered and prompted by ``steps`` when a pair is read."""
+
+    train: list[str] = MISSING  # pairs.jsonl files (lines without a pair are skipped)
+    eval: list[str] = field(default_factory=list)  # held-out pairs: eval loss, reward margin and accuracy
+    steps: dict[str, Any] = field(default_factory=dict)
+
+
 store("check_data_schema", CheckDataConfig)
+store("pairs_data_schema", PairsDataConfig, group="data")
 store("data_schema", DataConfig, group="data")
 store("bench_data_schema", BenchDataConfig, group="data")
 store("folder_data_schema", FolderDataConfig, group="data")

@@ -2,7 +2,7 @@
 
 Reads ``<run dir>/metrics.jsonl`` (SFT or GRPO) and writes ``<run dir>/plots/<panel>.png``: loss with
 the eval losses, learning rate, gradient norm, tokens/s; for GRPO also the mean of every reward, bench
-pass rates per test type, KL and completion length. Panels with no data are not drawn. Each PNG carries
+pass rates per test type, KL and completion length; for DPO the reward margin and accuracy. Panels with no data are not drawn. Each PNG carries
 the series it shows (x and y of every line, read back from the figure) in its ``olmocr:series`` text
 chunk. Training writes them at the end of every run; this command draws them for any run dir, at any
 time (a run still going included).
@@ -29,6 +29,9 @@ PANELS = [
     ("rewards", "Rewards (mean per step)", "reward", ["train:train/rewards/*/mean", "train:train/reward"]),
     ("bench", "Bench pass rate per test type", "pass rate", ["train:train/bench/*", "eval:eval/bench/*"]),
     ("kl", "KL to the reference", "KL", ["train:train/kl"]),
+    ("preference", "DPO: reward margin and accuracy", "value",
+     ["train:train/rewards/margins", "train:train/rewards/accuracies", "eval:eval/rewards/margins",
+      "eval:eval/rewards/accuracies"]),
     ("completion_length", "Completion length", "tokens", ["train:train/completions/mean_length"]),
 ]
 

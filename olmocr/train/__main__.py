@@ -1,4 +1,5 @@
-"""python -m olmocr.train — fine-tune a document-OCR model: SFT (algo=sft) or GRPO (algo=grpo)."""
+"""python -m olmocr.train — fine-tune a document-OCR model: SFT (algo=sft), GRPO (algo=grpo) or DPO
+(algo=dpo)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         from olmocr.train import grpo
 
         return grpo.run(cfg, output_dir)
+    if cfg.algo.name == "dpo":
+        from olmocr.train import dpo
+
+        return dpo.run(cfg, output_dir)
     from olmocr.train import sft
 
     return sft.run(cfg, output_dir)

@@ -19,6 +19,8 @@ import os
 import trl
 from omegaconf import DictConfig, OmegaConf
 
+from olmocr.train.hf import KeepLoadedWeights
+
 log = logging.getLogger("olmocr.train")
 
 GENERATION_BACKENDS = ("transformers", "vllm_colocate", "vllm_server")
@@ -71,25 +73,15 @@ def eos_token_ids(processor, model) -> list[int]:
 def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int, seed: int, use_cpu: bool,
                    eval_benches: bool, reward_weights: list[float] | None = None):
     """trl's GRPOConfig from our trainer and algo keys (``algo.trl_args`` passed through last)."""
+    from olmocr.train.hf import training_arguments
+
     t = trainer
-    deepspeed = None
-    if t["strategy"] == "deepspeed":
-        deepspeed = {"zero_optimization": {"stage": t["zero_stage"]}, "bf16": {"enabled": t["precision"] == "bf16"},
-                     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                     "gradient_clipping": "auto"}
     backend = algo["generation"]
     args = dict(
-        output_dir=output_dir, max_steps=max_steps, seed=seed, use_cpu=use_cpu, bf16=t["precision"] == "bf16",
-        per_device_train_batch_size=t["batch_size"], gradient_accumulation_steps=t["grad_accum"],
-        max_grad_norm=t["clip_grad_norm"] or 0.0, gradient_checkpointing=t["activation_checkpointing"],
-        dataloader_num_workers=t["num_workers"], deepspeed=deepspeed, torch_compile=t["compile"],
-        ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
-        save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
-        save_total_limit=t["keep_last"],
-        eval_strategy="steps" if eval_benches and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
+        **training_arguments(t, output_dir=output_dir, max_steps=max_steps, seed=seed, use_cpu=use_cpu,
+                             evaluate=eval_benches),
         # trl scores eval pages in whole groups too
         per_device_eval_batch_size=algo["num_generations"] * math.ceil(t["batch_size"] / algo["num_generations"]),
-        logging_steps=1, report_to=[], disable_tqdm=True, remove_unused_columns=False,
         num_generations=algo["num_generations"], temperature=algo["temperature"], top_p=algo["top_p"],
         max_completion_length=algo["max_completion_length"], beta=algo["beta"], loss_type=algo["loss_type"],
         importance_sampling_level=algo["importance_sampling_level"], scale_rewards=algo["scale_rewards"],
@@ -107,22 +99,18 @@ def grpo_arguments(*, output_dir: str, algo: dict, trainer: dict, max_steps: int
     return trl.GRPOConfig(**args)
 
 
-class GRPOTrainer(trl.GRPOTrainer):
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        """Weights were loaded with the model (see run); optimizer, scheduler, RNG and data position are
-        still restored by the Trainer."""
+class GRPOTrainer(KeepLoadedWeights, trl.GRPOTrainer):
+    """trl's GRPO trainer, resuming with the weights our loader brought back."""
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from transformers import PrinterCallback
-    from transformers.trainer_utils import get_last_checkpoint
     from olmocr.config import build
     from olmocr.data.bench_prompts import build_prompt_dataset
-    from olmocr.models.tuning import load_trainable, trainable_summary
     from olmocr.rewards import build_rewards
     from olmocr.train.callbacks import MetricsFile, Plots
     from olmocr.train.trl_callbacks import HFTrainerBridge
     from olmocr.train.distributed import init_distributed
+    from olmocr.train.hf import fit, load_policy, resume_point
     from olmocr.train.vllm_server import server_command, wait_for_server
     from olmocr.utils.runinfo import write_run_info
 
@@ -152,19 +140,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         stop = min(steps, total_steps(cfg.trainer.hard_stop, len(train), algo["num_generations"],
                                       completions_per_step))
 
-    checkpoints = os.path.join(output_dir, "checkpoints")
-    resume_from = get_last_checkpoint(checkpoints) if os.path.isdir(checkpoints) else None
-    if resume_from and not t["resume"]:
-        raise ValueError(f"trainer.resume=false but {checkpoints} holds checkpoints that a new run would "
-                         "overwrite: choose another run_name (or hydra.run.dir), or resume")
-    finetune = resolved["finetune"]
-    # Weights come back through our loader: the Trainer's own reload misses checkpoints saved with
-    # transformers' key conversion (Qwen2.5-VL), and would silently keep the initial weights.
-    model = load_trainable(source, "cpu", finetune["freeze_vision"], finetune["freeze_language"], finetune["lora"],
-                           resume_from)
-    # trl loads the KL reference from this path: the starting model, also when resuming from a checkpoint.
-    model.config._name_or_path = source.path
-    trainable, total = trainable_summary(model)
+    checkpoints, resume_from = resume_point(output_dir, t["resume"])
+    model, (trainable, total) = load_policy(source, resolved["finetune"], resume_from)
     log.info("model %s: %.2fM of %.2fM parameters train; %d bench pages, %d steps of %d completions",
              source.path, trainable / 1e6, total / 1e6, len(train), steps, completions_per_step)
     rewards, weights = build_rewards(resolved["rewards"], eos_token_ids=eos_token_ids(processor, model))
@@ -179,11 +156,4 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=train, eval_dataset=evals,
                           processing_class=processor, optimizers=(optimizer, scheduler),
                           callbacks=[HFTrainerBridge(callbacks, dist_info.device)])
-    trainer.remove_callback(PrinterCallback)  # our console callback reports steps
-    if resume_from:
-        log.info("resuming from %s", resume_from)
-    trainer.train(resume_from_checkpoint=resume_from)
-    # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
-    final = get_last_checkpoint(args.output_dir) if os.path.isdir(args.output_dir) else None
-    return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "total_steps": steps,
-            "log": trainer.state.log_history}
+    return {**fit(trainer, resume_from), "total_steps": steps}

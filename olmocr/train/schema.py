@@ -49,6 +49,21 @@ class GRPOAlgoConfig:
 
 
 @dataclass
+class DPOAlgoConfig:
+    """DPO with trl on preference pairs (data=pairs). The reference model is the starting checkpoint
+    (its log-probabilities computed alongside, or once before training with precompute_ref_log_probs);
+    any other trl ``DPOConfig`` field goes in ``trl_args`` (checked against trl's own config first)."""
+
+    name: str = "dpo"
+    beta: float = 0.1  # how far the policy may move from the reference; smaller: further
+    loss_type: str = "sigmoid"  # sigmoid (DPO), ipo, hinge, robust, …: trl's DPO loss types
+    label_smoothing: float = 0.0  # robust/cDPO: the share of pairs assumed mislabelled
+    max_length: int | None = None  # prompt + answer tokens; longer pairs are cut
+    precompute_ref_log_probs: bool = False
+    trl_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class DurationConfig:
     unit: str = "steps"  # steps, epochs or tokens
     value: float | None = 100
@@ -99,9 +114,10 @@ class TrainerConfig:
 
 @dataclass
 class TrainConfig(StageConfig):
-    algo: Any = MISSING  # SFTAlgoConfig or GRPOAlgoConfig, by the algo group
+    algo: Any = MISSING  # SFTAlgoConfig, GRPOAlgoConfig or DPOAlgoConfig, by the algo group
     model: Any = MISSING
-    data: Any = MISSING  # DataConfig or FolderDataConfig (sft), BenchDataConfig (grpo), by the data group
+    # DataConfig or FolderDataConfig (sft), BenchDataConfig (grpo), PairsDataConfig (dpo), by the data group
+    data: Any = MISSING
     rewards: dict[str, Any] = field(default_factory=dict)  # grpo: conf/rewards/, checked by validate()
     optimizer: Any = MISSING
     scheduler: Any = MISSING
@@ -115,6 +131,7 @@ class TrainConfig(StageConfig):
 store("train_schema", TrainConfig)
 store("sft_schema", SFTAlgoConfig, group="algo")
 store("grpo_schema", GRPOAlgoConfig, group="algo")
+store("dpo_schema", DPOAlgoConfig, group="algo")
 for builder in (optim.adamw, optim.muon):
     store(f"{builder.__name__}_schema", schema_for(builder), group="optimizer")
 for builder in (schedules.linear, schedules.cosine, schedules.constant, schedules.wsd, schedules.inverse_sqrt):

@@ -1,0 +1,76 @@
+"""algo=dpo: trl's DPOTrainer on preference pairs through the same entry point, loader, data steps,
+optimizer, scheduler, callbacks, run dir and resume as SFT and GRPO."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+import torch
+from conftest import SAMPLE
+from safetensors.torch import load_file
+
+from olmocr.config import compose
+
+
+def easy_pairs(path: str) -> str:
+    """The bundled training pages with an easy preference: chosen reads the page once and stops,
+    rejected runs on repeating it."""
+    from olmocr.data.bench_prompts import bench_pages
+
+    pages, _ = bench_pages(os.path.join(SAMPLE, "train"))
+    with open(path, "w") as fh:
+        for page in sorted(pages, key=lambda p: p["page_id"]):
+            text = "---\nprimary_language: en\n---\nA page."
+            fh.write(json.dumps({"page_id": page["page_id"], "pdf_path": page["pdf_path"], "page": page["page"],
+                                 "chosen": text, "rejected": text + " A page." * 12}) + "\n")
+        fh.write(json.dumps({"page_id": "none", "pdf_path": "x.pdf", "page": 1, "chosen": None,
+                             "why": "rewards within the margin"}) + "\n")
+    return path
+
+
+def dpo(tmp_path, overrides: list[str], name: str = "run"):
+    from olmocr.train.__main__ import run
+
+    out = str(tmp_path / name)
+    pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
+    return run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", *overrides]), out), out
+
+
+def rows(out: str) -> dict[int, dict]:
+    return {r["step"]: r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["kind"] == "train"}
+
+
+def test_dpo_trains_on_pairs_and_resumes_exactly(tmp_path, cache_dir):
+    overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2"]
+    full, full_out = dpo(tmp_path, overrides, "full")
+    metrics = rows(full_out)
+    assert sorted(metrics) == [1, 2, 3, 4]
+    assert {"train/loss", "train/rewards/margins", "train/rewards/accuracies"} <= set(metrics[1])
+    assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at the start
+    assert metrics[4]["train/loss"] < metrics[1]["train/loss"]
+    assert os.path.exists(os.path.join(full_out, "plots", "preference.png"))
+    first, out = dpo(tmp_path, overrides + ["trainer.hard_stop.value=2"], "split")
+    assert first["state"]["step"] == 2
+    second, _ = dpo(tmp_path, overrides, "split")
+    assert second["state"]["step"] == 4 and sorted(rows(out)) == [1, 2, 3, 4]
+    for step in (3, 4):
+        assert rows(out)[step]["train/loss"] == pytest.approx(metrics[step]["train/loss"], abs=1e-6)
+    a = load_file(os.path.join(full["checkpoint"], "model.safetensors"))
+    b = load_file(os.path.join(second["checkpoint"], "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_dpo_config_errors_name_the_key_before_any_model_loads(tmp_path):
+    from olmocr.train.__main__ import run
+
+    pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
+    for override, match in [("algo.loss_type=best", "algo.loss_type"), ("algo.beta=0", "algo.beta"),
+                            ("+algo.trl_args.no_such_option=1", "no_such_option")]:
+        with pytest.raises(ValueError, match=match):
+            run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", override]), str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="does not exist"):
+        run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{tmp_path}/missing.jsonl]"]), str(tmp_path / "y"))
+    assert not glob.glob(str(tmp_path / "x" / "checkpoints" / "*"))
