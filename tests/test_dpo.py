@@ -74,3 +74,12 @@ def test_dpo_config_errors_name_the_key_before_any_model_loads(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{tmp_path}/missing.jsonl]"]), str(tmp_path / "y"))
     assert not glob.glob(str(tmp_path / "x" / "checkpoints" / "*"))
+
+
+def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
+    result, out = dpo(tmp_path, ["finetune=lora", "trainer.max_duration.value=3", "trainer.save_interval=3",
+                                 "optimizer.lr=1e-3"])
+    metrics = rows(out)
+    assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3) and metrics[3]["train/loss"] < 0.69
+    assert os.path.exists(os.path.join(result["checkpoint"], "adapter_model.safetensors"))
+    assert not os.path.exists(os.path.join(result["checkpoint"], "model.safetensors"))
