@@ -28,6 +28,10 @@ def easy_pairs(path: str) -> str:
                                  "chosen": text, "rejected": text + " A page." * 12}) + "\n")
         fh.write(json.dumps({"page_id": "none", "pdf_path": "x.pdf", "page": 1, "chosen": None,
                              "why": "rewards within the margin"}) + "\n")
+        # A sampled answer that spells out an image placeholder: skipped and reported, never trained on.
+        page = pages[0]
+        fh.write(json.dumps({"page_id": "spelled", "pdf_path": page["pdf_path"], "page": page["page"],
+                             "chosen": "A page.", "rejected": "A <|image_pad|> page."}) + "\n")
     return path
 
 
@@ -52,6 +56,8 @@ def test_dpo_trains_on_pairs_and_resumes_exactly(tmp_path, cache_dir):
     assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at the start
     assert metrics[4]["train/loss"] < metrics[1]["train/loss"]
     assert os.path.exists(os.path.join(full_out, "plots", "preference.png"))
+    skipped = [json.loads(line) for line in open(os.path.join(full_out, "rejected.jsonl"))]
+    assert [(r["reason"], "<|image_pad|>" in r["detail"]) for r in skipped] == [("control_token", True)]
     first, out = dpo(tmp_path, overrides + ["trainer.hard_stop.value=2"], "split")
     assert first["state"]["step"] == 2
     second, _ = dpo(tmp_path, overrides, "split")

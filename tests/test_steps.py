@@ -261,6 +261,23 @@ def test_tokenize_too_long_is_rejected(processor):
     assert info.value.reason == "too_long" and info.value.step == "tokenize"
 
 
+@pytest.mark.parametrize("token", ["<|image_pad|>", "<|im_end|>"])
+def test_a_target_that_spells_a_control_token_is_rejected(processor, tmp_path, token):
+    # A page about chat models may quote one; tokenized, it would be an image placeholder without an
+    # image (training stops on a features/tokens mismatch) or an end of turn in mid-answer.
+    import shutil
+
+    stem = first_page(lambda m, t: True)
+    shutil.copy(os.path.join(TRAIN, stem + ".pdf"), tmp_path)
+    with open(os.path.join(TRAIN, stem + ".md")) as src, open(tmp_path / (stem + ".md"), "w") as dst:
+        dst.write(src.read() + f"\nThe chat template closes a turn with {token}.\n")
+    sample = {"md_path": str(tmp_path / (stem + ".md")), "pdf_path": str(tmp_path / (stem + ".pdf")),
+              "rng": random.Random(0)}
+    with pytest.raises(Reject) as info:
+        _production(processor)(sample)
+    assert info.value.reason == "control_token" and info.value.step == "tokenize" and token in str(info.value)
+
+
 def test_random_token_flip_changes_only_target_inputs(processor):
     sample = _production(processor)(sample_for(first_page(lambda m, t: len(t) > 200)))
     flipped = RandomTokenFlip(processor, probability=0.5)(dict(sample, rng=random.Random(1)))

@@ -7,7 +7,7 @@ import json
 import logging
 
 from olmocr.data.pipeline import RejectReport, build_pipeline
-from olmocr.data.steps import BuildMessages, Reject
+from olmocr.data.steps import BuildMessages, Reject, control_token_in
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,11 @@ def read_pairs(paths: list[str]) -> tuple[list[dict], int]:
     return pairs, without
 
 
-def build_preference_dataset(paths: list[str], steps: dict, report_path: str | None = None):
+def build_preference_dataset(paths: list[str], steps: dict, special_tokens: list[str],
+                             report_path: str | None = None):
     """A Hugging Face dataset of ``prompt`` (chat messages), ``images``, ``chosen``, ``rejected``. Pages
-    that fail a step are skipped, counted and written to ``report_path``."""
+    that fail a step, and pairs whose answers spell out one of the tokenizer's ``special_tokens``, are
+    skipped, counted and written to ``report_path``."""
     from datasets import Dataset
     from tqdm import tqdm
 
@@ -51,6 +53,10 @@ def build_preference_dataset(paths: list[str], steps: dict, report_path: str | N
     rows = []
     for pair in tqdm(pairs, desc="pairs", unit="pair", disable=len(pairs) < 50):
         try:
+            for side in ("chosen", "rejected"):
+                token = control_token_in(pair[side], special_tokens)
+                if token is not None:
+                    raise Reject("control_token", f"{pair['page_id']}: the {side} answer spells out {token}")
             sample = pipeline({"pdf_path": pair["pdf_path"], "page": pair["page"]})
         except Reject as exc:
             report.add(pair, exc)
@@ -58,8 +64,9 @@ def build_preference_dataset(paths: list[str], steps: dict, report_path: str | N
         rows.append({"prompt": sample["messages"], "images": [sample["image"]], "page_id": pair["page_id"],
                      "chosen": [{"role": "assistant", "content": pair["chosen"]}],
                      "rejected": [{"role": "assistant", "content": pair["rejected"]}]})
-    log.info("%d pairs from %s (%d pages gave no pair, %d not rendered)", len(rows), ", ".join(paths), without,
-             sum(report.counts.values()))
+    skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(report.counts.items())) or "none"
+    log.info("%d pairs from %s (%d pages gave no pair; pairs skipped: %s)", len(rows), ", ".join(paths), without,
+             skipped)
     if not rows:
         raise ValueError(f"data: no usable pairs in {', '.join(paths)}")
     return Dataset.from_list(rows)

@@ -28,6 +28,13 @@ class Reject(Exception):
         self.detail = detail
 
 
+def control_token_in(text: str, tokens) -> str | None:
+    """The first of ``tokens`` (a tokenizer's special tokens) that ``text`` spells out, if any. A target
+    holding one would be tokenized as that control token: a stray end of turn, or an image placeholder
+    with no image behind it, which stops training on a features/tokens mismatch."""
+    return next((token for token in tokens if token and token in text), None)
+
+
 class Step:
     def __call__(self, sample: dict) -> dict:
         raise NotImplementedError
@@ -283,6 +290,7 @@ class Tokenize(Step):
         )
         assistant_header = header[header.rindex("<|im_start|>"):]
         self.header_ids = tokenizer(assistant_header, add_special_tokens=False)["input_ids"]
+        self.special_tokens = tokenizer.all_special_tokens
 
     def _assistant_start(self, ids: list[int]) -> int:
         n = len(self.header_ids)
@@ -292,6 +300,9 @@ class Tokenize(Step):
         raise Reject("no_assistant_turn", "the chat template produced no assistant turn to learn")
 
     def __call__(self, sample):
+        token = control_token_in(sample.get("target", ""), self.special_tokens)
+        if token is not None:
+            raise Reject("control_token", f"{sample.get('md_path')}: the target spells out the tokenizer's {token}")
         text = self.processor.apply_chat_template(sample["messages"], tokenize=False)
         enc = self.processor(text=[text], images=[sample["image"]], return_tensors="pt")
         input_ids = enc["input_ids"][0]

@@ -73,7 +73,10 @@ class ChatClient:
             data = response.json()
             choice = data["choices"][0]
             usage = data.get("usage") or {}
-            return Reply(text=choice["message"]["content"] or "", finish_reason=choice.get("finish_reason"),
+            text = choice["message"]["content"] or ""
+            for token in self.server.special_tokens:
+                text = text.replace(token, "")
+            return Reply(text=text, finish_reason=choice.get("finish_reason"),
                          input_tokens=int(usage.get("prompt_tokens") or 0),
                          output_tokens=int(usage.get("completion_tokens") or 0))
         except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:

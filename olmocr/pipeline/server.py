@@ -60,6 +60,9 @@ class Server:
 
     url: str
     model: str
+    # Control tokens the server leaves in its answers and the client drops, so every server answers as
+    # vLLM does (it decodes with skip_special_tokens).
+    special_tokens: tuple[str, ...] = ()
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -223,6 +226,17 @@ class TransformersServer(ManagedServer):
     def model(self) -> str:
         # transformers serve pinned to a model answers only requests that name exactly that model.
         return self.source.path
+
+    def start(self, log_path: str) -> None:
+        from transformers import AutoTokenizer
+
+        # transformers serve keeps special tokens in Qwen-family answers (its response parser reads the
+        # raw decode): a sampled <|image_pad|> would reach Dolma text and, in a DPO pair, become an
+        # image placeholder with no image behind it. Read once the server has loaded the model, so a
+        # folder that is no model fails with the server's own error.
+        super().start(log_path)
+        tokenizer = AutoTokenizer.from_pretrained(self.source.path)
+        self.special_tokens = tuple(sorted({t for t in tokenizer.all_special_tokens if t}, key=len, reverse=True))
 
     def command(self) -> list[str]:
         command = [executable("transformers"), "serve", self.source.path, "--host", self.host, "--port", str(self.port),

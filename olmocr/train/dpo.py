@@ -87,8 +87,9 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         write_run_info(output_dir)
     processor = source.load_processor()
     report = os.path.join(output_dir, "rejected.jsonl")
-    train = build_preference_dataset(data["train"], data["steps"], report)
-    evals = build_preference_dataset(data["eval"], data["steps"], report) if data["eval"] else None
+    special = processor.tokenizer.all_special_tokens
+    train = build_preference_dataset(data["train"], data["steps"], special, report)
+    evals = build_preference_dataset(data["eval"], data["steps"], special, report) if data["eval"] else None
     pairs_per_step = t["batch_size"] * t["grad_accum"] * dist_info.world_size
     steps = total_steps(cfg.trainer.max_duration, len(train), pairs_per_step)
     stop = steps if t["hard_stop"]["value"] is None else min(
