@@ -157,7 +157,7 @@ def test_sft_and_grpo_runs_end_with_plots_of_their_metrics(tmp_path, cache_dir):
     assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
 
 
-def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_marked(tmp_path, browser):
+def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_marked(tmp_path, browser, monkeypatch):
     from chat_server import UNPARSEABLE, ChatServer, good, pixels_key
     from conftest import write_pdf
     from test_pipeline_ocr import page_keys, pipeline_overrides, run_pipeline
@@ -197,6 +197,13 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
     assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
     assert "is_table False" in pages[0].text
     assert os.path.getsize(os.path.join(out, "viewer.png")) > 10_000
+    # Without results=, the viewer shows the workspace a pipeline run without workspace= writes.
+    from olmocr.pipeline.schema import SAMPLE_WORKSPACE
+
+    shutil.copytree(workspace, tmp_path / "cwd" / SAMPLE_WORKSPACE)
+    monkeypatch.chdir(tmp_path / "cwd")
+    default = run(compose("report_viewer", []), str(tmp_path / "viewer_default"))
+    assert open(default).read().count('<section class="document"') == 2
 
 
 def test_model_output_is_drawn_but_never_run():

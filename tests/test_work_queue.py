@@ -265,6 +265,11 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
     again = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "added 0 PDFs (10 already queued)" in again.stdout and "finished 0 items" in again.stdout
     assert json.loads(ws.store.read(ws.done_name(item.id)).data) == done
+    # The stats read the sample workspace when none is named, as the run wrote it.
+    stats = subprocess.run([sys.executable, "-m", "olmocr.pipeline.stats"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    assert stats.returncode == 0, stats.stderr
+    assert "1 total: 1 done" in stats.stdout and "nothing left: every item is done or given up" in stats.stdout
 
 
 def test_an_unreachable_s3_endpoint_is_one_line(tmp_path):

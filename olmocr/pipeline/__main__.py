@@ -23,11 +23,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.pipeline.schema import SAMPLE_WORKSPACE  # also puts this stage's schemas in Hydra's ConfigStore
 from olmocr.config import build, run_stage, start, validate
 
 log = logging.getLogger("olmocr.pipeline")
-SAMPLE_WORKSPACE = os.path.join("outputs", "pipeline", "sample")
 
 
 def run(cfg: DictConfig, output_dir: str) -> dict:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,10 @@ class QueueConfig:
     max_failures: int = 3  # an item whose processing raised this many times is given up
     linger: bool = True  # wait while other workers hold items, to take over the claims of any that die
     poll_s: float | None = None  # how often a lingering worker looks again; null: a quarter lease, ≤30 s
+
+
+# Where a run without workspace= converts the bundled eval PDFs; stats and the viewer read it by default.
+SAMPLE_WORKSPACE = os.path.join("outputs", "pipeline", "sample")
 
 
 @dataclass
@@ -46,7 +51,7 @@ class PipelineConfig(StageConfig):
 
 @dataclass
 class StatsConfig(StageConfig):
-    workspace: str = MISSING
+    workspace: str = SAMPLE_WORKSPACE
     s3_endpoint: str | None = None
     window_min: float = 15.0  # the recent throughput (and the projected finish) is over this window
     json: bool = False  # print the figures as JSON

@@ -106,7 +106,8 @@ def describe(stats: dict) -> str:
         f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",
         f"rate       {rate(stats['pages_per_s'])} pages/s overall, {rate(stats['pages_per_s_recent'])} pages/s "
         f"over the last {stats['window_min']:g} min",
-        f"finish     {_duration(stats['projected_finish_s'])}",
+        "finish     nothing left: every item is done or given up"
+        if stats["done"] + stats["given_up"] == stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
     ]
     if stats["unreadable_done_markers"]:
         lines.append(f"warning    {stats['unreadable_done_markers']} done markers could not be read")

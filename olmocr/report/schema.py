@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from olmocr.config import StageConfig, store
+from olmocr.pipeline.schema import SAMPLE_WORKSPACE
 
 
 @dataclass
@@ -19,7 +20,9 @@ class PlotsConfig(StageConfig):
 
 @dataclass
 class ViewerConfig(StageConfig):
-    results: Any = MISSING  # a workspace, or Dolma JSONL paths/globs (one, or a list); local or s3://
+    # A workspace, or Dolma JSONL paths/globs (one, or a list); local or s3://. By default the workspace
+    # of a pipeline run without workspace= (the bundled eval PDFs).
+    results: Any = SAMPLE_WORKSPACE
     max_documents: int = 50  # shown, in file order
     longest_side: int = 700  # of the page images, in pixels
 
