@@ -23,8 +23,7 @@ PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_D
 # Values a config leaves to the command line (???): composing without them is an error that names them.
 REQUIRED = {"bench": ["candidates=/tmp"], "prepare": ["sources=[/tmp]", "output=/tmp/out"],
             "compress": ["source=/tmp", "output=/tmp/out"], "compare": ["reference=/tmp", "candidate=/tmp"],
-            "pipeline_stats": ["workspace=/tmp/workspace"], "report_plots": ["run_dir=/tmp"],
-            "report_viewer": ["results=/tmp"]}
+            "pipeline_export": ["out_dir=/tmp/labels"], "report_plots": ["run_dir=/tmp"]}
 SAMPLE_PAGES = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
 DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 

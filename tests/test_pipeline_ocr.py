@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from chat_server import CUT_OFF, DROP, SERVER_ERROR, UNPARSEABLE, ChatServer, good, pixels_key, rotated
+from chat_server import CUT_OFF, DROP, SERVER_ERROR, UNPARSEABLE, ChatServer, answer, good, pixels_key, rotated
 from conftest import SAMPLE, write_encrypted_pdf, write_pdf
 from omegaconf import OmegaConf
 from PIL import Image
@@ -96,6 +96,7 @@ def test_a_page_the_model_finds_turned_is_sent_again_turned_back(tmp_path, direc
         pixels_key(first if t is None else first.transpose(t)) for t in transposes]
     assert [a["rotation"] for a in result.attempts] == [0, 90, 180]
     assert result.text == "Upright now." and result.meta.is_rotation_valid and not result.fallback
+    assert result.turned == 180  # the clockwise turn of the reading kept
     assert turn(first, 90, direction).size == first.size[::-1]
 
 
@@ -360,3 +361,46 @@ def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run"), tmp_path / "r1")
     assert gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read()) == before
     assert len(glob.glob(f"{workspace}/done/*.json")) == 1
+
+
+def test_a_teacher_labels_a_pdf_folder_into_training_pages_the_data_steps_load(tmp_path, cache_dir):
+    from olmocr.data.__main__ import run as check_data
+    from olmocr.data.frontmatter import parse_document
+    from olmocr.data.pdf import pdf_info
+    from olmocr.data.pipeline import build_pipeline
+    from olmocr.pipeline.export import run as export
+
+    os.makedirs(tmp_path / "in")
+    three = write_pdf(str(tmp_path / "in" / "three.pdf"), ["First page", "Unreadable page", "Sideways page"])
+    write_pdf(str(tmp_path / "in" / "one.pdf"), ["Always turned"])  # the model always finds it turned
+    first, unreadable, sideways = page_keys(three, 3)
+    render = build_pipeline(steps())
+    upright = pixels_key(turn(render({"pdf_path": three, "page": 3})["image"], 90, "clockwise"))
+    answers = {first: good("First page text."), unreadable: UNPARSEABLE, sideways: rotated(90),
+               upright: answer("---\nprimary_language: de\nis_rotation_valid: True\nrotation_correction: 0\n"
+                               "is_table: True\nis_diagram: False\n---\n| a | b |")}
+    workspace, out = str(tmp_path / "ws"), str(tmp_path / "labels")
+    with ChatServer(script=lambda request: answers.get(pixels_key(request.image), rotated(180))) as server:
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/in]",
+                                        "work.page_results=true", "convert.temperatures=[0.1,0.2]",
+                                        "work.max_page_error_rate=1"), tmp_path / "run")
+    args = [f"workspace={workspace}", f"out_dir={out}", "progress=false"]
+    summary = export(compose("pipeline_export", args), str(tmp_path / "export"))
+    assert {k: summary[k] for k in ("pages", "exported", "fallback", "still_turned")} == {
+        "pages": 4, "exported": 2, "fallback": 1, "still_turned": 1}
+    stem = f"{out}/{three.lstrip('/')[:-4]}"
+    assert sorted(glob.glob(f"{out}/**/*.*", recursive=True)) == [f"{stem}_pg{n}.{x}" for n in (1, 3) for x in ("md", "pdf")]
+    meta, text = parse_document(open(f"{stem}_pg1.md").read())
+    assert text == "First page text." and meta.is_rotation_valid and meta.rotation_correction == 0
+    # The teacher read page 3 once it was turned 90° clockwise: that is the page's label.
+    meta, text = parse_document(open(f"{stem}_pg3.md").read())
+    assert text == "| a | b |" and (meta.is_rotation_valid, meta.rotation_correction) == (False, 90)
+    assert (meta.primary_language, meta.is_table) == ("de", True)
+    assert pdf_info(f"{stem}_pg3.pdf").num_pages == 1
+    assert pixels_key(render({"pdf_path": f"{stem}_pg3.pdf", "page": 1})["image"]) == sideways
+    again = export(compose("pipeline_export", args), str(tmp_path / "export2"))
+    assert (again["exported"], again["kept"]) == (0, 2)
+    checked = check_data(compose("check_data", ["data=folder", f"data.roots=[{out}]", f"data.eval_roots=[{out}]"]),
+                         str(tmp_path / "check"))
+    assert checked["loaded"] == 2 and checked["rejected"] == {}
+    assert checked["sources"]["train/folder"]["rotated"] == 1

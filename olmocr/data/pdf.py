@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime
 import io
 import logging
+import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 from olmocr.utils.io import local_path, read_bytes
@@ -112,6 +114,26 @@ def text_layer(path: str, page: int = 1, data: bytes | None = None, timeout: flo
         raise PdfError("unreadable_pdf", f"{path}: pdftotext failed ({message[-1] if message else 'no output'})")
     # pdftotext ends every page with a form feed; blank lines around the text carry nothing.
     return proc.stdout.decode("utf-8", errors="replace").replace("\f", "").strip()
+
+
+def single_page(path: str, page: int, data: bytes | None = None, timeout: float = 60.0) -> bytes:
+    """Page ``page`` of a PDF as a PDF of its own (poppler's ``pdfseparate``; its ``/Rotate`` kept)."""
+    exe = shutil.which("pdfseparate")
+    if exe is None:
+        raise RuntimeError("pdfseparate not found: install poppler-utils (sudo apt-get install -y poppler-utils)")
+    with local_path(path, data) as local, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "page.pdf")
+        try:
+            proc = subprocess.run([exe, "-f", str(page), "-l", str(page), local, out], capture_output=True,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise PdfError("unreadable_pdf", f"{path}: pdfseparate took longer than {timeout:.0f}s") from None
+        if proc.returncode != 0 or not os.path.exists(out):
+            message = proc.stderr.decode(errors="replace").strip().splitlines()
+            raise PdfError("unreadable_pdf", f"{path}: page {page} could not be cut out "
+                                             f"({message[-1] if message else 'no output'})")
+        with open(out, "rb") as fh:
+            return fh.read()
 
 
 def pdf_page_size(path: str, page: int = 1, data: bytes | None = None) -> tuple[float, float]:

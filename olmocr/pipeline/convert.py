@@ -39,10 +39,15 @@ _CLOCKWISE = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180, 2
 FALLBACK_META = PageMeta(primary_language=None)
 
 
+def clockwise(degrees: int, direction: str) -> int:
+    """A turn of ``degrees`` in ``direction`` as the clockwise turn it is (0, 90, 180, 270)."""
+    return degrees % 360 if direction == "clockwise" else -degrees % 360
+
+
 def turn(image: Image.Image, degrees: int, direction: str) -> Image.Image:
     """``image`` turned by ``degrees`` (0, 90, 180, 270) in ``direction``."""
-    clockwise = degrees % 360 if direction == "clockwise" else -degrees % 360
-    return image if clockwise == 0 else image.transpose(_CLOCKWISE[clockwise])
+    degrees = clockwise(degrees, direction)
+    return image if degrees == 0 else image.transpose(_CLOCKWISE[degrees])
 
 
 def png_data_url(image: Image.Image) -> str:
@@ -71,6 +76,9 @@ class PageResult:
     text: str
     meta: PageMeta
     fallback: bool = False
+    # Clockwise degrees the page image was turned for the reading kept (``meta`` describes that image): the
+    # turn that makes the page upright when that reading found it so.
+    turned: int = 0
     input_tokens: int = 0  # over every attempt: what the page cost
     output_tokens: int = 0
     attempts: list[dict] = field(default_factory=list)  # per attempt: temperature, rotation, outcome
@@ -78,7 +86,7 @@ class PageResult:
     def record(self) -> dict:
         """The page as a JSON object (the per-page output)."""
         return {"page": self.page, "text": self.text, **self.meta.to_dict(), "fallback": self.fallback,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts}
+                "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts}
 
 
 def _leaves(error: BaseException):
@@ -213,7 +221,7 @@ class PageConverter:
             except Reject as exc:
                 result.attempts.append({"outcome": f"not rendered: {exc}"})
                 return await self._fall_back(result, fallback_path, data)
-            rotation, answer = 0, None
+            rotation, answer, read_at = 0, None, 0
             for temperature in self.temperatures:
                 reply = await self.client.chat(chat_messages(messages, url), self.max_tokens, temperature)
                 result.input_tokens += reply.input_tokens
@@ -224,7 +232,7 @@ class PageConverter:
                 if isinstance(judged, str):
                     attempt["outcome"] = judged
                     continue
-                answer = judged
+                answer, read_at = judged, rotation
                 meta = judged[0]
                 if meta.is_rotation_valid:
                     attempt["outcome"] = "ok"
@@ -238,6 +246,7 @@ class PageConverter:
         # The last answer that parsed, even if the model still found the page turned: its text is the
         # model's reading, which beats the text layer.
         result.meta, result.text = answer
+        result.turned = clockwise(read_at, self.rotation_direction)
         return result
 
     async def sample(self, sample: dict, n: int, temperature: float) -> tuple[list[dict], list[Reply]]:

@@ -68,6 +68,15 @@ class BenchConfig(StageConfig):
     progress: bool = True
 
 
+@dataclass
+class ExportConfig(StageConfig):
+    workspace: str = SAMPLE_WORKSPACE  # a workspace converted with work.page_results=true
+    s3_endpoint: str | None = None
+    out_dir: str = MISSING  # the training folder (local or s3://): <pdf path>_pg<page>.pdf and .md
+    progress: bool = True
+
+
 store("pipeline_schema", PipelineConfig)
 store("pipeline_bench_schema", BenchConfig)
 store("pipeline_stats_schema", StatsConfig)
+store("pipeline_export_schema", ExportConfig)

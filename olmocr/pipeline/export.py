@@ -1,0 +1,138 @@
+"""python -m olmocr.pipeline.export workspace=… out_dir=… — a converted workspace as training pages.
+
+Every page that the model read (not a text-layer fallback) and found upright, as it was or after the
+pipeline turned it, becomes a single-page PDF cut from its source (its ``/Rotate`` kept) with the ``.md``
+beside it: the reading's front matter, with ``rotation_correction`` the clockwise turn that makes the
+original page upright, and the text. That is the folder ``data=folder`` trains on, so a teacher model
+behind the pipeline (``server=vllm`` or ``server=external``) labels a PDF folder for SFT. It reads the
+workspace's page results (``work.page_results=true``). Pages already exported are kept, so running it
+again as more items finish adds only the new pages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter, defaultdict
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.config import run_stage, start, validate
+from olmocr.data.frontmatter import FrontMatterError, PageMeta, write_document
+from olmocr.pipeline.dolma import mirror_path
+from olmocr.pipeline.ocr import PAGES
+
+log = logging.getLogger("olmocr.pipeline.export")
+SKIPPED = ("fallback", "still_turned", "unreadable_sources", "unreadable_lines")
+
+
+def training_page(record: dict) -> tuple[PageMeta, str] | str:
+    """The label of one page result, or why the page gives none."""
+    if record["fallback"]:
+        return "fallback"  # the text layer is no label
+    if not record["is_rotation_valid"]:
+        return "still_turned"  # the model's last reading found the page turned: its text may be garbled
+    turned = record["turned"]
+    meta = PageMeta(primary_language=record["primary_language"], is_rotation_valid=turned == 0,
+                    rotation_correction=turned, is_table=record["is_table"], is_diagram=record["is_diagram"])
+    return meta, record["text"]
+
+
+def read_page_results(workspace, counts: Counter) -> dict[str, list[dict]]:
+    """The workspace's page results by source PDF; lines that do not parse are counted and skipped."""
+    names = sorted(n for n in workspace.store.list(PAGES) if n.endswith(".jsonl"))
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    for name, data in workspace.store.read_many([f"{PAGES}/{n}" for n in names]).items():
+        for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                by_source[record["source"]].append(record)
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                counts["unreadable_lines"] += 1
+                log.warning("%s:%d: not a page result (%s)", name, number, exc)
+    return by_source
+
+
+def export_source(source: str, records: list[dict], out, counts: Counter) -> None:
+    """Write the training pages of one source PDF (read once, and only when a page is new)."""
+    from olmocr.data.pdf import PdfError, single_page
+    from olmocr.utils.io import read_bytes
+
+    data = None
+    for record in sorted(records, key=lambda r: r["page"]):
+        stem = mirror_path(source, f"_pg{record['page']}")
+        try:
+            label = training_page(record)
+        except (KeyError, TypeError, FrontMatterError) as exc:
+            counts["unreadable_lines"] += 1
+            log.warning("%s page %s: not a page result (%s)", source, record.get("page"), exc)
+            continue
+        if isinstance(label, str):
+            counts[label] += 1
+            continue
+        if out.exists(f"{stem}.md"):
+            counts["kept"] += 1
+            continue
+        try:
+            data = read_bytes(source) if data is None else data
+            page_pdf = single_page(source, record["page"], data)
+        except (OSError, PdfError) as exc:
+            counts["unreadable_sources"] += 1
+            log.warning("skipped %s page %d: %s", source, record["page"], exc)
+            continue
+        # The .md last: the index pairs a page by its .md, so no .md ever lacks its PDF.
+        out.write(f"{stem}.pdf", page_pdf)
+        out.write(f"{stem}.md", write_document(*label).encode("utf-8"))
+        counts["exported"] += 1
+
+
+def run(cfg: DictConfig, output_dir: str) -> dict:
+    from tqdm import tqdm
+
+    from olmocr.pipeline.store import open_store, store_errors
+    from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.runinfo import write_run_info
+
+    validate(cfg)
+    if "://" in cfg.out_dir and not cfg.out_dir.startswith("s3://"):
+        raise ValueError(f"out_dir: {cfg.out_dir!r} is neither a local folder nor s3://bucket/prefix")
+    if cfg.s3_endpoint:  # the workspace, the source PDFs and out_dir all go to this endpoint
+        os.environ["AWS_ENDPOINT_URL"] = cfg.s3_endpoint
+    counts = Counter(dict.fromkeys(("exported", "kept", *SKIPPED), 0))
+    try:
+        workspace = Workspace(cfg.workspace, cfg.s3_endpoint)
+        out = open_store(cfg.out_dir, cfg.s3_endpoint)
+        by_source = read_page_results(workspace, counts)
+        if not by_source:
+            raise ValueError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
+                             "python -m olmocr.pipeline … work.page_results=true")
+        pages = sum(len(records) for records in by_source.values())
+        with tqdm(total=pages, unit="page", desc="export", disable=not cfg.progress, dynamic_ncols=True) as bar:
+            for source in sorted(by_source):
+                export_source(source, by_source[source], out, counts)
+                bar.update(len(by_source[source]))
+                bar.set_postfix(exported=counts["exported"], refresh=False)
+    except store_errors() as exc:
+        raise ValueError(f"export: {exc}") from None
+    summary = {"workspace": cfg.workspace, "out_dir": cfg.out_dir, "pages": pages, **counts}
+    skipped = ", ".join(f"{counts[k]} {k}" for k in SKIPPED if counts[k])
+    log.info("%d of %d pages exported to %s (%d already there; skipped: %s); train on them with python -m "
+             "olmocr.train data=folder 'data.roots=[%s]'", counts["exported"], pages, cfg.out_dir, counts["kept"],
+             skipped or "none", cfg.out_dir)
+    write_run_info(output_dir, summary=summary)
+    return summary
+
+
+@hydra.main(config_path="../../conf", config_name="pipeline_export", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
+
+
+if __name__ == "__main__":
+    start(main, "olmocr.pipeline.export", "pipeline_export", __doc__)
