@@ -234,12 +234,23 @@ def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
     fs.put_file(write_pdf(str(tmp_path / "a.pdf"), ["Remote page one", "Remote page two"]), "corpus/x/a.pdf")
     with ChatServer([good("Read remotely.")]) as server:
         summary = run_pipeline(pipeline_overrides(server, "s3://corpus/ws", tmp_path / "run",
-                                                  "pdfs=[s3://corpus/x/*.pdf]"), tmp_path / "run")
+                                                  "pdfs=[s3://corpus/x/*.pdf]", "work.page_results=true"),
+                               tmp_path / "run")
     assert summary["work"]["counts"]["documents"] == 1 and summary["work"]["counts"]["pages"] == 2
     [result] = fs.glob("corpus/ws/results/*.jsonl")
     doc = json.loads(fs.cat_file(result))
     assert doc["metadata"]["Source-File"] == "s3://corpus/x/a.pdf" and doc["text"] == "Read remotely.\nRead remotely."
     assert fs.cat_file("corpus/ws/markdown/corpus/x/a.md").decode() == doc["text"]
+    # Training pages from the S3 workspace into an S3 folder, each page cut from the remote PDF.
+    from olmocr.data.pdf import text_layer
+    from olmocr.pipeline.export import run as export
+
+    summary = export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels",
+                                                 "progress=false"]), str(tmp_path / "export"))
+    assert summary["exported"] == 2
+    assert sorted(fs.find("corpus/labels")) == [f"corpus/labels/corpus/x/a_pg{n}.{x}" for n in (1, 2) for x in ("md", "pdf")]
+    assert fs.cat_file("corpus/labels/corpus/x/a_pg2.md").decode().endswith("---\nRead remotely.\n")
+    assert text_layer("s3://corpus/labels/corpus/x/a_pg2.pdf") == "Remote page two"
 
 
 # --- the real model server ---------------------------------------------------------------------------------
