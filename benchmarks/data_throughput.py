@@ -25,9 +25,10 @@ from torch.utils.data import DataLoader
 
 from olmocr.data.dataset import build_datasets
 from olmocr.data.index import index_root
-from olmocr.data.render import render_page
+from olmocr.formats.render import render_page
 from olmocr.models import TinyModel
 from olmocr.synth.generator import LAYOUTS, generate
+
 
 def production_steps(longest_side: int) -> dict:
     """The v4 step list exactly as configured (conf/data/steps/v4.yaml), at the given render size."""

@@ -1,7 +1,7 @@
 """How fast each stage answers before doing any work: ``--help``, ``dry_run=true`` (compose, validate,
 print) and a config error (an unknown key), as a user at a terminal sees it (a fresh process each time).
 
-    python benchmarks/stage_startup.py [--repeats 5]
+    python benchmarks/stage_startup.py [--repeats 5] [--stages olmocr.train olmocr.bench …]
 
 Prints the median seconds of --repeats runs per stage and command, and the ratio to the floor measured
 in the same run: a fresh Python that only imports hydra and omegaconf. The target is under 1.5 s each.
@@ -16,11 +16,8 @@ import sys
 import tempfile
 import time
 
-STAGES = {"train": [], "data": [], "bench": ["candidates=."], "synth": [],  # and the values each requires
-          "prepare": ["sources=[.]", "output=out"], "compress": ["source=.", "output=out"],
-          "compare": ["reference=.", "candidate=."], "pipeline": [], "pipeline.stats": ["workspace=."],
-          "pipeline.bench": [], "report.plots": ["run_dir=."],
-          "report.viewer": ["results=."], "pairs": []}
+from olmocr.cli import stages
+
 COMMANDS = {"--help": ["--help"], "dry_run": ["dry_run=true"], "config error": ["no_such_key=1"]}
 
 
@@ -36,15 +33,20 @@ def seconds(args: list[str], expect_ok: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--stages", nargs="+", help="these stages only (default: every stage)")
     args = parser.parse_args()
+    chosen = {m: s for m, s in stages().items() if not args.stages or m in args.stages}
+    if args.stages and len(chosen) != len(args.stages):
+        sys.exit(f"--stages: unknown stage(s) {sorted(set(args.stages) - set(chosen))} (have {', '.join(stages())})")
     floor = statistics.median(seconds(["-c", "import hydra, omegaconf"], True) for _ in range(args.repeats))
     print(f"floor (python -c 'import hydra, omegaconf'): {floor:.2f}s\n")
-    print(f"{'stage':<9}" + "".join(f"{name:>22}" for name in COMMANDS))
+    width = max(len(m) for m in chosen) + 2
+    print(f"{'stage':<{width}}" + "".join(f"{name:>22}" for name in COMMANDS))
     with tempfile.TemporaryDirectory() as tmp:
-        for stage, required in STAGES.items():
-            row = f"{stage:<9}"
+        for module, stage in chosen.items():
+            row = f"{module:<{width}}"
             for name, extra in COMMANDS.items():
-                cmd = ["-m", f"olmocr.{stage}", *extra, *required, f"hydra.run.dir={tmp}/{stage}"]
+                cmd = ["-m", module, *extra, *stage.placeholders(), f"hydra.run.dir={tmp}/{module}"]
                 median = statistics.median(seconds(cmd, name != "config error") for _ in range(args.repeats))
                 row += f"{median:>13.2f}s ({median / floor:.1f}x)"
             print(row)

@@ -14,22 +14,20 @@ import json
 import logging
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.checkpoints.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 log = logging.getLogger("olmocr.compare")
 
 
+@stage("compare", succeeded=lambda summary: summary["passed"])
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.checkpoints.agreement import compare, markdown
     from olmocr.checkpoints.pages import choose_pages
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     summary = compare(cfg.reference, cfg.candidate, choose_pages(cfg.pages.root, cfg.pages.count, cfg.pages.seed),
                       OmegaConf.to_container(cfg.steps, resolve=True), engine=cfg.engine,
                       max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold, max_flagged=cfg.max_flagged,
@@ -49,12 +47,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../conf", config_name="compare", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    summary = run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-    if summary.get("passed") is False:
-        raise SystemExit(1)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.compare", "compare", __doc__)
+    run.main()

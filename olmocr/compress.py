@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.checkpoints.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 
+@stage("compress")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.checkpoints.quantize import compress
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     record = compress(cfg.source, cfg.output, scheme=cfg.scheme, ignore=list(cfg.ignore), step=cfg.step,
                       calibration=OmegaConf.to_container(cfg.calibration, resolve=True),
                       steps=OmegaConf.to_container(cfg.steps, resolve=True), overwrite=cfg.overwrite,
@@ -31,10 +29,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return record
 
 
-@hydra.main(config_path="../conf", config_name="compress", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.compress", "compress", __doc__)
+    run.main()

@@ -1,4 +1,4 @@
-"""Config machinery: schemas generated from signatures, validation, building, running a stage.
+"""Config machinery: schemas generated from signatures, validation, building.
 
 Schemas for ``_target_`` nodes are generated from the target's own signature, so a builder and its
 schema cannot drift apart. Each stage keeps its own schemas in ``olmocr/<stage>/schema.py``, which puts
@@ -18,7 +18,6 @@ import importlib.util
 import inspect
 import os
 import pkgutil
-import sys
 import types
 import typing
 from collections.abc import Callable
@@ -31,9 +30,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
-# Parameters that stages hand to builders at run time rather than through config.
-RUNTIME_PARAMETERS = {"processor", "model", "optimizer", "total_steps", "run_config", "output_dir",
-                      "eos_token_ids", "server", "converter", "workspace", "log_dir", "progress"}
 
 OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=True)
 OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
@@ -74,18 +70,37 @@ def locate(path: str):
     raise ValueError(f"cannot import {path!r}")
 
 
-def build(node, **runtime):
-    """``hydra.utils.instantiate`` with run-time objects (a processor, the model, …) passed to the target
-    only where its signature takes them and the config does not set them."""
+def runtime(*names: str):
+    """Declare the parameters of a builder (a class or function a config's ``_target_`` names) that the stage
+    hands it when it builds it, such as the model or a server: they are no config keys, so the builder's
+    schema leaves them out, and :func:`build` passes them."""
+
+    def declare(target):
+        params = inspect.signature(target).parameters
+        assert set(names) <= set(params), f"{target.__qualname__} takes no {sorted(set(names) - set(params))}"
+        target.__runtime_parameters__ = frozenset(names)
+        return target
+
+    return declare
+
+
+def runtime_parameters(target) -> frozenset[str]:
+    """What :func:`runtime` declared of ``target`` (only its own declaration, not an ancestor's)."""
+    return vars(target).get("__runtime_parameters__", frozenset())
+
+
+def build(node, **objects):
+    """``hydra.utils.instantiate`` with the run-time ``objects`` (a processor, the model, …) that the target
+    declares (:func:`runtime`) passed to it."""
     from hydra.utils import instantiate
 
     node = {k: v for k, v in (node.items() if isinstance(node, dict) else OmegaConf.to_container(node).items())
             if k != "_after_"}
-    params = inspect.signature(locate(node["_target_"])).parameters
+    declared = runtime_parameters(locate(node["_target_"]))
     # Run-time objects are passed to the built partial, not through Hydra, which would copy them or
     # instantiate `_target_`s found inside them.
     factory = instantiate(node, _partial_=True)
-    return factory(**{k: v for k, v in runtime.items() if k in params and k not in node})
+    return factory(**{k: v for k, v in objects.items() if k in declared})
 
 
 def schema_for(target: str | type) -> type:
@@ -122,7 +137,7 @@ def _schema_for_object(obj, reward: bool = False) -> type:
     if reward:
         specs.append(("weight", float, field(default=1.0)))
     for name, param in inspect.signature(obj).parameters.items():
-        if name in RUNTIME_PARAMETERS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if name in runtime_parameters(obj) or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if reward and param.kind is not param.KEYWORD_ONLY:
             continue
@@ -142,6 +157,9 @@ class PathsConfig:
     sample_data: str = "${olmocr.root:}/data/sample"
     olmocr_mix: str = "${oc.env:OLMOCR_MIX_DIR,/data/olmOCR-mix-1025}"
     synthmix: str = "${oc.env:OLMOCR_SYNTHMIX_DIR,/data/olmOCR-synthmix-1025}"
+    # Where a pipeline run without workspace= converts the bundled eval PDFs; stats, export and the viewer
+    # read it by default.
+    sample_workspace: str = "outputs/pipeline/sample"
 
 
 @dataclass
@@ -246,74 +264,3 @@ def compose(config_name: str, overrides: list[str] | None = None) -> DictConfig:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = hydra_compose(config_name=config_name, overrides=overrides or [])
     return validate(cfg)
-
-
-def config_groups() -> dict[str, list[str]]:
-    """Every config group under conf/ and its options."""
-    groups = {}
-    for folder, _, files in sorted(os.walk(CONF_DIR)):
-        options = sorted(f[:-5] for f in files if f.endswith(".yaml"))
-        if folder != CONF_DIR and options:
-            groups[os.path.relpath(folder, CONF_DIR).replace(os.sep, "/")] = options
-    return groups
-
-
-def stage_help(module: str, config_name: str, doc: str, overrides: list[str]) -> str:
-    """A stage's ``--help``: what it does, the config groups and their options, and its config with the
-    overrides given. (Hydra's own ``--help`` copies its config repository once per group, which takes
-    seconds with this tree; ``--hydra-help`` still shows Hydra's options.)"""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    register_schemas()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            config = OmegaConf.to_yaml(hydra_compose(config_name=config_name, overrides=overrides))
-    except Exception as exc:  # noqa: BLE001 - a bad override: say so, help is still useful without it
-        config = f"(cannot compose with {' '.join(overrides)}: {str(exc).splitlines()[0]})\n"
-    width = max(len(group) for group in config_groups())
-    lines = [doc.strip(), "", f"Usage: python -m {module} [group=option ...] [key=value ...] "
-             "[dry_run=true] [-m key=a,b ...] [cluster=<name>]", "",
-             "== Configuration groups (conf/<group>/<option>.yaml) ==", ""]
-    lines += [f"{group:<{width}}: {', '.join(options)}" for group, options in config_groups().items()]
-    lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "", config.rstrip(), "",
-              "Hydra's own flags: python -m " + module + " --hydra-help"]
-    return "\n".join(lines)
-
-
-def start(main, module: str, config_name: str, doc: str) -> None:
-    """A stage's command line: ``--help`` is answered here (fast), ``cluster=<name>`` submits the run,
-    anything else runs the Hydra app ``main``."""
-    args = sys.argv[1:]
-    if "--help" in args or "-h" in args:
-        print(stage_help(module, config_name, doc, [a for a in args if not a.startswith("-")]))
-        return
-    sys.argv = submit_on_cluster(sys.argv)
-    main()
-
-
-def submit_on_cluster(argv: list[str]) -> list[str]:
-    """``cluster=<name>`` (other than local) on the command line goes through Hydra's launcher, which
-    only a multirun uses: add ``--multirun``, so one command submits one job."""
-    clusters = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("cluster=")]
-    if clusters and clusters[-1] != "local" and not {"-m", "--multirun"} & set(argv):
-        return [argv[0], "--multirun", *argv[1:]]
-    return argv
-
-
-def run_stage(run, cfg: DictConfig, output_dir: str):
-    """Call a stage's ``run(cfg, output_dir)``; with ``dry_run``, only validate the config and print it.
-    A user error (ValueError) ends the stage with one line and exit code 2."""
-    try:
-        if cfg.get("dry_run"):
-            print(OmegaConf.to_yaml(validate(cfg)))
-            return {"dry_run": True}
-        return run(cfg, output_dir)
-    except ValueError as exc:
-        fail(str(exc))
-
-
-def fail(message: str):
-    """End the program on a user error: one line, exit code 2 (also where Hydra would print a trace)."""
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2) from None

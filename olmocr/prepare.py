@@ -12,19 +12,17 @@ from __future__ import annotations
 import json
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.checkpoints.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 
+@stage("prepare")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.checkpoints.soup import prepare
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     weights = OmegaConf.to_container(cfg.weights) if cfg.weights is not None else None
     record = prepare(list(cfg.sources), cfg.output, weights=weights, step=cfg.step, base=cfg.base,
                      processor=cfg.processor, overwrite=cfg.overwrite)
@@ -36,10 +34,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return record
 
 
-@hydra.main(config_path="../conf", config_name="prepare", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.prepare", "prepare", __doc__)
+    run.main()

@@ -48,7 +48,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "setup: warning: $msg; until then, math tests (olmocr.bench) cannot run" >&2
   }
 fi
-katex=olmocr/bench/katex
+katex=olmocr/formats/katex
 if command -v npm >/dev/null &&
    ! cmp -s "$katex/package-lock.json" "$katex/node_modules/.olmocr-setup" 2>/dev/null; then
   echo "setup: installing KaTeX into $katex/node_modules"

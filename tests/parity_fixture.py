@@ -103,7 +103,7 @@ def build(out: str) -> None:
     from omegaconf import OmegaConf
 
     from olmocr.config import compose
-    from olmocr.data.frontmatter import parse_document
+    from olmocr.formats.frontmatter import parse_document
     from olmocr.synth.generator import generate
 
     cfg = compose("synth")

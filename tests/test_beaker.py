@@ -76,23 +76,18 @@ class FakeBeaker:
 
 def launch(monkeypatch, tmp_path, overrides, fake=None, module="olmocr.synth"):
     """Run a stage as `python -m <module> -m …` does, in this process, with the Beaker client replaced."""
-    import importlib
-
     import beaker
     from hydra._internal.utils import _run_hydra, get_args_parser
 
+    from olmocr.cli import stages
     from olmocr.config import CONF_DIR
 
     if fake is not None:
         monkeypatch.setattr(beaker.Beaker, "from_env", classmethod(lambda cls, **kw: fake))
-    stage = importlib.import_module(module)  # a stage package, or a stage module (olmocr/prepare.py)
-    entry = importlib.import_module(f"{module}.__main__") if hasattr(stage, "__path__") else stage
-    task_function = entry.main.__wrapped__
+    stage = stages()[module]
     parser = get_args_parser()
     args = parser.parse_args(["-m", *BASE, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
-    config_name = {"olmocr.synth": "synth", "olmocr.train": "train", "olmocr.prepare": "prepare"}[module]
-    _run_hydra(args=args, args_parser=parser, task_function=task_function, config_path=CONF_DIR,
-               config_name=config_name)
+    _run_hydra(args=args, args_parser=parser, task_function=stage.task, config_path=CONF_DIR, config_name=stage.config)
 
 
 def specs(tmp_path):
@@ -165,7 +160,7 @@ def test_spec_resources_replicas_mounts_and_retries(monkeypatch, tmp_path):
 def test_preemptible_training_needs_a_persistent_run_dir(monkeypatch, tmp_path, capfd):
     with pytest.raises(SystemExit):
         launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true"], module="olmocr.train")
-    assert capfd.readouterr().err == ("error: a preemptible training job would restart from step 0 when preempted: "
+    assert capfd.readouterr().err == ("error: a preemptible olmocr.train job would start over when preempted: "
                                       "set hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
                                       "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false\n")
     # on a mounted persistent folder, the run dir is there (and nothing is synced); retries default to 3
@@ -181,6 +176,19 @@ def test_preemptible_training_needs_a_persistent_run_dir(monkeypatch, tmp_path, 
                                        "hydra.launcher.sync_to=s3://b/r", "trainer.strategy=deepspeed"],
                module="olmocr.train")
     assert "with several replicas use hydra.launcher.run_root" in capfd.readouterr().err
+
+
+def test_replicas_of_a_stage_that_is_not_distributed_are_independent_workers(monkeypatch, tmp_path):
+    """The pipeline declares no distributed job: each replica runs the stage once, on all its GPUs, with no
+    rendezvous to wait for (a preempted replica leaves the others working)."""
+    launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=4", "hydra.launcher.replicas=4",
+                                   "workers=8"], module="olmocr.pipeline")
+    (spec,) = specs(tmp_path).values()
+    (task,) = spec["tasks"]
+    assert task["replicas"] == 4 and task["resources"]["gpuCount"] == 4
+    assert not any(task.get(key) for key in ("leaderSelection", "hostNetworking", "propagateFailure"))
+    assert "torchrun" not in task["command"][2]
+    assert "\npython -m olmocr.pipeline workers=8 cluster=local hydra.run.dir=/results/run\n" in task["command"][2]
 
 
 @pytest.mark.parametrize("replicas, parallel, server_gpus, host", [
@@ -289,7 +297,7 @@ def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_pa
 
     s3 = boto3.client("s3", endpoint_url=s3_server)
     s3.create_bucket(Bucket="runs")
-    common = ["trainer.max_duration.value=24", "trainer.save_interval=8", "trainer.eval_interval=null",
+    common = ["trainer.max_duration.value=12", "trainer.save_interval=4", "trainer.eval_interval=null",
               "trainer.batch_size=2", "data.steps.render.longest_side=256"]
     results = tmp_path / "results"
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
@@ -307,12 +315,12 @@ def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_pa
     with open(tmp_path / "attempt1.log", "w") as log:
         first = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 300
-        while not remote("checkpoints/step_000008/trainer_state.pt") and first.poll() is None:
+        while not remote("checkpoints/step_000004/trainer_state.pt") and first.poll() is None:
             assert time.monotonic() < deadline, "no checkpoint reached S3"
             time.sleep(0.1)
         os.killpg(first.pid, signal.SIGKILL)  # preempted
         first.wait()
-    assert first.returncode == -signal.SIGKILL and not remote("checkpoints/step_000024/trainer_state.pt")
+    assert first.returncode == -signal.SIGKILL and not remote("checkpoints/step_000012/trainer_state.pt")
     shutil.rmtree(results)  # the retry runs on another machine
     retry = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert retry.returncode == 0, retry.stderr[-3000:]
@@ -328,7 +336,7 @@ def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_pa
         return {r["step"]: r["train/loss"] for r in rows if r["kind"] == "train"}
 
     got, want = losses(results / "run"), losses(straight)
-    assert sorted(got) == list(range(1, 25))
-    for step in range(1, 25):
+    assert sorted(got) == list(range(1, 13))
+    for step in range(1, 13):
         assert got[step] == pytest.approx(want[step], abs=1e-6), step
-    assert remote("checkpoints/step_000024/trainer_state.pt")  # the finished run is persistent too
+    assert remote("checkpoints/step_000012/trainer_state.pt")  # the finished run is persistent too

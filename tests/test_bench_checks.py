@@ -7,16 +7,16 @@ import random
 import re
 
 import pytest
+from conftest import SAMPLE
 from fuzzysearch.levenshtein import find_near_matches_levenshtein
 from rapidfuzz import fuzz
 
-from conftest import SAMPLE
 from olmocr.bench.checks import repeated_tail
 from olmocr.bench.fuzzy import match_starts, near_matches
 from olmocr.bench.normalize import normalize
 from olmocr.bench.records import load_tests, parse_test
-from olmocr.bench.tables import MalformedTable, html_tables, markdown_tables
-from olmocr.data.frontmatter import parse_document
+from olmocr.formats.frontmatter import parse_document
+from olmocr.formats.tables import MalformedTable, html_tables, markdown_tables
 
 
 def make(kind, **fields):

@@ -4,6 +4,7 @@ import pytest
 
 from olmocr.bench import equations
 from olmocr.bench.records import parse_test
+from olmocr.formats import latex
 
 
 def math_test(tex):
@@ -121,7 +122,7 @@ def test_canonical_form_drops_only_spacing_and_style():
 
 
 def test_katex_process_restarts_after_dying():
-    katex = equations.Katex()
+    katex = latex.Katex()
     assert "<mfrac>" in katex.mathml(r"\frac12")
     katex._proc.kill()
     katex._proc.wait()
@@ -133,4 +134,4 @@ def test_missing_node_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("OLMOCR_NODE", raising=False)
     with pytest.raises(ValueError, match="need Node.js"):
-        equations.Katex().mathml("x")
+        latex.Katex().mathml("x")

@@ -8,7 +8,7 @@ import pytest
 
 from olmocr.bench.normalize import normalize
 from olmocr.bench.records import BenchTest, parse_test
-from olmocr.bench.tables import html_tables, markdown_tables
+from olmocr.formats.tables import html_tables, markdown_tables
 
 
 def make(kind, **fields):

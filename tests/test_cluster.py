@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from olmocr.config import PROJECT_ROOT, submit_on_cluster
+from olmocr.cli import stages, submit_on_cluster
+from olmocr.config import PROJECT_ROOT
 
 
 def stage(args, tmp_path, module="olmocr.synth", env=None, timeout=300):
@@ -19,14 +20,14 @@ def stage(args, tmp_path, module="olmocr.synth", env=None, timeout=300):
 
 def test_frontier_script_follows_olcf_guidance(tmp_path):
     proc = stage(["-m", "cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.nodes=2", "seed=1,2"],
-                 tmp_path, env={"SLURM_ACCOUNT": "abc123"})
+                 tmp_path, module="olmocr.train", env={"SLURM_ACCOUNT": "abc123"})
     assert proc.returncode == 0, proc.stderr
     scripts = sorted(p for p in os.listdir(tmp_path / "sweep") if p.startswith("sbatch_"))
     assert scripts == ["sbatch_0.sh", "sbatch_1.sh"]  # one job per sweep point
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
     for line in ("#SBATCH --account=abc123", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8",
                  "#SBATCH --gpus-per-task=1", "#SBATCH --gpu-bind=closest", "#SBATCH --cpus-per-task=7",
-                 "#SBATCH --partition=batch", "#SBATCH --job-name=olmocr-synth",
+                 "#SBATCH --partition=batch", "#SBATCH --job-name=olmocr-train",
                  "module load PrgEnv-gnu rocm/6.2.4 craype-accel-amd-gfx90a",
                  "export MIOPEN_USER_DB_PATH=/tmp/$USER-miopen-$SLURM_JOB_ID", "export NCCL_SOCKET_IFNAME=hsn0",
                  "export HF_HUB_OFFLINE=1", "export HF_HOME=/lustre/orion/abc123/proj-shared/hf_cache"):
@@ -42,12 +43,25 @@ def test_one_command_submits_without_minus_m(tmp_path):
     assert submit_on_cluster(["x", "-m", "cluster=slurm"]) == ["x", "-m", "cluster=slurm"]
     proc = stage(["cluster=slurm", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1",
                   "hydra.launcher.srun_args=['--cpu-bind=cores']", "+hydra.launcher.additional_parameters.mail-type=END"],
-                 tmp_path)
+                 tmp_path, module="olmocr.train")
     assert proc.returncode == 0, proc.stderr
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
     assert "#SBATCH --account=p1" in script and "#SBATCH --mail-type=END" in script
     assert "#SBATCH --ntasks-per-node=8" in script and "#SBATCH --gpus-per-task=1" in script
     assert "--cpu-bind=cores" in next(line for line in script.splitlines() if line.startswith("srun "))
+
+
+def test_a_stage_that_is_not_distributed_gets_one_task_with_the_nodes_gpus(tmp_path):
+    """Eight tasks of one GPU each would start eight pipeline workers racing for the node's GPUs: a stage
+    that does not declare itself distributed gets one task per node, holding what the eight would."""
+    proc = stage(["cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1", "workers=0"],
+                 tmp_path, module="olmocr.pipeline")
+    assert proc.returncode == 0, proc.stderr
+    script = (tmp_path / "sweep" / "sbatch_0.sh").read_text().splitlines()
+    for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-task=8", "#SBATCH --cpus-per-task=56"):
+        assert line in script, line
+    srun = next(line for line in script if line.startswith("srun "))
+    assert "--gpus-per-task=8 --gpu-bind=closest" in srun
 
 
 def test_nothing_is_submitted_without_an_account_or_sbatch(tmp_path):
@@ -75,7 +89,7 @@ def test_a_users_cluster_file_needs_no_code(tmp_path):
         "hydra:\n  launcher:\n    account: lab\n    partition: a100\n    tasks_per_node: 4\n"
         "    setup: ['source /opt/lab/env.sh']\n")
     proc = stage([f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "cluster=mylab", "hydra.launcher.dry_run=true"],
-                 tmp_path)
+                 tmp_path, module="olmocr.train")
     assert proc.returncode == 0, proc.stderr
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
     assert "#SBATCH --partition=a100" in script and "#SBATCH --ntasks-per-node=4" in script
@@ -163,7 +177,7 @@ def test_every_cluster_composes_for_every_stage(cluster):
     from olmocr.config import CONF_DIR, register_schemas
 
     register_schemas()
-    for config in ("train", "synth", "check_data", "bench", "prepare", "compress", "compare", "pipeline"):
+    for config in sorted(stage.config for stage in stages().values()):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name=config, overrides=[f"cluster={cluster}"], return_hydra_config=True)
         assert cfg.hydra.launcher._target_.endswith(LAUNCHERS[cluster]), (config, cfg.hydra.launcher._target_)

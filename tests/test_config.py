@@ -9,6 +9,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from olmocr.cli import stages
 from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
 from olmocr.data.dataset import sources
 from olmocr.data.pipeline import build_pipeline
@@ -20,10 +21,8 @@ def options(group: str) -> list[str]:
 
 
 PRIMARY = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(CONF_DIR, "*.yaml")))
-# Values a config leaves to the command line (???): composing without them is an error that names them.
-REQUIRED = {"bench": ["candidates=/tmp"], "prepare": ["sources=[/tmp]", "output=/tmp/out"],
-            "compress": ["source=/tmp", "output=/tmp/out"], "compare": ["reference=/tmp", "candidate=/tmp"],
-            "pipeline_export": ["out_dir=/tmp/labels"], "report_plots": ["run_dir=/tmp"]}
+STAGES = stages()
+BY_CONFIG = {stage.config: stage for stage in STAGES.values()}
 SAMPLE_PAGES = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
 DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
@@ -34,9 +33,17 @@ def test_groups_have_the_promised_options():
     assert {"v1", "v4", "v4_augmented"} <= set(options("data/steps"))
 
 
+def test_every_primary_config_is_one_stages():
+    """A primary config without a stage, or a stage without its config, cannot slip in."""
+    assert sorted(BY_CONFIG) == PRIMARY and len(BY_CONFIG) == len(STAGES)
+    for module, stage in STAGES.items():
+        assert importlib.util.find_spec(module) is not None  # python -m <module> runs it
+        assert stage.doc.startswith(f"python -m {module}"), module  # what --help shows first
+
+
 @pytest.mark.parametrize("name", PRIMARY)
 def test_every_primary_config_composes(name):
-    cfg = compose(name, REQUIRED.get(name, []))
+    cfg = compose(name, BY_CONFIG[name].placeholders())
     assert OmegaConf.to_container(cfg, resolve=True)
 
 
@@ -138,25 +145,16 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
         str(tmp_path / "outputs/check_data/*/summary.json"))
 
 
-# stage -> its primary config, and a key to override in --help
-STAGES = {"train": ("train", "seed"), "data": ("check_data", "seed"), "bench": ("bench", "seed"),
-          "synth": ("synth", "seed"), "prepare": ("prepare", "step"), "compress": ("compress", "step"),
-          "compare": ("compare", "max_new_tokens"), "pipeline": ("pipeline", "pages_per_group"),
-          "pipeline.stats": ("pipeline_stats", "window_min"), "pipeline.bench": ("pipeline_bench", "repeats"),
-          "report.plots": ("report_plots", "dpi"), "report.viewer": ("report_viewer", "max_documents"),
-          "pairs": ("pairs", "samples")}
-
-
-@pytest.mark.parametrize("stage", STAGES)
-def test_every_stage_answers_help_and_dry_run_without_working(stage, tmp_path):
-    run = [sys.executable, "-m", f"olmocr.{stage}"]
-    config, key = STAGES[stage]
-    proc = subprocess.run([*run, "--help", f"{key}=7"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("module", STAGES)
+def test_every_stage_answers_help_and_dry_run_without_working(module, tmp_path):
+    run = [sys.executable, "-m", module]
+    proc = subprocess.run([*run, "--help", "dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"python -m olmocr.{stage}") and "== Configuration groups" in proc.stdout
-    assert "model     : olmocr2_7b, qwen25_vl_7b" in proc.stdout and f"{key}: 7" in proc.stdout
-    extra = REQUIRED.get(config, [])
-    proc = subprocess.run([*run, "dry_run=true", *extra], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith(f"python -m {module}") and "== Configuration groups" in proc.stdout
+    assert "model     : olmocr2_7b, qwen25_vl_7b" in proc.stdout
+    assert "dry_run: true" in proc.stdout  # the config shown has the overrides applied
+    proc = subprocess.run([*run, "dry_run=true", *STAGES[module].placeholders()], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "dry_run: true" in proc.stdout and "paths:" in proc.stdout
     assert not glob.glob(str(tmp_path / "outputs" / "**" / "*.json"), recursive=True)  # nothing ran

@@ -2,7 +2,13 @@ import json
 
 import pytest
 
-from olmocr.data.frontmatter import FrontMatterError, PageMeta, parse_document, to_json_target, write_document
+from olmocr.formats.frontmatter import (
+    FrontMatterError,
+    PageMeta,
+    parse_document,
+    to_json_target,
+    write_document,
+)
 
 DOC = """---
 primary_language: {lang}

@@ -5,8 +5,8 @@ import json
 import os
 
 import pytest
-
 from conftest import v4_steps, write_encrypted_pdf, write_md, write_pdf
+
 from olmocr.data.dataset import build_datasets
 from olmocr.data.index import index_root
 
@@ -157,8 +157,8 @@ def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
     # Each remote PDF is fetched once per sample: checked, measured and rendered from the same bytes.
     import collections
 
-    import olmocr.data.pdf
     import olmocr.data.steps
+    import olmocr.formats.pdf
     import olmocr.utils.io
 
     reads = collections.Counter()
@@ -168,7 +168,7 @@ def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
         reads[path] += 1
         return original(path)
 
-    for module in (olmocr.utils.io, olmocr.data.steps, olmocr.data.pdf):
+    for module in (olmocr.utils.io, olmocr.data.steps, olmocr.formats.pdf):
         monkeypatch.setattr(module, "read_bytes", counting)
     good = [s for s in (train[i] for i in range(len(train))) if s is not None]
     assert {path: n for path, n in reads.items() if path.endswith(".pdf")} == {

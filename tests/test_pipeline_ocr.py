@@ -15,7 +15,17 @@ import threading
 import time
 
 import pytest
-from chat_server import CUT_OFF, DROP, SERVER_ERROR, UNPARSEABLE, ChatServer, answer, good, pixels_key, rotated
+from chat_server import (
+    CUT_OFF,
+    DROP,
+    SERVER_ERROR,
+    UNPARSEABLE,
+    ChatServer,
+    answer,
+    good,
+    pixels_key,
+    rotated,
+)
 from conftest import SAMPLE, write_encrypted_pdf, write_pdf
 from omegaconf import OmegaConf
 from PIL import Image
@@ -242,7 +252,7 @@ def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
     assert doc["metadata"]["Source-File"] == "s3://corpus/x/a.pdf" and doc["text"] == "Read remotely.\nRead remotely."
     assert fs.cat_file("corpus/ws/markdown/corpus/x/a.md").decode() == doc["text"]
     # Training pages from the S3 workspace into an S3 folder, each page cut from the remote PDF.
-    from olmocr.data.pdf import text_layer
+    from olmocr.formats.pdf import text_layer
     from olmocr.pipeline.export import run as export
 
     summary = export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels",
@@ -376,9 +386,9 @@ def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index
 
 def test_a_teacher_labels_a_pdf_folder_into_training_pages_the_data_steps_load(tmp_path, cache_dir):
     from olmocr.data.__main__ import run as check_data
-    from olmocr.data.frontmatter import parse_document
-    from olmocr.data.pdf import pdf_info
     from olmocr.data.pipeline import build_pipeline
+    from olmocr.formats.frontmatter import parse_document
+    from olmocr.formats.pdf import pdf_info
     from olmocr.pipeline.export import run as export
 
     os.makedirs(tmp_path / "in")

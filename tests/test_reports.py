@@ -53,7 +53,7 @@ def outputs(tmp_path_factory) -> tuple[str, str]:
     """Two candidate folders for the bundled eval bench: A is each page's own text layer; B is A with one
     wrongly kept header removed (an absent test goes fail → pass) and one sentence dropped (a present test
     goes pass → fail)."""
-    from olmocr.data.pdf import text_layer
+    from olmocr.formats.pdf import text_layer
 
     root = tmp_path_factory.mktemp("candidates")
     a, b = root / "a", root / "b"
@@ -198,16 +198,15 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
     assert "is_table False" in pages[0].text
     assert os.path.getsize(os.path.join(out, "viewer.png")) > 10_000
     # Without results=, the viewer shows the workspace a pipeline run without workspace= writes.
-    from olmocr.pipeline.schema import SAMPLE_WORKSPACE
-
-    shutil.copytree(workspace, tmp_path / "cwd" / SAMPLE_WORKSPACE)
+    cfg = compose("report_viewer", [])
+    shutil.copytree(workspace, tmp_path / "cwd" / cfg.paths.sample_workspace)
     monkeypatch.chdir(tmp_path / "cwd")
-    default = run(compose("report_viewer", []), str(tmp_path / "viewer_default"))
+    default = run(cfg, str(tmp_path / "viewer_default"))
     assert open(default).read().count('<section class="document"') == 2
 
 
 def test_model_output_is_drawn_but_never_run():
-    from olmocr.report.html import markdown_html
+    from olmocr.formats.html import markdown_html
 
     html = markdown_html('A ![a chart](page_1_2_3_4.png) <script>alert(1)</script> <img src=x onerror="alert(2)">'
                          ' <table><tr><td colspan="2" onclick="x()">cell</td></tr></table> \\(a^2\\) \\[\\frac{1}{2}\\]'

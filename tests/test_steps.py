@@ -5,16 +5,29 @@ import random
 
 import pytest
 import torch
-
 from conftest import SAMPLE, v4_steps, write_encrypted_pdf, write_pdf
-from olmocr.data.frontmatter import PageMeta
+
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.prompts import PROMPT_V4
-from olmocr.data.render import render_page
 from olmocr.data.steps import (
-    IGNORE_INDEX, AnchorText, AnnotateTables, BuildMessages, BuildPrompt, BuildTarget, CheckPdf, DropRotated, NormalizeLatex,
-    ParseFrontMatter, RandomTokenFlip, Reject, RenderPage, RotationAugmentation, RuleFilter,
+    IGNORE_INDEX,
+    AnchorText,
+    AnnotateTables,
+    BuildMessages,
+    BuildPrompt,
+    BuildTarget,
+    CheckPdf,
+    DropRotated,
+    NormalizeLatex,
+    ParseFrontMatter,
+    RandomTokenFlip,
+    Reject,
+    RenderPage,
+    RotationAugmentation,
+    RuleFilter,
 )
+from olmocr.formats.frontmatter import PageMeta
+from olmocr.formats.render import render_page
 
 TRAIN = os.path.join(SAMPLE, "train", "pdfs")
 
@@ -25,7 +38,7 @@ def sample_for(stem: str, **extra) -> dict:
 
 
 def first_page(predicate) -> str:
-    from olmocr.data.frontmatter import parse_document
+    from olmocr.formats.frontmatter import parse_document
 
     for name in sorted(os.listdir(TRAIN)):
         if name.endswith(".md"):

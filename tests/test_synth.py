@@ -2,12 +2,12 @@ import filecmp
 import os
 
 import pytest
-
 from conftest import SAMPLE
+
 from olmocr.bench.records import load_tests
-from olmocr.data.frontmatter import parse_document
-from olmocr.data.pdf import pdf_info
-from olmocr.data.render import render_page
+from olmocr.formats.frontmatter import parse_document
+from olmocr.formats.pdf import pdf_info
+from olmocr.formats.render import render_page
 from olmocr.synth.generator import LAYOUTS, PageGenerator, generate
 
 ALL_LAYOUTS = {name: 1.0 for name in LAYOUTS}

@@ -11,6 +11,7 @@ import sys
 import pytest
 from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
 
+from olmocr.cli import Sidecar
 from olmocr.config import PROJECT_ROOT
 
 TINY = ["trainer.max_duration.value=2", "trainer.eval_interval=null", "trainer.save_interval=null",
@@ -43,7 +44,8 @@ def test_one_process_and_torchrun(tmp_path, cache_dir):
     overrides = (single / ".hydra" / "overrides.yaml").read_text()
     assert "cluster=local" in overrides and "cluster=slurm" not in overrides  # the task runs where it is
     double = tmp_path / "double"
-    proc = run_script(task_script(stage_command("olmocr.train", TINY, str(double)), run_dir=str(double), gpus=2), cache_dir)
+    proc = run_script(task_script(stage_command("olmocr.train", TINY, str(double)), run_dir=str(double), gpus=2,
+                                  distributed=True), cache_dir)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert samples_per_step(double) == [4, 4]  # two ranks
@@ -55,7 +57,7 @@ def test_two_replicas_meet_at_the_leader(tmp_path, cache_dir):
     for rank in (0, 1):
         run_dir = str(tmp_path / f"replica{rank}")
         script = task_script(stage_command("olmocr.train", TINY, run_dir), run_dir=run_dir, replicas=2,
-                             rendezvous_port=port)
+                             distributed=True, rendezvous_port=port)
         procs.append(run_script(script, cache_dir, BEAKER_REPLICA_RANK=str(rank),
                                 BEAKER_LEADER_REPLICA_HOSTNAME="127.0.0.1"))
     for proc in procs:
@@ -79,21 +81,26 @@ def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
     assert "exp1/.hydra/config.yaml" in keys
 
 
+def vllm(gpus: int = 1) -> Sidecar:
+    return Sidecar(command=lambda host: ["trl", "vllm-serve", "--model", "m", "--host", host], gpus=gpus,
+                   host_key="algo.vllm_server_host")
+
+
 def test_grpo_server_layout():
     script = task_script(stage_command("olmocr.train", ["+experiment=grpo_qwen25"], "/results/run"),
-                         run_dir="/results/run", gpus=8, vllm_server=["trl", "vllm-serve", "--model", "m", "--port", "8000"])
+                         run_dir="/results/run", gpus=8, distributed=True, sidecar=vllm())
     lines = script.splitlines()
-    assert ('if [ "${BEAKER_REPLICA_RANK:-0}" = 0 ]; then CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model m --port 8000 & '
-            "server=$!; fi") in lines
+    assert ('if [ "${BEAKER_REPLICA_RANK:-0}" = 0 ]; then CUDA_VISIBLE_DEVICES=0 trl vllm-serve --model m --host '
+            "127.0.0.1 & server=$!; fi") in lines
     launch = next(line for line in lines if "-m olmocr.train" in line)
     assert launch.startswith("CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 torchrun --standalone --nproc_per_node=7 -m olmocr.train")
     assert launch.endswith("+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run algo.vllm_server_host=127.0.0.1")
     # a server of tensor x data parallel 4 takes GPUs 0-3
-    launch = next(line for line in task_script(["olmocr.train"], run_dir="/r", gpus=8, vllm_server=["serve"],
-                                               server_gpus=4).splitlines() if "-m olmocr.train" in line)
+    launch = next(line for line in task_script(["olmocr.train"], run_dir="/r", gpus=8, distributed=True,
+                                               sidecar=vllm(4)).splitlines() if "-m olmocr.train" in line)
     assert launch.startswith("CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc_per_node=4 ")
-    with pytest.raises(ValueError, match="needs more GPUs than the server's 1"):
-        task_script(["olmocr.train"], run_dir="/r", gpus=1, vllm_server=["trl", "vllm-serve"])
+    with pytest.raises(ValueError, match="the server beside the stage takes 1 GPU"):
+        task_script(["olmocr.train"], run_dir="/r", gpus=1, distributed=True, sidecar=vllm())
 
 
 def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
@@ -107,8 +114,9 @@ def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
         run_dir = str(tmp_path / f"replica{rank}")
         command = stage_command("olmocr.train", ["+experiment=grpo_tiny", "trainer.max_duration.value=2",
                                                  "trainer.save_interval=null"], run_dir)
-        script = task_script(command, run_dir=run_dir, gpus=2, replicas=2, rendezvous_port=port,
-                             vllm_server=stand_in, server_gpus=1)
+        sidecar = Sidecar(command=lambda host: stand_in, gpus=1, host_key="algo.vllm_server_host")
+        script = task_script(command, run_dir=run_dir, gpus=2, replicas=2, distributed=True, rendezvous_port=port,
+                             sidecar=sidecar)
         assert "--nnodes=2 --node_rank=$BEAKER_REPLICA_RANK --nproc_per_node=1" in script
         assert "algo.vllm_server_host=$BEAKER_LEADER_REPLICA_HOSTNAME" in script
         procs.append(run_script(script, cache_dir, BEAKER_REPLICA_RANK=str(rank),

@@ -13,16 +13,15 @@ import logging
 import os
 import time
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import olmocr.bench.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 log = logging.getLogger("olmocr.bench")
 
 
+@stage("bench")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
     from olmocr.bench.html import flipped_tests, write_html
@@ -30,7 +29,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench.score import check_options, load_bench, run_tests, summarize
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
     folders = [cfg.candidates] if isinstance(cfg.candidates, str) else list(cfg.candidates)
     if not 1 <= len(folders) <= 2 or not all(isinstance(f, str) for f in folders):
@@ -95,10 +93,5 @@ def write_comparison(path: str, a: tuple, b: tuple) -> str:
     return path
 
 
-@hydra.main(config_path="../../conf", config_name="bench", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.bench", "bench", __doc__)
+    run.main()

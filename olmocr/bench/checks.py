@@ -21,7 +21,7 @@ from rapidfuzz import fuzz
 from olmocr.bench import equations
 from olmocr.bench.fuzzy import match_starts
 from olmocr.bench.normalize import normalize
-from olmocr.bench.tables import MalformedTable, parse_tables
+from olmocr.formats.tables import MalformedTable, parse_tables
 
 FORMATS = ("heading", "bold", "italic")
 

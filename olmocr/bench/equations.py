@@ -9,19 +9,13 @@ reference passes when some equation in the OCR output contains the same sequence
 
 from __future__ import annotations
 
-import atexit
-import json
-import os
 import re
-import shutil
-import subprocess
-import threading
 import xml.etree.ElementTree as ET
 from typing import NamedTuple
 
 from rapidfuzz.distance import Levenshtein
 
-KATEX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "katex")
+from olmocr.formats.latex import KatexError, mathml
 
 
 class Node(NamedTuple):
@@ -59,74 +53,8 @@ def extract_equations(markdown: str, dollars: bool = True) -> list[str]:
     return [eq.strip() for eq in found if eq.strip()]
 
 
-# -- rendering --------------------------------------------------------------------------------------------------
-class KatexError(ValueError):
-    """The TeX does not parse in KaTeX."""
-
-
-class Katex:
-    """A Node process running KaTeX; TeX in, MathML out, one JSON line each way."""
-
-    def __init__(self, node: str | None = None):
-        self.node = node or os.environ.get("OLMOCR_NODE") or shutil.which("node")
-        self._proc: subprocess.Popen | None = None
-        self._lock = threading.Lock()
-
-    def _start(self) -> subprocess.Popen:
-        if not self.node:
-            raise ValueError("math tests need Node.js to run KaTeX: install it (`bash scripts/setup.sh` does, "
-                             "as root) or set OLMOCR_NODE to a node binary")
-        if not os.path.isdir(os.path.join(KATEX_DIR, "node_modules", "katex")):
-            raise ValueError(f"math tests need KaTeX: run `npm ci --prefix {KATEX_DIR}` "
-                             "(`bash scripts/setup.sh` does)")
-        return subprocess.Popen([self.node, os.path.join(KATEX_DIR, "render.js")], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
-                                bufsize=1)
-
-    def mathml(self, tex: str) -> str:
-        with self._lock:
-            for attempt in range(2):  # a process that died (killed, out of memory) is restarted once
-                if self._proc is None or self._proc.poll() is not None:
-                    self._proc = self._start()
-                try:
-                    self._proc.stdin.write(json.dumps(tex) + "\n")
-                    self._proc.stdin.flush()
-                    line = self._proc.stdout.readline()
-                except (BrokenPipeError, OSError):
-                    line = ""
-                if line:
-                    break
-                error = self._proc.stderr.read().strip() if self._proc.poll() is not None else ""
-                self._proc = None
-                if attempt:
-                    raise RuntimeError(f"the KaTeX process stopped: {error or 'no output'}")
-        reply = json.loads(line)
-        if "error" in reply:
-            raise KatexError(reply["error"])
-        return reply["mathml"]
-
-    def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.stdin.close()
-            self._proc.wait(timeout=5)
-        self._proc = None
-
-
-_katex: Katex | None = None
+# -- rendering ---------------------------------------------------------------------------------------------------
 _cache: dict[str, Node | KatexError] = {}
-
-
-def _renderer() -> Katex:
-    global _katex
-    if _katex is None:
-        _katex = Katex()
-        atexit.register(_katex.close)
-    return _katex
-
-
-def mathml(tex: str) -> str:
-    """KaTeX's MathML of an equation, for display; raises KatexError when KaTeX rejects it."""
-    return _renderer().mathml(tex)
 
 
 def render(tex: str) -> Node:
@@ -135,7 +63,7 @@ def render(tex: str) -> Node:
         if len(_cache) > 100_000:
             _cache.clear()
         try:
-            _cache[tex] = canonical(_renderer().mathml(tex))
+            _cache[tex] = canonical(mathml(tex))
         except KatexError as exc:
             _cache[tex] = exc
     result = _cache[tex]

@@ -10,7 +10,7 @@ import logging
 import os
 
 from olmocr.bench.score import TestResult, candidate_files, verdict
-from olmocr.report.html import bars_svg, document, esc, image_data_url, markdown_html
+from olmocr.formats.html import bars_svg, document, esc, image_data_url, markdown_html
 
 log = logging.getLogger("olmocr.bench")
 
@@ -68,7 +68,7 @@ def _tests(results: list[TestResult]) -> str:
 
 
 def _output(candidates: str, pdf: str, page: int, results: list[TestResult]) -> str:
-    from olmocr.data.frontmatter import page_text
+    from olmocr.formats.frontmatter import page_text
 
     files = candidate_files(candidates, pdf, page)
     if not files:
@@ -82,7 +82,7 @@ def _output(candidates: str, pdf: str, page: int, results: list[TestResult]) -> 
 
 
 def _page_image(bench_dir: str, pdf: str, page: int) -> str:
-    from olmocr.data.render import RenderError, render_page
+    from olmocr.formats.render import RenderError, render_page
 
     try:
         image = render_page(os.path.join(bench_dir, "pdfs", pdf), page, longest_side=900)

@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from olmocr.bench.records import BaselineTest, BenchTest, load_tests
-from olmocr.data.frontmatter import page_text
+from olmocr.formats.frontmatter import page_text
 
 REPEAT_RULES = ("majority", "mean")
 

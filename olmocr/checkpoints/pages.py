@@ -18,7 +18,7 @@ def choose_pages(root: str, count: int, seed: int = 0) -> list[dict]:
     """``count`` pages of ``root``, chosen with ``seed``: a bench folder's pages with tests (``*.jsonl``
     beside ``pdfs/``), or one page of each of ``count`` PDFs in a folder (nested folders included)."""
     from olmocr.data.bench_prompts import bench_pages
-    from olmocr.data.pdf import PdfError, pdf_info
+    from olmocr.formats.pdf import PdfError, pdf_info
 
     if not os.path.isdir(root):
         raise ValueError(f"pages: {root} is not a folder (a bench folder, or a folder of PDFs)")

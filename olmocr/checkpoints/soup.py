@@ -18,8 +18,17 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from tqdm import tqdm
 
-from olmocr.checkpoints.folders import (Checkpoint, Output, expand, file_hash, join, local_copy, model_source,
-                                       provenance_of, resolve)
+from olmocr.checkpoints.folders import (
+    Checkpoint,
+    Output,
+    expand,
+    file_hash,
+    join,
+    local_copy,
+    model_source,
+    provenance_of,
+    resolve,
+)
 from olmocr.checkpoints.tensors import DTYPES, SafetensorsFile, WeightsHash, to_bytes, to_tensor
 from olmocr.utils.io import is_remote
 
@@ -149,8 +158,7 @@ def merge_adapter(adapter: Checkpoint, base: str | None, work: str, key: str) ->
     """Merge a LoRA adapter into its base (``merge_and_unload``) and save the result in ``work``."""
     from peft import PeftModel
 
-    from olmocr.models.source import HubModel
-    from olmocr.train.checkpoint import save_model
+    from olmocr.models.source import HubModel, save_model
 
     config = adapter.config()
     base_given = base or config.get("base_model_name_or_path")

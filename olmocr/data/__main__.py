@@ -12,13 +12,12 @@ import os
 import time
 from collections import Counter
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 import olmocr.data.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import build, run_stage, start, validate
+from olmocr.cli import stage
+from olmocr.config import build
 
 log = logging.getLogger("olmocr.data")
 
@@ -27,13 +26,13 @@ def _first(batch):
     return batch[0]
 
 
+@stage("check_data")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from torch.utils.data import DataLoader, Subset
 
     from olmocr.data.dataset import build_datasets, sources
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     model = build(cfg.model)
     processor = model.load_processor()
     data = OmegaConf.to_container(cfg.data, resolve=True)
@@ -72,10 +71,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../../conf", config_name="check_data", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.data", "check_data", __doc__)
+    run.main()

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from olmocr.data.frontmatter import FrontMatterError, PageMeta, parse_document
+from olmocr.formats.frontmatter import FrontMatterError, PageMeta, parse_document
 from olmocr.utils.io import filesystem, is_remote
 
 MANIFEST_VERSION = 1

@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from olmocr.config import runtime
 from olmocr.data import text_rules
-from olmocr.data.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
-from olmocr.data.pdf import PdfError, anchor_text, pdf_info, pdf_page_size
 from olmocr.data.prompts import build_prompt
-from olmocr.data.render import RenderError, render_page
+from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
+from olmocr.formats.pdf import PdfError, anchor_text, pdf_info, pdf_page_size
+from olmocr.formats.render import RenderError, render_page
 from olmocr.utils.io import read_bytes, read_text
 
 IGNORE_INDEX = -100
@@ -202,7 +203,7 @@ class AnnotateTables(Step):
         self.mode = mode
 
     def _annotate(self, match: re.Match) -> str:
-        from olmocr.bench.tables import MalformedTable, html_tables
+        from olmocr.formats.tables import MalformedTable, html_tables
 
         whole, attrs = match.group(0), match.group(1)
         try:
@@ -272,6 +273,7 @@ class BuildMessages(Step):
         return sample
 
 
+@runtime("processor")
 class Tokenize(Step):
     """Model inputs with labels: -100 over the prompt; the target ends with the end-of-turn token.
 
@@ -322,6 +324,7 @@ class Tokenize(Step):
         return sample
 
 
+@runtime("processor")
 class RandomTokenFlip(Step):
     """Replace a fraction of the target's input tokens with random ones, labels unchanged, so the model
     learns to continue correctly after its own mistakes."""

@@ -1,4 +1,4 @@
-"""Where a model comes from, and the one place that loads its processor and weights."""
+"""Where a model comes from, and the one place that loads its processor and weights and saves them."""
 
 from __future__ import annotations
 
@@ -64,6 +64,15 @@ class ModelSource:
                 path or self.path, dtype=getattr(torch, self.dtype), attn_implementation=self.attn_implementation,
                 **extra)
         return model.to(device)
+
+
+def save_model(model, processor, path: str, state_dict: dict | None = None) -> None:
+    """The one model saver: full models and PEFT adapters alike (unwrapped from DDP), with the processor
+    beside them. ``state_dict`` replaces the model's own tensors (the gathered weights of a sharded model)."""
+    model = model.module if hasattr(model, "module") else model
+    model.save_pretrained(path, **({"state_dict": state_dict} if state_dict is not None else {}))
+    if processor is not None:
+        processor.save_pretrained(path)
 
 
 @contextlib.contextmanager

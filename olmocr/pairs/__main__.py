@@ -15,12 +15,11 @@ from __future__ import annotations
 import logging
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.pairs.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import build, run_stage, start, validate
+from olmocr.cli import stage
+from olmocr.config import build
 
 log = logging.getLogger("olmocr.pairs")
 
@@ -50,6 +49,7 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
         bar.close()
 
 
+@stage("pairs")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.pairs.mine import PairFile
@@ -57,7 +57,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.rewards import build_rewards
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     if cfg.samples < 2:
         raise ValueError(f"samples: a pair needs at least 2 samples per page, got {cfg.samples}")
     if cfg.margin < 0:
@@ -88,10 +87,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../../conf", config_name="pairs", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.pairs", "pairs", __doc__)
+    run.main()

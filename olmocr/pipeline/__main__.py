@@ -19,16 +19,16 @@ import contextlib
 import logging
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from olmocr.pipeline.schema import SAMPLE_WORKSPACE  # also puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import build, run_stage, start, validate
+import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.cli import stage
+from olmocr.config import build
 
 log = logging.getLogger("olmocr.pipeline")
 
 
+@stage("pipeline")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.pipeline.inputs import expand
     from olmocr.pipeline.store import store_errors
@@ -36,7 +36,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     if cfg.workers < 0:
         raise ValueError(f"workers: must be 0 (only add PDFs) or more, got {cfg.workers}")
     if cfg.s3_endpoint:
@@ -44,7 +43,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         os.environ["AWS_ENDPOINT_URL"] = cfg.s3_endpoint
     root, pdfs = cfg.workspace, list(cfg.pdfs)
     if root is None:  # a sample run; a real workspace never gets the sample PDFs by default
-        root, pdfs = SAMPLE_WORKSPACE, pdfs or [os.path.join(cfg.paths.sample_data, "eval", "pdfs")]
+        root, pdfs = cfg.paths.sample_workspace, pdfs or [os.path.join(cfg.paths.sample_data, "eval", "pdfs")]
     summary: dict = {"workspace": root}
     try:
         workspace = Workspace(root)
@@ -84,10 +83,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../../conf", config_name="pipeline", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.pipeline", "pipeline", __doc__)
+    run.main()

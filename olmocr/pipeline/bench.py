@@ -14,12 +14,11 @@ import json
 import logging
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import build, run_stage, start, validate
+from olmocr.cli import stage
+from olmocr.config import build
 
 log = logging.getLogger("olmocr.pipeline.bench")
 
@@ -67,12 +66,12 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
     return totals
 
 
+@stage("pipeline_bench")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.pipeline.worker import StopWork
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     if cfg.repeats < 1:
         raise ValueError(f"repeats: must be at least 1, got {cfg.repeats}")
     rows, problems = bench_pages(cfg.bench_dir, reference=False)
@@ -112,10 +111,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../../conf", config_name="pipeline_bench", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.pipeline.bench", "pipeline_bench", __doc__)
+    run.main()

@@ -22,10 +22,11 @@ from typing import Any
 
 from PIL import Image
 
-from olmocr.data.frontmatter import FrontMatterError, PageMeta, parse_document
-from olmocr.data.pdf import PdfError, text_layer
+from olmocr.config import runtime
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.steps import BuildMessages, Reject
+from olmocr.formats.frontmatter import FrontMatterError, PageMeta, parse_document
+from olmocr.formats.pdf import PdfError, text_layer
 from olmocr.pipeline.client import ChatClient, Reply
 from olmocr.pipeline.server import Server
 
@@ -129,6 +130,7 @@ class EventLoop:
         self.loop.close()
 
 
+@runtime("server", "log_dir")
 class PageConverter:
     """Converts pages concurrently: at most ``concurrency`` pages are in flight (rendered image held,
     request out); renders run on ``render_threads`` threads (null: one per core).

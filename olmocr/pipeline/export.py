@@ -16,13 +16,11 @@ import logging
 import os
 from collections import Counter, defaultdict
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
-from olmocr.data.frontmatter import FrontMatterError, PageMeta, write_document
+from olmocr.cli import stage
+from olmocr.formats.frontmatter import FrontMatterError, PageMeta, write_document
 from olmocr.pipeline.dolma import mirror_path
 from olmocr.pipeline.ocr import PAGES
 
@@ -61,7 +59,7 @@ def read_page_results(workspace, counts: Counter) -> dict[str, list[dict]]:
 
 def export_source(source: str, records: list[dict], out, counts: Counter) -> None:
     """Write the training pages of one source PDF (read once, and only when a page is new)."""
-    from olmocr.data.pdf import PdfError, single_page
+    from olmocr.formats.pdf import PdfError, single_page
     from olmocr.utils.io import read_bytes
 
     data = None
@@ -92,6 +90,7 @@ def export_source(source: str, records: list[dict], out, counts: Counter) -> Non
         counts["exported"] += 1
 
 
+@stage("pipeline_export")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from tqdm import tqdm
 
@@ -99,7 +98,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     if "://" in cfg.out_dir and not cfg.out_dir.startswith("s3://"):
         raise ValueError(f"out_dir: {cfg.out_dir!r} is neither a local folder nor s3://bucket/prefix")
     if cfg.s3_endpoint:  # the workspace, the source PDFs and out_dir all go to this endpoint
@@ -129,10 +127,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../../conf", config_name="pipeline_export", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.pipeline.export", "pipeline_export", __doc__)
+    run.main()

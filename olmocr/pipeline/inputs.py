@@ -83,7 +83,7 @@ def expand(entries: list[str]) -> list[str]:
 
 def count_pages(path: str) -> int | None:
     """A PDF's page count, or None when it cannot be read (it is still queued; its worker reports it)."""
-    from olmocr.data.pdf import PdfError, pdf_info
+    from olmocr.formats.pdf import PdfError, pdf_info
 
     try:
         return pdf_info(path).num_pages

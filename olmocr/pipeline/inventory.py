@@ -12,7 +12,7 @@ from olmocr.pipeline.workspace import Item
 
 class Inventory:
     def __call__(self, item: Item) -> Output:
-        from olmocr.data.pdf import PdfError, pdf_info
+        from olmocr.formats.pdf import PdfError, pdf_info
         from olmocr.utils.io import read_bytes
 
         lines, counts = [], {"documents": 0, "pages": 0, "bad_documents": 0}

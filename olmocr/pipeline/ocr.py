@@ -17,6 +17,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
+from olmocr.config import runtime
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of
 from olmocr.pipeline.dolma import dolma_document, mirror_path
 from olmocr.pipeline.worker import Output
@@ -68,6 +69,7 @@ class ConvertedPdf:
     created: datetime.datetime | None = None
 
 
+@runtime("converter", "workspace", "progress")
 class OcrWork:
     def __init__(self, converter: PageConverter, max_page_error_rate: float = 0.004, markdown: bool = True,
                  page_results: bool = False, workspace: Workspace | None = None, progress: bool = True):
@@ -137,7 +139,7 @@ class OcrWork:
             store.write(f"{PAGES}/output_{item.id}.jsonl", "".join(line + "\n" for line in page_lines).encode("utf-8"))
 
     async def convert_pdf(self, source: str) -> ConvertedPdf:
-        from olmocr.data.pdf import PdfError, pdf_layout
+        from olmocr.formats.pdf import PdfError, pdf_layout
         from olmocr.utils.io import read_bytes
 
         try:

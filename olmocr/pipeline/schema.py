@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,14 +20,10 @@ class QueueConfig:
     poll_s: float | None = None  # how often a lingering worker looks again; null: a quarter lease, ≤30 s
 
 
-# Where a run without workspace= converts the bundled eval PDFs; stats and the viewer read it by default.
-SAMPLE_WORKSPACE = os.path.join("outputs", "pipeline", "sample")
-
-
 @dataclass
 class PipelineConfig(StageConfig):
     # A local folder or s3://bucket/prefix, shared by every worker; null: a sample run, the bundled eval
-    # PDFs (unless pdfs= names others) in outputs/pipeline/sample
+    # PDFs (unless pdfs= names others) in paths.sample_workspace
     workspace: str | None = None
     s3_endpoint: str | None = None  # S3 API endpoint (MinIO, Ceph, …) for the workspace and s3:// PDFs
     pdfs: list[str] = field(default_factory=list)  # added before working: paths, folders, globs, list files
@@ -51,7 +46,7 @@ class PipelineConfig(StageConfig):
 
 @dataclass
 class StatsConfig(StageConfig):
-    workspace: str = SAMPLE_WORKSPACE
+    workspace: str = "${paths.sample_workspace}"
     s3_endpoint: str | None = None
     window_min: float = 15.0  # the recent throughput (and the projected finish) is over this window
     json: bool = False  # print the figures as JSON
@@ -70,7 +65,7 @@ class BenchConfig(StageConfig):
 
 @dataclass
 class ExportConfig(StageConfig):
-    workspace: str = SAMPLE_WORKSPACE  # a workspace converted with work.page_results=true
+    workspace: str = "${paths.sample_workspace}"  # a workspace converted with work.page_results=true
     s3_endpoint: str | None = None
     out_dir: str = MISSING  # the training folder (local or s3://): <pdf path>_pg<page>.pdf and .md
     progress: bool = True

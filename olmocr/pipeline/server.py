@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 
+from olmocr.config import runtime
 from olmocr.pipeline.worker import StopWork
 
 log = logging.getLogger("olmocr.pipeline")
@@ -207,6 +208,7 @@ class ManagedServer(Server):
             self._kill()
 
 
+@runtime("model")
 class TransformersServer(ManagedServer):
     """``transformers serve <model>``: any transformers model, on CPU or GPU; the embedded default."""
 
@@ -247,6 +249,7 @@ class TransformersServer(ManagedServer):
         return "install the serving extra: pip install 'transformers[serving]'"
 
 
+@runtime("model")
 class VllmServer(ManagedServer):
     """``vllm serve <model>`` on this machine's GPUs (install the ``vllm`` extra)."""
 

@@ -13,11 +13,10 @@ import logging
 import time
 from collections import Counter
 
-import hydra
 from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 log = logging.getLogger("olmocr.pipeline.stats")
 
@@ -114,11 +113,11 @@ def describe(stats: dict) -> str:
     return "\n".join(lines)
 
 
+@stage("pipeline_stats")
 def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
     from olmocr.pipeline.store import store_errors
     from olmocr.pipeline.workspace import Workspace
 
-    validate(cfg)
     try:
         stats = workspace_stats(Workspace(cfg.workspace, cfg.s3_endpoint), window_min=cfg.window_min)
     except store_errors() as exc:
@@ -130,10 +129,5 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
     return stats
 
 
-@hydra.main(config_path="../../conf", config_name="pipeline_stats", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, None)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.pipeline.stats", "pipeline_stats", __doc__)
+    run.main()

@@ -1,2 +1,1 @@
-"""Reports people look at: training curves as PNG, self-contained HTML pages (bench results, converted
-documents) and their shared pieces."""
+"""Reports people look at: training curves as PNG and converted documents as one HTML page."""

@@ -14,11 +14,10 @@ import fnmatch
 import json
 import os
 
-import hydra
 from omegaconf import DictConfig
 
 import olmocr.report.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 # (file name, title, y label, metric patterns; fnmatch over "kind:key", kind train or eval)
 PANELS = [
@@ -105,8 +104,8 @@ def plot_run(run_dir: str, dpi: int = 100) -> list[str]:
     return written
 
 
+@stage("report_plots")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
-    validate(cfg)
     if cfg.dpi < 10:
         raise ValueError(f"dpi: must be at least 10, got {cfg.dpi}")
     written = plot_run(cfg.run_dir, cfg.dpi)
@@ -114,10 +113,5 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
     return written
 
 
-@hydra.main(config_path="../../conf", config_name="report_plots", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, None)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.report.plots", "report_plots", __doc__)
+    run.main()

@@ -9,7 +9,6 @@ from typing import Any
 from omegaconf import MISSING
 
 from olmocr.config import StageConfig, store
-from olmocr.pipeline.schema import SAMPLE_WORKSPACE
 
 
 @dataclass
@@ -22,7 +21,7 @@ class PlotsConfig(StageConfig):
 class ViewerConfig(StageConfig):
     # A workspace, or Dolma JSONL paths/globs (one, or a list); local or s3://. By default the workspace
     # of a pipeline run without workspace= (the bundled eval PDFs).
-    results: Any = SAMPLE_WORKSPACE
+    results: Any = "${paths.sample_workspace}"
     max_documents: int = 50  # shown, in file order
     longest_side: int = 700  # of the page images, in pixels
 

@@ -12,12 +12,10 @@ import json
 import logging
 import os
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 import olmocr.report.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 log = logging.getLogger("olmocr.report.viewer")
 ATTRIBUTES = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
@@ -62,9 +60,9 @@ def read_documents(files: list[str], limit: int) -> tuple[list[dict], int]:
 
 
 def _page_images(source: str, pages: list[int], longest_side: int) -> dict[int, str]:
-    from olmocr.data.pdf import PdfError
-    from olmocr.data.render import RenderError, render_page
-    from olmocr.report.html import esc, image_data_url
+    from olmocr.formats.html import esc, image_data_url
+    from olmocr.formats.pdf import PdfError
+    from olmocr.formats.render import RenderError, render_page
     from olmocr.utils.io import read_bytes
 
     try:
@@ -82,7 +80,7 @@ def _page_images(source: str, pages: list[int], longest_side: int) -> dict[int, 
 
 
 def document_html(doc: dict, index: int, longest_side: int) -> str:
-    from olmocr.report.html import esc, markdown_html
+    from olmocr.formats.html import esc, markdown_html
 
     meta, attrs = doc["metadata"], doc["attributes"]
     spans = attrs["pdf_page_numbers"]
@@ -106,13 +104,13 @@ def document_html(doc: dict, index: int, longest_side: int) -> str:
     return f'<section class="document" data-source="{esc(meta["Source-File"])}">{header}{"".join(pages)}</section>'
 
 
+@stage("report_viewer")
 def run(cfg: DictConfig, output_dir: str) -> str:
     from tqdm import tqdm
 
-    from olmocr.report.html import document, esc
+    from olmocr.formats.html import document, esc
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     if cfg.max_documents < 1:
         raise ValueError(f"max_documents: must be at least 1, got {cfg.max_documents}")
     files = result_files([cfg.results] if isinstance(cfg.results, str) else list(cfg.results))
@@ -130,10 +128,5 @@ def run(cfg: DictConfig, output_dir: str) -> str:
     return path
 
 
-@hydra.main(config_path="../../conf", config_name="report_viewer", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.report.viewer", "report_viewer", __doc__)
+    run.main()

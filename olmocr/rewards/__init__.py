@@ -5,22 +5,21 @@ parameters; ``conf/rewards/`` lists which rewards are on, with their weights and
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Mapping
 
-from olmocr.config import RUNTIME_PARAMETERS, locate
+from olmocr.config import locate, runtime_parameters
 
 
 def build_rewards(entries: Mapping, **runtime) -> tuple[list[Callable], list[float]]:
     """Reward functions (named after their config entry, which is how trl logs them) and weights.
 
-    ``runtime`` objects (e.g. ``eos_token_ids``) are bound where a reward takes them."""
+    ``runtime`` objects (e.g. ``eos_token_ids``) are bound where a reward declares them
+    (:func:`olmocr.config.runtime`)."""
     funcs, weights = [], []
     for name, entry in entries.items():
         options = {k: v for k, v in entry.items() if k not in ("_target_", "weight")}
         fn = locate(entry["_target_"])
-        params = inspect.signature(fn).parameters
-        bound = {k: v for k, v in runtime.items() if k in params and k in RUNTIME_PARAMETERS}
+        bound = {k: v for k, v in runtime.items() if k in runtime_parameters(fn)}
         reward = functools.update_wrapper(functools.partial(fn, **options, **bound), fn)
         reward.__name__ = name
         funcs.append(reward)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 
 from olmocr.bench.records import BenchTest, parse_test
-from olmocr.data.frontmatter import page_text
+from olmocr.formats.frontmatter import page_text
 from olmocr.rewards.text import completion_text
 
 

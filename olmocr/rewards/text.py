@@ -8,9 +8,10 @@ from collections.abc import Sequence
 
 from rapidfuzz.distance import Levenshtein
 
-from olmocr.bench.tables import MalformedTable, parse_tables
-from olmocr.data.frontmatter import FIELDS, FrontMatterError, page_text, parse_document
+from olmocr.config import runtime
 from olmocr.data.text_rules import split_math
+from olmocr.formats.frontmatter import FIELDS, FrontMatterError, page_text, parse_document
+from olmocr.formats.tables import MalformedTable, parse_tables
 
 _HTML_TABLE = re.compile(r"<table\b", re.I)
 
@@ -118,6 +119,7 @@ def rectangular_tables(completions: Sequence, **_) -> list[float]:
     return out
 
 
+@runtime("eos_token_ids")
 def eos(completions: Sequence, completion_ids: Sequence | None = None, finish_reason: Sequence | None = None, *,
         eos_token_ids: Sequence[int] = (), **_) -> list[float]:
     """1 when the completion's last token is an end-of-sequence token (it stopped by itself), else 0

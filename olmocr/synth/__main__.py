@@ -8,12 +8,10 @@ import logging
 import os
 import time
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.synth.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import stage
 
 log = logging.getLogger("olmocr.synth")
 
@@ -21,8 +19,8 @@ log = logging.getLogger("olmocr.synth")
 def check_output(out_dir: str, tests_file: str) -> dict:
     """Round-trip what was written: every .md parses, every test line parses, every PDF renders."""
     from olmocr.bench.records import load_tests
-    from olmocr.data.frontmatter import parse_document
-    from olmocr.data.render import render_page
+    from olmocr.formats.frontmatter import parse_document
+    from olmocr.formats.render import render_page
 
     pdfs = sorted(glob.glob(os.path.join(out_dir, "pdfs", "*.pdf")))
     for pdf in pdfs:
@@ -35,11 +33,11 @@ def check_output(out_dir: str, tests_file: str) -> dict:
     return {"pdfs": len(pdfs), "tests": len(loaded.tests)}
 
 
+@stage("synth")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.synth.generator import generate
     from olmocr.utils.runinfo import write_run_info
 
-    validate(cfg)
     out_dir = cfg.out_dir or os.path.join(output_dir, "pages")
     start = time.perf_counter()
     counts = generate(out_dir, cfg.num_pages, seed=cfg.seed, first_index=cfg.first_index,
@@ -57,10 +55,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return summary
 
 
-@hydra.main(config_path="../../conf", config_name="synth", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.synth", "synth", __doc__)
+    run.main()

@@ -20,7 +20,7 @@ from reportlab.pdfgen.canvas import Canvas
 from tqdm import tqdm
 
 from olmocr.bench.records import AbsentTest, BaselineTest, MathTest, OrderTest, PresentTest, TableTest
-from olmocr.data.frontmatter import PageMeta, write_document
+from olmocr.formats.frontmatter import PageMeta, write_document
 from olmocr.synth import text as words
 
 FONTS = [("Helvetica", "Helvetica-Bold"), ("Times-Roman", "Times-Bold"), ("Courier", "Courier-Bold")]

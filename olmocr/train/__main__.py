@@ -3,18 +3,34 @@
 
 from __future__ import annotations
 
+import functools
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.config import run_stage, start, validate
+from olmocr.cli import Launch, Sidecar, stage
+from olmocr.train.vllm_server import server_command
 
 
+def cluster_needs(cfg: DictConfig) -> Launch:
+    """One torch.distributed job over every GPU of every replica, resuming from its checkpoints; with
+    ``algo.generation=vllm_server``, GRPO's generation server beside it on the leader replica."""
+    sidecar = None
+    if cfg.algo.get("generation") == "vllm_server":
+        model = cfg.model.get("name_or_path")
+        if not model:
+            raise ValueError("the GRPO server layout serves a hub model: model.name_or_path must be set")
+        algo = OmegaConf.to_container(cfg.algo, resolve=True)
+        sidecar = Sidecar(command=functools.partial(server_command, model, algo), host_key="algo.vllm_server_host",
+                          gpus=algo["vllm_tensor_parallel_size"] * algo["vllm_data_parallel_size"])
+    replica_state = None
+    if cfg.trainer.strategy == "deepspeed":
+        replica_state = "DeepSpeed checkpoints hold every rank's optimizer shard, written on each replica's own disk"
+    return Launch(distributed=True, resumes=True, sidecar=sidecar, replica_state=replica_state)
 
+
+@stage("train", launch=cluster_needs)
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    validate(cfg)
     if cfg.algo.name == "grpo":
         from olmocr.train import grpo
 
@@ -28,10 +44,5 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     return sft.run(cfg, output_dir)
 
 
-@hydra.main(config_path="../../conf", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_stage(run, cfg, HydraConfig.get().runtime.output_dir)
-
-
 if __name__ == "__main__":
-    start(main, "olmocr.train", "train", __doc__)
+    run.main()

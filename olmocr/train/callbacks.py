@@ -7,6 +7,8 @@ import json
 import logging
 import os
 
+from olmocr.config import runtime
+
 log = logging.getLogger("olmocr.train")
 
 
@@ -45,6 +47,7 @@ class GarbageCollection(Callback):
         gc.enable()
 
 
+@runtime("output_dir")
 class Profiler(Callback):
     """torch.profiler over a few steps; a Chrome trace lands in ``<run dir>/profile``."""
 
@@ -143,6 +146,7 @@ class Console(Callback):
         self.bar.close()
 
 
+@runtime("run_config", "output_dir")
 class Wandb(Callback):
     """Weights & Biases logging. The API key is read by wandb from WANDB_API_KEY, never from config;
     ``mode: offline`` writes runs locally for a later ``wandb sync``."""

@@ -18,6 +18,8 @@ import shutil
 import numpy as np
 import torch
 
+from olmocr.models.source import save_model
+
 STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -31,18 +33,6 @@ def model_dir(checkpoint: str) -> str:
             os.path.isfile(os.path.join(checkpoint, "adapter_config.json")):
         return checkpoint
     raise ValueError(f"{checkpoint} holds no model (no config.json or adapter_config.json, here or in model/)")
-
-
-def unwrap(model):
-    return model.module if hasattr(model, "module") else model
-
-
-def save_model(model, processor, path: str, state_dict: dict | None = None) -> None:
-    """The one model saver: full models and PEFT adapters alike, with the processor beside them.
-    ``state_dict`` replaces the model's own tensors (the gathered weights of a sharded model)."""
-    unwrap(model).save_pretrained(path, **({"state_dict": state_dict} if state_dict is not None else {}))
-    if processor is not None:
-        processor.save_pretrained(path)
 
 
 def rng_state() -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from olmocr.config import runtime
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
@@ -17,6 +19,7 @@ def no_decay(name: str, param: nn.Parameter) -> bool:
     return param.ndim < 2 or "embed" in name or "norm" in name
 
 
+@runtime("model")
 def adamw(model: nn.Module, lr: float = 2e-5, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
           weight_decay: float = 0.01, fused: bool | None = None) -> torch.optim.AdamW:
     import torch
@@ -32,6 +35,7 @@ def adamw(model: nn.Module, lr: float = 2e-5, betas: tuple[float, float] = (0.9,
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=tuple(betas), eps=eps, fused=fused)
 
 
+@runtime("model")
 def muon(model: nn.Module, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
          weight_decay: float = 0.0, adam_lr: float = 3e-4, adam_betas: tuple[float, float] = (0.9, 0.95),
          adam_eps: float = 1e-10, head_lr_scale: float = 11.0, embed_lr_scale: float = 30.0,

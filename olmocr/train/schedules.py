@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from olmocr.config import runtime
+
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LambdaLR
 
@@ -40,20 +42,24 @@ def _decaying(optimizer, total_steps: int, warmup: float, shape) -> LambdaLR:
     return _lambda_lr(optimizer, factor)
 
 
+@runtime("optimizer", "total_steps")
 def linear(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
     return _decaying(optimizer, total_steps, warmup, lambda p: 1.0 - (1.0 - final_ratio) * p)
 
 
+@runtime("optimizer", "total_steps")
 def cosine(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
     return _decaying(optimizer, total_steps, warmup,
                      lambda p: final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
 
 
+@runtime("optimizer", "total_steps")
 def constant(optimizer, total_steps: int, warmup: float = 0.0) -> LambdaLR:
     w = _warmup_steps(warmup, total_steps)
     return _lambda_lr(optimizer, lambda step: _warmup(step, w) or 1.0)
 
 
+@runtime("optimizer", "total_steps")
 def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, final_ratio: float = 0.0) -> LambdaLR:
     """Warm-up, stable, then linear decay over the last ``decay`` (steps, or fraction of the run)."""
     w = _warmup_steps(warmup, total_steps)
@@ -73,6 +79,7 @@ def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, f
     return _lambda_lr(optimizer, factor)
 
 
+@runtime("optimizer", "total_steps")
 def inverse_sqrt(optimizer, total_steps: int, warmup: float = 0.05) -> LambdaLR:
     w = max(1, _warmup_steps(warmup, total_steps))
     return _lambda_lr(optimizer, lambda step: _warmup(step, w) or math.sqrt(w / (step + 1)))

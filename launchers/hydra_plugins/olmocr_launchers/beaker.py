@@ -1,8 +1,9 @@
 """``hydra/launcher=beaker``: one Beaker experiment per job of a run or sweep.
 
 Each experiment's task re-runs the same stage (``python -m <stage>``) with the job's overrides and
-``cluster=local`` inside the container, wrapped by :mod:`.task_script` for its GPUs and replicas (and
-the GRPO server layout when ``algo.generation=vllm_server``). Secrets are passed by name (Beaker
+``cluster=local`` inside the container, wrapped by :mod:`.task_script` in what the stage declares it needs
+(:class:`olmocr.cli.Launch`: one distributed job over GPUs and replicas or independent workers, a server
+beside it, a run dir that outlives the task). Secrets are passed by name (Beaker
 secrets mapped to environment variables), never by value. ``dry_run`` writes each spec to its job
 dir and submits nothing; ``follow`` waits for each job and reports its exit code.
 """
@@ -10,7 +11,6 @@ dir and submits nothing; ``follow`` waits for each job and reports its exit code
 import datetime
 import logging
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +22,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
+from hydra_plugins.olmocr_launchers import beaker_job
+from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hydra_plugins.olmocr_launchers import beaker_job
-from olmocr.config import fail
-from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
+from olmocr.cli import Launch, fail
 
 log = logging.getLogger(__name__)
 
@@ -72,32 +72,29 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def stage_module(task_function) -> str:
-    """The module ``python -m`` runs to re-run the stage whose task function this is: a stage package
-    (``olmocr/train/__main__.py``) or a stage module (``olmocr/prepare.py``)."""
-    module = getattr(getattr(task_function, "__wrapped__", task_function), "__module__", "") or ""
-    if module == "__main__":  # started with `python -m …`: the module's real name is in its spec
-        spec = getattr(sys.modules["__main__"], "__spec__", None)
-        module = spec.name if spec is not None else module
-    if module.endswith(".__main__"):
-        return module[: -len(".__main__")]
-    if module.startswith("olmocr.") and module.count(".") == 1:
-        return module
-    raise ValueError(f"the Beaker launcher re-runs a stage with `python -m <package>`; the task function "
-                     f"comes from {module!r}: start the app as `python -m <package>`")
-
-
-def build_spec(*, script: str, params: dict, git_commit: str | None, description: str):
-    """The Beaker experiment spec of one job (beaker-py's spec types)."""
-    from beaker import (BeakerConstraints, BeakerDataMount, BeakerDataSource, BeakerEnvVar, BeakerExperimentSpec,
-                        BeakerImageSource, BeakerJobPriority, BeakerResultSpec, BeakerRetrySpec, BeakerTaskContext,
-                        BeakerTaskResources, BeakerTaskSpec)
+def build_spec(*, script: str, params: dict, git_commit: str | None, description: str, distributed: bool):
+    """The Beaker experiment spec of one job (beaker-py's spec types); the replicas of a ``distributed`` job
+    meet at the leader, others are independent workers."""
+    from beaker import (
+        BeakerConstraints,
+        BeakerDataMount,
+        BeakerDataSource,
+        BeakerEnvVar,
+        BeakerExperimentSpec,
+        BeakerImageSource,
+        BeakerJobPriority,
+        BeakerResultSpec,
+        BeakerRetrySpec,
+        BeakerTaskContext,
+        BeakerTaskResources,
+        BeakerTaskSpec,
+    )
 
     env = [BeakerEnvVar(name=k, value=str(v)) for k, v in sorted(params["env"].items())]
     env += [BeakerEnvVar(name=k, secret=v) for k, v in sorted(params["secrets"].items())]
     if git_commit:
         env.append(BeakerEnvVar(name="OLMOCR_GIT_COMMIT", value=git_commit))
-    multi = params["replicas"] > 1
+    multi = distributed and params["replicas"] > 1
     task = BeakerTaskSpec(
         name="main",
         image=BeakerImageSource(beaker=params["image"], docker=params["docker_image"]),
@@ -109,7 +106,7 @@ def build_spec(*, script: str, params: dict, git_commit: str | None, description
         constraints=BeakerConstraints(cluster=list(params["clusters"])) if params["clusters"] else None,
         context=BeakerTaskContext(priority=BeakerJobPriority[params["priority"]], preemptible=params["preemptible"]),
         result=BeakerResultSpec(path=params["result_path"]),
-        replicas=params["replicas"] if multi else None,
+        replicas=params["replicas"] if params["replicas"] > 1 else None,
         leader_selection=multi,
         host_networking=multi,
         propagate_failure=True if multi else None,
@@ -126,11 +123,13 @@ class BeakerLauncher(Launcher):
         self.config: DictConfig | None = None
         self.hydra_context = None
         self.task_function = None
+        self._stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
-    def _check(self, module: str | None) -> str | None:
+    def _check(self) -> str | None:
+        """The launcher's own settings and the git tree; the commit the job's image holds."""
         p = self.params
         for key in ("workspace", "budget"):
             if not p[key]:
@@ -141,15 +140,22 @@ class BeakerLauncher(Launcher):
             raise ValueError(f"hydra.launcher.priority: expected one of {', '.join(PRIORITIES)}, got {p['priority']!r}")
         if p["replicas"] < 1 or p["gpus"] < 0:
             raise ValueError("hydra.launcher.replicas must be at least 1 and hydra.launcher.gpus at least 0")
-        if module == "olmocr.train" and p["preemptible"] and not (p["sync_to"] or p["run_root"]):
-            raise ValueError("a preemptible training job would restart from step 0 when preempted: set "
-                             "hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
-                             "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false")
         commit = _git("rev-parse", "HEAD")
         if p["require_clean_git"] and _git("status", "--porcelain"):
             raise ValueError("the git tree has uncommitted changes, which the job's image would not have: commit "
                              "them (or set hydra.launcher.require_clean_git=false)")
         return commit
+
+    def _check_needs(self, module: str, needs: Launch) -> None:
+        """What the stage needs against what the job gives it."""
+        p = self.params
+        if needs.resumes and p["preemptible"] and not (p["sync_to"] or p["run_root"]):
+            raise ValueError(f"a preemptible {module} job would start over when preempted: set "
+                             "hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
+                             "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false")
+        if needs.replica_state and p["replicas"] > 1 and p["sync_to"] and not p["run_root"]:
+            raise ValueError(f"{needs.replica_state}, and sync_to keeps the leader's: with several replicas use "
+                             "hydra.launcher.run_root=<a shared mounted path> instead")
 
     def _client(self):
         from beaker import Beaker
@@ -167,10 +173,10 @@ class BeakerLauncher(Launcher):
                                  f"workspace {self.params['workspace']}") from None
         return client
 
-    def _command(self, module: str | None, overrides: list[str], sweep_config: DictConfig, key: str) -> list[str]:
+    def _command(self, stage, overrides: list[str], sweep_config: DictConfig, key: str) -> list[str]:
         """``python -m`` arguments of the task: the stage with the job's overrides, or the shipped job."""
-        if module is not None:
-            return stage_command(module, overrides, self.run_dir(key))
+        if stage is not None:
+            return stage_command(stage.module, overrides, self.run_dir(key))
         state = (self.task_function, sweep_config, Singleton.get_state())
         return ["hydra_plugins.olmocr_launchers.beaker_job", beaker_job.encode(state), self.params["result_path"]]
 
@@ -179,83 +185,73 @@ class BeakerLauncher(Launcher):
             return f"{self.params['run_root'].rstrip('/')}/{key}"
         return f"{self.params['result_path'].rstrip('/')}/run"
 
-    def _script(self, command: list[str], sweep_config: DictConfig, key: str) -> str:
+    def _script(self, command: list[str], needs: Launch, key: str) -> str:
         p = self.params
-        vllm, server_gpus = None, 1
-        algo = sweep_config.get("algo")
-        if algo is not None and algo.get("generation") == "vllm_server":
-            from olmocr.train.vllm_server import server_command
-
-            model = sweep_config.model.get("name_or_path")
-            if not model:
-                raise ValueError("the GRPO server layout serves a hub model: model.name_or_path must be set")
-            # Other replicas' trainers reach the server on the leader's address.
-            vllm = server_command(model, algo, "0.0.0.0" if p["replicas"] > 1 else "127.0.0.1")
-            server_gpus = algo.vllm_tensor_parallel_size * algo.vllm_data_parallel_size
         sync_to = f"{p['sync_to'].rstrip('/')}/{key}" if p["sync_to"] else None
         return task_script(command, run_dir=self.run_dir(key), gpus=p["gpus"], replicas=p["replicas"],
-                           rendezvous_port=p["rendezvous_port"], vllm_server=vllm, server_gpus=server_gpus,
+                           distributed=needs.distributed, rendezvous_port=p["rendezvous_port"], sidecar=needs.sidecar,
                            sync_to=sync_to, sync_every=p["sync_every"], setup=p["setup"])
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
-        p = self.params
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        try:
-            module = stage_module(self.task_function)
-        except ValueError:
-            module = None  # shipped with the job instead (see beaker_job)
-            log.info("the task function has no `python -m` entry: it is shipped with each job")
-        try:
-            commit = self._check(module)
+        # What a stage declares (olmocr.cli.stage) rides on its task function; any other function is shipped
+        # with the job instead (see beaker_job) and runs as one process per replica.
+        stage = getattr(self.task_function, "stage", None)
+        if stage is None:
+            log.info("the task function is no declared stage: it is shipped with each job")
+        try:  # every job is checked and its spec written before anything is submitted
+            commit = self._check()
+            jobs = [self._job(stage, list(overrides), idx, commit)
+                    for idx, overrides in enumerate(job_overrides, start=initial_job_idx)]
             client = None if self.params["dry_run"] else self._client()
-        except ValueError as exc:  # a user error before anything is submitted: one line, not Hydra's trace
+        except ValueError as exc:  # a user error: one line, not Hydra's trace
             fail(str(exc))
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        finally:
+            HydraConfig.instance().set_config(self.config)  # the launching process's own config again
         returns = []
-        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            overrides = list(overrides)
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = f"beaker_{stamp}_{idx}"
-                sweep_config.hydra.job.num = idx
-            HydraConfig.instance().set_config(sweep_config)
-            job_dir = sweep_dir / str(sweep_config.hydra.sweep.subdir)
-            job_dir.mkdir(parents=True, exist_ok=True)
-            name = f"olmocr-{sweep_config.hydra.job.config_name}-{stamp}-{idx}".replace("_", "-")
-            key = job_dir.as_posix().lstrip("/")  # the run's place: the same for the same command
-            task_overrides = [o for o in overrides if not o.startswith("hydra.")]
-            shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
-            description = self.params["description"] or " ".join(["python -m", module or "(shipped job)", *shown])
-            if (p["replicas"] > 1 and p["sync_to"] and not p["run_root"]
-                    and OmegaConf.select(sweep_config, "trainer.strategy") == "deepspeed"):
-                fail("DeepSpeed checkpoints hold every rank's optimizer shard, written on each replica's own disk, "
-                     "and sync_to keeps the leader's: with several replicas use hydra.launcher.run_root=<a shared "
-                     "mounted path> instead")
-            command = self._command(module, task_overrides, sweep_config, key)
-            spec = build_spec(script=self._script(command, sweep_config, key),
-                              params=self.params, git_commit=commit, description=description)
-            spec_path = job_dir / "beaker_spec.yaml"
-            spec.to_file(spec_path)
-            task_cfg = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
-            ret = JobReturn(overrides=overrides, cfg=task_cfg, hydra_cfg=sweep_config, working_dir=str(job_dir),
-                            task_name=sweep_config.hydra.job.name, status=JobStatus.COMPLETED)
+        for idx, (ret, spec, spec_path, name) in enumerate(jobs, start=initial_job_idx):
+            overrides = " ".join(ret.overrides)
             if client is None:
-                log.info("dry run: #%d %s -> %s", idx, " ".join(overrides), spec_path)
+                log.info("dry run: #%d %s -> %s", idx, overrides, spec_path)
                 ret.return_value = {"spec": str(spec_path)}
             else:
                 workload = client.experiment.create(spec=spec, name=name)
                 url = client.experiment.url(workload)
-                log.info("#%d %s submitted: %s", idx, " ".join(overrides), url)
+                log.info("#%d %s submitted: %s", idx, overrides, url)
                 ret.return_value = {"workload": workload.experiment.id, "name": name, "url": url}
                 if self.params["follow"]:
                     ret = self._follow(client, workload, ret)
             returns.append(ret)
-        HydraConfig.instance().set_config(self.config)  # the launching process's own config again
         return returns
+
+    def _job(self, stage, overrides: list[str], idx: int, commit: str | None):
+        """One job's JobReturn (to be completed), its spec (also written to its job dir) and its name."""
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = f"beaker_{self._stamp}_{idx}"
+            sweep_config.hydra.job.num = idx
+        HydraConfig.instance().set_config(sweep_config)
+        job_dir = Path(str(self.config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        key = job_dir.as_posix().lstrip("/")  # the run's place: the same for the same command
+        task_overrides = [o for o in overrides if not o.startswith("hydra.")]
+        module = stage.module if stage is not None else "(shipped job)"
+        # Each job's own config decides what it needs (a sweep over algo=…, say).
+        needs = stage.launch(sweep_config) if stage is not None else Launch()
+        self._check_needs(module, needs)
+        shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
+        spec = build_spec(script=self._script(self._command(stage, task_overrides, sweep_config, key), needs, key),
+                          params=self.params, git_commit=commit, distributed=needs.distributed,
+                          description=self.params["description"] or " ".join(["python -m", module, *shown]))
+        spec_path = job_dir / "beaker_spec.yaml"
+        spec.to_file(spec_path)
+        task_cfg = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
+        ret = JobReturn(overrides=overrides, cfg=task_cfg, hydra_cfg=sweep_config, working_dir=str(job_dir),
+                        task_name=sweep_config.hydra.job.name, status=JobStatus.COMPLETED)
+        name = f"olmocr-{sweep_config.hydra.job.config_name}-{self._stamp}-{idx}".replace("_", "-")
+        return ret, spec, spec_path, name
 
     def _follow(self, client, workload, ret: JobReturn) -> JobReturn:
         """Stream the job's logs until it ends. A shipped job's own JobReturn comes back from the result

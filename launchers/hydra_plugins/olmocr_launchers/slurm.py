@@ -2,8 +2,10 @@
 
 Added: ``srun_args`` (extra arguments of the srun line in the sbatch script; submitit supports them,
 the upstream config has no field for them), a check of the account and of ``sbatch`` before anything
-is submitted, and ``dry_run``, which writes each job's sbatch script to the sweep dir and submits
-nothing. Everything else (job arrays for ``-m`` sweeps, requeue on timeout, results) is upstream's.
+is submitted, ``dry_run``, which writes each job's sbatch script to the sweep dir and submits nothing,
+and one task per node for stages that are not distributed (:class:`olmocr.cli.Launch`): the node's GPUs
+and cores all go to that task. Everything else (job arrays for ``-m`` sweeps, requeue on timeout,
+results) is upstream's.
 """
 
 
@@ -18,7 +20,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 
-from olmocr.config import fail
+from olmocr.cli import fail
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +49,31 @@ def sbatch_script(params: dict, folder: str) -> str:
     return executor._make_submission_file_text(f"{executor.python} -u -m submitit.core._submit {folder}", "JOB")
 
 
+def one_task_per_node(params: dict) -> dict:
+    """The job's resources as one task per node: each task's GPUs and cores, times the tasks, go to one."""
+    tasks = params.get("tasks_per_node") or 1
+    out = dict(params, tasks_per_node=1)
+    for key in ("gpus_per_task", "cpus_per_task"):
+        if params.get(key):
+            out[key] = params[key] * tasks
+    if out.get("gpus_per_task"):
+        out["srun_args"] = [a if not a.startswith("--gpus-per-task=") else f"--gpus-per-task={out['gpus_per_task']}"
+                            for a in params.get("srun_args", [])]
+    return out
+
+
 class OlmocrSlurmLauncher(SubmititSlurmLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         if not self.params.get("account"):
             fail("hydra.launcher.account: set the SLURM project to charge (SLURM_ACCOUNT or "
                  "hydra.launcher.account=<project>) before submitting")
+        stage = getattr(self.task_function, "stage", None)  # what a declared stage needs (olmocr.cli)
+        try:
+            distributed = stage is None or stage.launch(self.config).distributed
+        except ValueError as exc:
+            fail(str(exc))
+        if not distributed:
+            self.params = one_task_per_node(self.params)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         if self.params.get("dry_run"):
             sweep_dir.mkdir(parents=True, exist_ok=True)

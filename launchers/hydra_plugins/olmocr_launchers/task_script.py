@@ -1,15 +1,17 @@
 """The shell script a cluster task runs: the same stage with the same overrides and ``cluster=local``,
-wrapped in what its resources need.
+wrapped in what the stage declares it needs (:class:`olmocr.cli.Launch`) on the task's resources.
 
-- one GPU (or none): ``python -m <stage> …``;
-- several GPUs on one machine: ``torchrun --standalone --nproc_per_node=G``;
-- several replicas: one job over all of them, a static torchrun rendezvous at the leader replica
-  (``BEAKER_LEADER_REPLICA_HOSTNAME``, ``BEAKER_REPLICA_RANK``);
-- the GRPO server layout, for R replicas of G GPUs: the leader's first S GPUs run the generation server
-  (``trl vllm-serve``, S = its tensor x data parallel size); GPUs S..G-1 of *every* replica train as
-  one job of R x (G - S) processes (torchrun, ranks numbered from the leader, so rank 0, the only
-  process that talks to the server, runs beside it). trl 1.16 talks to one server, and a job needs the
-  same number of processes on each machine, so the first S GPUs of the other replicas stay idle;
+- a stage that is not distributed: ``python -m <stage> …`` once per replica, whatever its GPUs (it uses
+  them itself, a pipeline worker through its model server, say); replicas are independent workers;
+- a distributed stage (training) on one GPU (or none): ``python -m <stage> …``; on several GPUs of one
+  machine: ``torchrun --standalone --nproc_per_node=G``; on several replicas: one job over all of them, a
+  static torchrun rendezvous at the leader replica (``BEAKER_LEADER_REPLICA_HOSTNAME``,
+  ``BEAKER_REPLICA_RANK``);
+- a sidecar server (the GRPO server layout), for R replicas of G GPUs: the leader's first S GPUs run the
+  server (GRPO: ``trl vllm-serve``, S = its tensor x data parallel size); GPUs S..G-1 of *every* replica
+  run the stage as one job of R x (G - S) processes (torchrun, ranks numbered from the leader, so rank 0,
+  the only process that talks to the server, runs beside it). trl 1.16 talks to one server, and a job
+  needs the same number of processes on each machine, so the first S GPUs of the other replicas stay idle;
 - a persistent run dir: with ``sync_to``, the run dir is first restored from there (a retried or
   re-submitted task resumes from its newest complete checkpoint), then pushed every ``sync_every``
   seconds while the stage runs and once more at exit, also on failure (``python -m olmocr.utils.sync``;
@@ -18,6 +20,8 @@ wrapped in what its resources need.
 """
 
 import shlex
+
+from olmocr.cli import Sidecar
 
 LEADER, RANK = "$BEAKER_LEADER_REPLICA_HOSTNAME", "$BEAKER_REPLICA_RANK"
 
@@ -55,30 +59,31 @@ def _sync(run_dir: str, remote: str, every: int) -> list[str]:
     ]
 
 
-def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1, rendezvous_port: int = 29400,
-                vllm_server: list[str] | None = None, server_gpus: int = 1, sync_to: str | None = None,
+def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: int = 1, distributed: bool = False,
+                rendezvous_port: int = 29400, sidecar: Sidecar | None = None, sync_to: str | None = None,
                 sync_every: int = 60, setup: list[str] | None = None) -> str:
-    """A bash script running ``python -m <command>`` (e.g. :func:`stage_command`) on the task's GPUs;
-    ``vllm_server`` (the server's command, on ``server_gpus`` GPUs) selects the GRPO server layout."""
+    """A bash script running ``python -m <command>`` (e.g. :func:`stage_command`) on the task's GPUs, as one
+    ``distributed`` job over them or once per replica, with the ``sidecar`` server beside it."""
     stage = " ".join(shlex.quote(a) for a in command)
     lines = ["set -uo pipefail", *(setup or [])]
     if sync_to:
         lines += _sync(run_dir, sync_to, sync_every)
-    if vllm_server is None:
-        lines.append(_launch(stage, max(gpus, 1), replicas, rendezvous_port))
+    if sidecar is None:
+        lines.append(_launch(stage, max(gpus, 1), replicas, rendezvous_port) if distributed else f"python -m {stage}")
         return "\n".join(lines) + "\n"
-    trainers = gpus - server_gpus
+    trainers = gpus - sidecar.gpus
     if trainers < 1:
-        raise ValueError(f"the GRPO server layout needs more GPUs than the server's {server_gpus} (its tensor x data "
-                         f"parallel size): one or more train beside it; hydra.launcher.gpus is {gpus}")
+        raise ValueError(f"the server beside the stage takes {sidecar.gpus} GPU(s) (GRPO: its tensor x data parallel "
+                         f"size): the stage needs more beside it; hydra.launcher.gpus is {gpus}")
     host = LEADER if replicas > 1 else "127.0.0.1"
-    server = " ".join(shlex.quote(a) for a in vllm_server)
+    # Other replicas' processes reach the server on the leader's address.
+    server = " ".join(shlex.quote(a) for a in sidecar.command("0.0.0.0" if replicas > 1 else "127.0.0.1"))
     lines += [
-        f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then CUDA_VISIBLE_DEVICES={_gpus(0, server_gpus)} {server} & '
+        f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then CUDA_VISIBLE_DEVICES={_gpus(0, sidecar.gpus)} {server} & '
         "server=$!; fi",
-        # The stage waits until the server is healthy; its algo.vllm_server_port already names the port.
-        f"CUDA_VISIBLE_DEVICES={_gpus(server_gpus, gpus)} "
-        f"{_launch(stage, trainers, replicas, rendezvous_port)} algo.vllm_server_host={host}",
+        # The stage waits until the server is healthy (GRPO: its algo.vllm_server_port already names the port).
+        f"CUDA_VISIBLE_DEVICES={_gpus(sidecar.gpus, gpus)} "
+        f"{_launch(stage, trainers, replicas, rendezvous_port)} {sidecar.host_key}={host}",
         "status=$?",
         'if [ -n "${server:-}" ]; then kill "$server" 2>/dev/null; fi',
         "exit $status",

@@ -16,7 +16,7 @@ import subprocess
 
 from PIL import Image
 
-from olmocr.data.pdf import PdfError, pdf_page_size
+from olmocr.formats.pdf import PdfError, pdf_page_size
 from olmocr.utils.io import local_path
 
 

@@ -100,7 +100,8 @@ def sanitize(fragment: str) -> str:
 
 
 def _mathml(tex: str, display: bool) -> str:
-    from olmocr.bench.equations import KatexError, mathml as katex_mathml
+    from olmocr.formats.latex import KatexError
+    from olmocr.formats.latex import mathml as katex_mathml
 
     try:
         mathml = katex_mathml(tex)

@@ -1,0 +1,213 @@
+"""Stages and their command line.
+
+A stage is a ``run(cfg, output_dir)`` function declared with :func:`stage` in the module that
+``python -m`` runs (``olmocr/<package>/__main__.py``, or a module such as ``olmocr/pipeline/stats.py``),
+next to its primary config ``conf/<config>.yaml``. The declaration is the whole registration: it gives
+the command line (``--help``, ``dry_run=true``, ``cluster=<name>``, one-line user errors), and it says what
+the stage needs from a cluster job (:class:`Launch`), which the launchers read from the task function Hydra
+hands them instead of knowing any stage. :func:`stages` finds every declared stage; tests and benchmarks
+iterate over it, so a new stage is covered by them without being listed anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from olmocr.config import CONF_DIR, register_schemas, validate
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A server started beside the stage on the job's leader replica (the GRPO server layout)."""
+
+    command: Callable[[str], list[str]]  # the server's command line, listening on the given host
+    gpus: int  # it takes the leader's first ``gpus`` GPUs; the stage runs on the others of every replica
+    host_key: str  # the stage's config key that is told where the server listens
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a stage asks of a cluster job."""
+
+    # True: one process per GPU, and the replicas of a job form one torch.distributed job (a rendezvous at
+    # the leader). False: one process per replica, each an independent worker.
+    distributed: bool = False
+    # Re-running the same command continues from what the run dir holds (checkpoints): a preemptible job
+    # needs a run dir that outlives its task.
+    resumes: bool = False
+    sidecar: Sidecar | None = None
+    # Why each replica keeps run-dir state the others lack (None: the leader's run dir is the whole run),
+    # which a run dir copied from the leader cannot bring back.
+    replica_state: str | None = None
+
+
+class Stage:
+    """A declared stage: call it like its ``run`` (the config is validated first), or run its command line
+    with :meth:`main`."""
+
+    def __init__(self, run: Callable[[DictConfig, str | None], Any], config: str,
+                 launch: Launch | Callable[[DictConfig], Launch], succeeded: Callable[[Any], bool] | None):
+        self.run, self.config, self._launch, self.succeeded = run, config, launch, succeeded
+        self.module = _module_of(run)
+        self.doc = (sys.modules[run.__module__].__doc__ or "").strip()
+        self.task = self._task_function()
+
+    def __call__(self, cfg: DictConfig, output_dir: str | None = None):
+        validate(cfg)
+        return self.run(cfg, output_dir)
+
+    def __repr__(self) -> str:
+        return f"Stage({self.module}, config={self.config})"
+
+    def launch(self, cfg: DictConfig) -> Launch:
+        """What a job of this config needs from its cluster (ValueError: it cannot run there as given)."""
+        return self._launch(cfg) if callable(self._launch) else self._launch
+
+    def main(self) -> None:
+        """The command line: ``--help`` is answered here (fast), ``cluster=<name>`` submits the run, anything
+        else runs the stage as a Hydra app."""
+        import hydra
+
+        args = sys.argv[1:]
+        if "--help" in args or "-h" in args:
+            print(stage_help(self.module, self.config, self.doc, [a for a in args if not a.startswith("-")]))
+            return
+        sys.argv = submit_on_cluster(sys.argv)
+        hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
+
+    def _task_function(self):
+        """The function Hydra runs for each job; launchers find the stage on it (``task.stage``)."""
+
+        def task(cfg: DictConfig):
+            from hydra.core.hydra_config import HydraConfig
+
+            try:
+                if cfg.get("dry_run"):
+                    print(OmegaConf.to_yaml(validate(cfg)))
+                    return {"dry_run": True}
+                result = self(cfg, HydraConfig.get().runtime.output_dir)
+            except ValueError as exc:
+                fail(str(exc))
+            if self.succeeded is not None and not self.succeeded(result):
+                raise SystemExit(1)
+            return result
+
+        task.stage = self
+        task.__module__ = self.module  # Hydra names the job (and its log file) after the task's module
+        task.__qualname__ = task.__name__ = self.module.rsplit(".", 1)[-1]
+        return task
+
+    def placeholders(self) -> list[str]:
+        """Overrides giving every value the config leaves to the command line (``???``) a well-formed stand-in,
+        for checks that compose and validate the stage without real inputs (tests, benchmarks)."""
+        from hydra import compose, initialize_config_dir
+
+        register_schemas()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name=self.config)
+        out = []
+        for key in sorted(OmegaConf.missing_keys(cfg)):
+            parent, _, leaf = key.rpartition(".")
+            node = (OmegaConf.select(cfg, parent) if parent else cfg)._get_node(leaf)
+            out.append(f"{key}=[.]" if isinstance(node, ListConfig) else f"{key}=.")
+        return out
+
+
+REGISTRY: dict[str, Stage] = {}
+# How a module declares a stage; stages() imports only the modules whose source has it.
+DECLARATION = re.compile(r"^@stage\(", re.M)
+
+
+def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Launch(),
+          succeeded: Callable[[Any], bool] | None = None) -> Callable[[Callable], Stage]:
+    """Declare a stage: ``run(cfg, output_dir)`` with its primary config ``conf/<config>.yaml``, what it needs
+    from a cluster (a :class:`Launch`, or a function of the config giving one), and optionally ``succeeded``,
+    a check of its result (the command exits with code 1 when it fails)."""
+    if not os.path.isfile(os.path.join(CONF_DIR, f"{config}.yaml")):
+        raise ValueError(f"stage config {config!r}: conf/{config}.yaml does not exist")
+
+    def declare(run: Callable) -> Stage:
+        declared = Stage(run, config, launch, succeeded)
+        REGISTRY[declared.module] = declared
+        return declared
+
+    return declare
+
+
+def stages() -> dict[str, Stage]:
+    """Every stage of the package, by module (``olmocr.pipeline.stats``, …)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    for folder, _, files in os.walk(root):
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                if not DECLARATION.search(fh.read()):
+                    continue
+            parts = os.path.relpath(os.path.join(folder, name[:-3]), os.path.dirname(root)).split(os.sep)
+            importlib.import_module(".".join(parts))
+    return dict(sorted(REGISTRY.items()))
+
+
+def _module_of(run: Callable) -> str:
+    """The module ``python -m`` runs for a stage declared in ``run``'s module."""
+    module = run.__module__
+    if module == "__main__":  # started as `python -m …`: the module's real name is in its spec
+        module = sys.modules["__main__"].__spec__.name
+    return module.removesuffix(".__main__")
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Every config group under conf/ and its options."""
+    groups = {}
+    for folder, _, files in sorted(os.walk(CONF_DIR)):
+        options = sorted(f[:-5] for f in files if f.endswith(".yaml"))
+        if folder != CONF_DIR and options:
+            groups[os.path.relpath(folder, CONF_DIR).replace(os.sep, "/")] = options
+    return groups
+
+
+def stage_help(module: str, config_name: str, doc: str, overrides: list[str]) -> str:
+    """A stage's ``--help``: what it does, the config groups and their options, and its config with the
+    overrides given. (Hydra's own ``--help`` copies its config repository once per group, which takes
+    seconds with this tree; ``--hydra-help`` still shows Hydra's options.)"""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    register_schemas()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            config = OmegaConf.to_yaml(hydra_compose(config_name=config_name, overrides=overrides))
+    except Exception as exc:  # noqa: BLE001 - a bad override: say so, help is still useful without it
+        config = f"(cannot compose with {' '.join(overrides)}: {str(exc).splitlines()[0]})\n"
+    width = max(len(group) for group in config_groups())
+    lines = [doc.strip(), "", f"Usage: python -m {module} [group=option ...] [key=value ...] "
+             "[dry_run=true] [-m key=a,b ...] [cluster=<name>]", "",
+             "== Configuration groups (conf/<group>/<option>.yaml) ==", ""]
+    lines += [f"{group:<{width}}: {', '.join(options)}" for group, options in config_groups().items()]
+    lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "", config.rstrip(), "",
+              "Hydra's own flags: python -m " + module + " --hydra-help"]
+    return "\n".join(lines)
+
+
+def submit_on_cluster(argv: list[str]) -> list[str]:
+    """``cluster=<name>`` (other than local) on the command line goes through Hydra's launcher, which
+    only a multirun uses: add ``--multirun``, so one command submits one job."""
+    clusters = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("cluster=")]
+    if clusters and clusters[-1] != "local" and not {"-m", "--multirun"} & set(argv):
+        return [argv[0], "--multirun", *argv[1:]]
+    return argv
+
+
+def fail(message: str):
+    """End the program on a user error: one line, exit code 2 (also where Hydra would print a trace)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
