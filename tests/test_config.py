@@ -233,6 +233,9 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     steps = OmegaConf.to_container(cfg.data.steps, resolve=True)
     pipeline = build_pipeline(steps, processor=processor).steps
     assert cfg.run_name == experiment
+    from olmocr.train.hf import training_arguments
+
+    base = training_arguments(resolved["trainer"], output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
     if cfg.algo.name == "sft":
         assert "tokenize" in pipeline and not cfg.rewards
         return
@@ -241,8 +244,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
 
         assert "tokenize" not in pipeline  # trl tokenises prompts and answers
         dpo.check(cfg)
-        args = dpo.dpo_arguments(output_dir="/tmp/x", algo=resolved["algo"], trainer=resolved["trainer"],
-                                 max_steps=10, seed=0, use_cpu=True, evaluate=False)
+        args = dpo.dpo_arguments(base, resolved["algo"])
         assert (args.beta, args.loss_type) == (cfg.algo.beta, [cfg.algo.loss_type])
         return
     from olmocr.rewards import build_rewards
@@ -257,8 +259,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     else:
         grpo.check(cfg, world_size=1)
     # Every option reaches trl's own config and is accepted there.
-    args = grpo.grpo_arguments(output_dir="/tmp/x", algo=resolved["algo"], trainer=resolved["trainer"],
-                               max_steps=10, seed=0, use_cpu=True, eval_benches=False)
+    args = grpo.grpo_arguments(base, resolved["algo"])
     assert (args.num_generations, args.temperature, args.beta) == \
         (cfg.algo.num_generations, cfg.algo.temperature, cfg.algo.beta)
     assert (args.torch_compile, args.ddp_find_unused_parameters, args.gradient_checkpointing) == \

@@ -192,11 +192,13 @@ def test_bench_prompts_skip_broken_pages_and_filter(tmp_path, processor):
 def test_grpo_qwen25_is_upstreams_best_recorded_run():
     """olmOCR 2's recorded best GRPO run, as trl 1.16 receives it (see the experiment file's comment)."""
     from olmocr.train.grpo import grpo_arguments
+    from olmocr.train.hf import training_arguments
 
     cfg = compose("train", ["+experiment=grpo_qwen25"])
     r = OmegaConf.to_container(cfg, resolve=True)
-    args = grpo_arguments(output_dir="/tmp/unused", algo=r["algo"], trainer=r["trainer"], max_steps=10, seed=cfg.seed,
-                          use_cpu=True, eval_benches=False, reward_weights=[1.0, 1.0, 1.0])
+    base = training_arguments(r["trainer"], output_dir="/tmp/unused", max_steps=10, seed=cfg.seed, use_cpu=True,
+                              evaluate=False)
+    args = grpo_arguments(base, r["algo"], reward_weights=[1.0, 1.0, 1.0])
     assert (args.num_generations, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (28, 1, 28)
     assert (args.temperature, args.top_p, args.beta, args.seed) == (0.8, 1.0, 0.01, 1)
     assert (args.loss_type, args.scale_rewards, args.importance_sampling_level) == ("bnpo", "group", "sequence")

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import Launch, Sidecar, stage
+from olmocr.config import locate
 from olmocr.train.vllm_server import server_command
 
 
@@ -29,19 +30,15 @@ def cluster_needs(cfg: DictConfig) -> Launch:
     return Launch(distributed=True, resumes=True, sidecar=sidecar, replica_state=replica_state)
 
 
+# algo.name -> its recipe (olmocr.train.recipe), imported only when it runs
+RECIPES = {"sft": "olmocr.train.sft.SFT", "grpo": "olmocr.train.grpo.GRPO", "dpo": "olmocr.train.dpo.DPO"}
+
+
 @stage("train", launch=cluster_needs)
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    if cfg.algo.name == "grpo":
-        from olmocr.train import grpo
-
-        return grpo.run(cfg, output_dir)
-    if cfg.algo.name == "dpo":
-        from olmocr.train import dpo
-
-        return dpo.run(cfg, output_dir)
-    from olmocr.train import sft
-
-    return sft.run(cfg, output_dir)
+    if cfg.algo.name not in RECIPES:
+        raise ValueError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
+    return locate(RECIPES[cfg.algo.name])(cfg, output_dir).run()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ import torch
 import torch.distributed as dist
 
 
+# What a launcher tells a process about its place in a job. DeepSpeed sets them even in a single process,
+# where a later run in the same process (a sweep, a notebook) would take them for a distributed launch.
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_launched_with: dict[str, str | None] = {}
+
+
 @dataclass(frozen=True)
 class DistInfo:
     rank: int
@@ -39,6 +45,7 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
     """torch.distributed from torchrun's variables, or from the SLURM/submitit job the process is a
     task of; a single process otherwise."""
     _from_submitit()
+    _launched_with.update({k: os.environ.get(k) for k in LAUNCH_VARIABLES})
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -60,8 +67,15 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
 
 
 def shutdown() -> None:
+    """End the process group, and put the launch variables back as the run found them."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    for key, value in _launched_with.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    _launched_with.clear()
 
 
 class Replicated:

@@ -1,10 +1,13 @@
-"""What the trl-based algorithms (GRPO, DPO) share: the Hugging Face Trainer arguments our ``trainer`` keys
-map to, where a run resumes from, and running the trainer with our callbacks."""
+"""What the trl-based recipes (GRPO, DPO) share: the Hugging Face Trainer arguments our ``trainer`` keys
+map to, the model through our loader, the trainer's checkpoints, and running the trainer with our
+callbacks."""
 
 from __future__ import annotations
 
 import logging
 import os
+
+from olmocr.train.recipe import Recipe
 
 log = logging.getLogger("olmocr.train")
 
@@ -17,18 +20,6 @@ class KeepLoadedWeights:
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         pass
-
-
-def load_policy(source, finetune: dict, resume_from: str | None):
-    """The model to train (full, frozen parts or LoRA), with a resumed run's weights (see
-    KeepLoadedWeights), and its parameter counts (trainable, total)."""
-    from olmocr.models.tuning import load_trainable, trainable_summary
-
-    model = load_trainable(source, "cpu", finetune["freeze_vision"], finetune["freeze_language"], finetune["lora"],
-                           resume_from)
-    # trl loads its reference model (GRPO's KL, DPO's) from this path: the starting model, also when resuming.
-    model.config._name_or_path = source.path
-    return model, trainable_summary(model)
 
 
 def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, use_cpu: bool,
@@ -52,28 +43,48 @@ def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, u
     )
 
 
-def resume_point(output_dir: str, resume: bool) -> tuple[str, str | None]:
-    """The checkpoints folder of a run dir and its newest checkpoint (None for a new run)."""
-    from transformers.trainer_utils import get_last_checkpoint
+class HFRecipe(Recipe):
+    """A recipe whose loop is a Hugging Face Trainer subclass (trl's); checkpoints are the Trainer's
+    ``checkpoints/checkpoint-<step>/``."""
 
-    checkpoints = os.path.join(output_dir, "checkpoints")
-    resume_from = get_last_checkpoint(checkpoints) if os.path.isdir(checkpoints) else None
-    if resume_from and not resume:
-        raise ValueError(f"trainer.resume=false but {checkpoints} holds checkpoints that a new run would "
-                         "overwrite: choose another run_name (or hydra.run.dir), or resume")
-    return checkpoints, resume_from
+    def latest_checkpoint(self) -> str | None:
+        from transformers.trainer_utils import get_last_checkpoint
 
+        return get_last_checkpoint(self.checkpoints_dir) if os.path.isdir(self.checkpoints_dir) else None
 
-def fit(trainer, resume_from: str | None) -> dict:
-    """Train (resuming from ``resume_from``) with our console in place of the Trainer's printer."""
-    from transformers import PrinterCallback
-    from transformers.trainer_utils import get_last_checkpoint
+    def load_model(self):
+        """The policy (full, frozen parts or LoRA), with a resumed run's weights (see KeepLoadedWeights)."""
+        from olmocr.models.tuning import load_trainable
 
-    trainer.remove_callback(PrinterCallback)  # our console callback reports steps
-    if resume_from:
-        log.info("resuming from %s", resume_from)
-    trainer.train(resume_from_checkpoint=resume_from)
-    # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
-    out = trainer.args.output_dir
-    final = get_last_checkpoint(out) if os.path.isdir(out) else None
-    return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "log": trainer.state.log_history}
+        finetune = self.resolved["finetune"]
+        model = load_trainable(self.source, "cpu", finetune["freeze_vision"], finetune["freeze_language"],
+                               finetune["lora"], self.resume_from)
+        # trl loads its reference model (GRPO's KL, DPO's) from this path: the starting model, also when resuming.
+        model.config._name_or_path = self.source.path
+        return model
+
+    def arguments(self) -> dict:
+        """TrainingArguments fields of this run (the recipe adds its algorithm's)."""
+        return training_arguments(self.resolved["trainer"], output_dir=self.checkpoints_dir, max_steps=self.length.stop,
+                                  seed=self.cfg.seed, use_cpu=self.dist.device.type == "cpu",
+                                  evaluate=self.eval_data is not None)
+
+    def trainer(self, callbacks: list):
+        raise NotImplementedError
+
+    def fit(self, callbacks: list) -> dict:
+        """Train (resuming from the newest checkpoint) with our console in place of the Trainer's printer."""
+        from transformers import PrinterCallback
+        from transformers.trainer_utils import get_last_checkpoint
+
+        from olmocr.train.trl_callbacks import HFTrainerBridge
+
+        trainer = self.trainer([HFTrainerBridge(callbacks, self.dist.device)])
+        trainer.remove_callback(PrinterCallback)  # our console callback reports steps
+        if self.resume_from:
+            log.info("resuming from %s", self.resume_from)
+        trainer.train(resume_from_checkpoint=self.resume_from)
+        # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
+        out = trainer.args.output_dir
+        final = get_last_checkpoint(out) if os.path.isdir(out) else None
+        return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "log": trainer.state.log_history}

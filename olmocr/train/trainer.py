@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from olmocr.train.checkpoint import CheckpointManager, set_rng_state
 from olmocr.train.collate import model_inputs
 from olmocr.train.data import epoch_loader
 from olmocr.train.distributed import DistInfo, Replicated
+from olmocr.train.schema import TrainerConfig
 
 log = logging.getLogger(__name__)
 
@@ -30,26 +30,22 @@ class TrainState:
 
 
 class Trainer:
+    """Our loop over the ``trainer`` settings (batch size, accumulation, precision, clipping, intervals)
+    for ``stop_step`` steps, on one process or as one rank of ``dist``."""
+
     def __init__(self, model, processor, optimizer, scheduler, train_data, eval_data: dict, collator,
-                 checkpoints: CheckpointManager, callbacks: list, *, stop_step: int,
-                 batch_size: int, grad_accum: int, precision: str, clip_grad_norm: float | None,
-                 eval_interval: int | None, save_interval: int | None, num_workers: int,
-                 seed: int, device: torch.device, eval_max_batches: int | None = None, rank: int = 0,
-                 world_size: int = 1, resume_from: str | None = None, strategy=None):
+                 checkpoints: CheckpointManager, callbacks: list, settings: TrainerConfig, *, stop_step: int,
+                 seed: int, dist: DistInfo | None = None, resume_from: str | None = None, strategy=None):
         self.model, self.processor = model, processor
         self.optimizer, self.scheduler = optimizer, scheduler
         self.train_data, self.eval_data, self.collator = train_data, eval_data, collator
         self.checkpoints, self.callbacks = checkpoints, callbacks
-        self.stop_step = stop_step
-        self.batch_size, self.grad_accum = batch_size, grad_accum
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp32": None}[precision]
-        self.clip_grad_norm = clip_grad_norm
-        self.eval_interval, self.save_interval = eval_interval, save_interval
-        self.num_workers, self.seed, self.device = num_workers, seed, device
-        self.eval_max_batches = eval_max_batches
-        self.rank, self.world_size = rank, world_size
+        self.settings, self.stop_step, self.seed = settings, stop_step, seed
+        dist = dist or DistInfo(0, 1, 0, torch.device("cpu"))
+        self.rank, self.world_size, self.device = dist.rank, dist.world_size, dist.device
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp32": None}[settings.precision]
         self.resume_from = resume_from
-        self.strategy = strategy or Replicated(DistInfo(rank, world_size, 0, device))
+        self.strategy = strategy or Replicated(dist)
         self.state = TrainState()
         self.data_wait = 0.0
         self._clock = (time.perf_counter(), 0.0)
@@ -64,9 +60,9 @@ class Trainer:
             window = next(windows)
             metrics = self.train_step(window)
             self._emit("on_step_end", metrics)
-            if self._due(self.eval_interval):
+            if self._due(self.settings.eval_interval):
                 self.evaluate()
-            if self._due(self.save_interval) or self.state.step == self.stop_step:
+            if self._due(self.settings.save_interval) or self.state.step == self.stop_step:
                 self.save()
         self._emit("on_fit_end")
         return self.state
@@ -107,7 +103,7 @@ class Trainer:
                                ignore_index=IGNORE_INDEX, reduction="sum")
 
     def optimizer_step(self) -> float:
-        grad_norm = self.strategy.optimizer_step(self.model, self.optimizer, self.clip_grad_norm)
+        grad_norm = self.strategy.optimizer_step(self.model, self.optimizer, self.settings.clip_grad_norm)
         self.scheduler.step()
         return grad_norm
 
@@ -116,11 +112,11 @@ class Trainer:
         self.model.eval()
         metrics = {}
         for name, dataset in self.eval_data.items():
-            loader = epoch_loader(dataset, self.collator, self.batch_size, self.seed, 0, 0, self.rank,
-                                  self.world_size, self.num_workers, shuffle=False)
+            loader = epoch_loader(dataset, self.collator, self.settings.batch_size, self.seed, 0, 0, self.rank,
+                                  self.world_size, self.settings.num_workers, shuffle=False)
             loss, tokens = torch.zeros((), device=self.device), 0
             for i, batch in enumerate(loader):
-                if self.eval_max_batches is not None and i >= self.eval_max_batches:
+                if self.settings.eval_max_batches is not None and i >= self.settings.eval_max_batches:
                     break
                 if batch["size"]:
                     loss += self.loss_sum(batch)
@@ -167,8 +163,8 @@ class Trainer:
         """Lists of ``grad_accum`` non-empty micro-batches, epoch after epoch, from the saved position on."""
         window: list[dict] = []
         while True:
-            loader = epoch_loader(self.train_data, self.collator, self.batch_size, self.seed, self.state.epoch,
-                                  self.state.position, self.rank, self.world_size, self.num_workers)
+            loader = epoch_loader(self.train_data, self.collator, self.settings.batch_size, self.seed, self.state.epoch,
+                                  self.state.position, self.rank, self.world_size, self.settings.num_workers)
             batches = iter(loader)
             while True:
                 start = time.perf_counter()
@@ -179,7 +175,7 @@ class Trainer:
                 self.state.position += batch["drawn"] * self.world_size
                 if batch["size"]:
                     window.append(batch)
-                if len(window) == self.grad_accum:
+                if len(window) == self.settings.grad_accum:
                     yield window
                     window = []
             self.state.epoch += 1
@@ -207,16 +203,3 @@ class Trainer:
     def _emit(self, hook: str, *args) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
-
-
-def steps_for(unit: str, value: float, samples_per_step: int, dataset_size: int, tokens_per_sample: float) -> int:
-    """Optimizer steps for a duration in ``steps``, ``epochs`` or ``tokens``."""
-    if value <= 0:
-        raise ValueError(f"duration value must be positive, got {value}")
-    if unit == "steps":
-        return int(value)
-    if unit == "epochs":
-        return max(1, math.ceil(value * dataset_size / samples_per_step))
-    if unit == "tokens":
-        return max(1, math.ceil(value / (tokens_per_sample * samples_per_step)))
-    raise ValueError(f"duration unit must be steps, epochs or tokens, got {unit!r}")

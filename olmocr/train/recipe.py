@@ -1,0 +1,163 @@
+"""The one scaffold of a training run. SFT, GRPO and DPO are :class:`Recipe` subclasses: the run's steps
+and their order are here (:meth:`Recipe.run`); a recipe fills in what is its own (checks, datasets, how it
+counts samples, how it fits).
+
+The order is part of reproducibility: the global RNGs are seeded before the model is loaded (a LoRA
+adapter's initial weights come from them), and a resumed run's model comes back through the loader before
+anything else touches it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from olmocr.config import build
+
+log = logging.getLogger("olmocr.train")
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool = False,
+                   tokens_per_sample: float | None = None) -> int:
+    """Optimizer steps for a duration (``unit``: steps, epochs or tokens; ``value``) when each step takes
+    ``per_step`` of an epoch's ``samples``. ``whole_epochs``: every epoch ends with a step of its own, short
+    if need be (the Hugging Face Trainer's loop); otherwise a step may span two epochs (ours)."""
+    unit, value = duration.unit, duration.value
+    if value is None:
+        raise ValueError("trainer.max_duration.value must be set")
+    if value <= 0:
+        raise ValueError(f"duration value must be positive, got {value}")
+    if unit == "steps":
+        return int(value)
+    if unit == "epochs":
+        if whole_epochs:
+            return max(1, math.ceil(value * math.ceil(samples / per_step)))
+        return max(1, math.ceil(value * samples / per_step))
+    if unit == "tokens":
+        if tokens_per_sample is None:
+            raise ValueError("trainer.max_duration.unit: this algorithm counts steps or epochs, not tokens")
+        return max(1, math.ceil(value / (tokens_per_sample * per_step)))
+    raise ValueError(f"duration unit must be steps, epochs or tokens, got {unit!r}")
+
+
+@dataclass(frozen=True)
+class RunLength:
+    total: int  # steps of the whole run: the learning-rate schedule spans them
+    stop: int  # where this invocation stops (trainer.hard_stop), without changing the schedule
+
+
+def resume_point(latest: str | None, resume: bool, checkpoints: str) -> str | None:
+    """The one resume rule: continue from the newest complete checkpoint; with ``trainer.resume=false``, refuse
+    to start over a run that has checkpoints."""
+    if latest and not resume:
+        raise ValueError(f"trainer.resume=false but {checkpoints} holds checkpoints that a new run would overwrite: "
+                         "choose another run_name (or hydra.run.dir), or resume")
+    return latest
+
+
+def build_callbacks(configured: DictConfig, run_config: dict, output_dir: str) -> list:
+    """The ``callbacks`` group's callbacks, then the ones every run has: metrics.jsonl and the plots."""
+    from olmocr.train.callbacks import MetricsFile, Plots
+
+    built = [build(c, run_config=run_config, output_dir=output_dir) for c in configured.values() if c is not None]
+    return [*built, MetricsFile(output_dir), Plots(output_dir)]
+
+
+class Recipe:
+    """A training run as named steps; :meth:`run` calls them in order."""
+
+    whole_epochs = True  # see duration_steps
+
+    def __init__(self, cfg: DictConfig, output_dir: str):
+        self.cfg, self.output_dir = cfg, output_dir
+        self.resolved = OmegaConf.to_container(cfg, resolve=True)
+        self.settings = OmegaConf.to_object(cfg.trainer)  # olmocr.train.schema.TrainerConfig
+        self.checkpoints_dir = os.path.join(output_dir, "checkpoints")
+
+    def run(self) -> dict:
+        from olmocr.models.tuning import trainable_summary
+        from olmocr.train.distributed import init_distributed, shutdown
+        from olmocr.utils.runinfo import write_run_info
+
+        self.dist = init_distributed(self.settings.device)
+        self.check()
+        seed_everything(self.cfg.seed + self.dist.rank)
+        self.source = build(self.cfg.model)
+        self.before_loading()
+        if self.dist.rank == 0:
+            write_run_info(self.output_dir)
+        self.processor = self.source.load_processor()
+        self.resume_from = resume_point(self.latest_checkpoint(), self.settings.resume, self.checkpoints_dir)
+        self.model = self.load_model()
+        trainable, total = trainable_summary(self.model)
+        self.train_data, self.eval_data = self.datasets()
+        self.length = self.run_length()
+        log.info("model %s: %.2fM of %.2fM parameters train; %d %s, %d steps of %d", self.source.path,
+                 trainable / 1e6, total / 1e6, len(self.train_data), self.unit, self.length.total, self.per_step)
+        callbacks = build_callbacks(self.cfg.callbacks, self.resolved, self.output_dir)
+        result = self.fit(callbacks)
+        shutdown()
+        return {**result, "total_steps": self.length.total}
+
+    # -- what every recipe fills in ------------------------------------------------------------------------------
+    unit = "samples"  # what one entry of the training data is, in log lines
+
+    def check(self) -> None:
+        """Everything that can be wrong with the config, before a model is loaded or a server touched."""
+
+    def before_loading(self) -> None:
+        """Anything to wait for before the model loads (a generation server)."""
+
+    def latest_checkpoint(self) -> str | None:
+        raise NotImplementedError
+
+    def load_model(self):
+        raise NotImplementedError
+
+    def datasets(self) -> tuple:
+        """The training data and the eval data (or None) of the run."""
+        raise NotImplementedError
+
+    @property
+    def per_step(self) -> int:
+        """Training samples one optimizer step takes, over every process."""
+        return self.settings.batch_size * self.settings.grad_accum * self.dist.world_size
+
+    def epoch_samples(self) -> int:
+        return len(self.train_data)
+
+    def tokens_per_sample(self) -> float | None:
+        """For durations in tokens; None: this recipe counts steps or epochs."""
+        return None
+
+    def run_length(self) -> RunLength:
+        def steps(duration) -> int:
+            return duration_steps(duration, per_step=self.per_step, samples=self.epoch_samples(),
+                                  whole_epochs=self.whole_epochs,
+                                  tokens_per_sample=self.tokens_per_sample() if duration.unit == "tokens" else None)
+
+        total = steps(self.settings.max_duration)
+        hard_stop = self.settings.hard_stop
+        return RunLength(total, total if hard_stop.value is None else min(total, steps(hard_stop)))
+
+    def optimizer_and_scheduler(self, model):
+        optimizer = build(self.cfg.optimizer, model=model)
+        # The schedule counts optimizer steps over the whole run, also when this invocation stops earlier.
+        return optimizer, build(self.cfg.scheduler, optimizer=optimizer, total_steps=self.length.total)
+
+    def fit(self, callbacks: list) -> dict:
+        raise NotImplementedError
