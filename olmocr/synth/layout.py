@@ -1,0 +1,203 @@
+"""Where a synthetic page's blocks go, then the PDF drawn from that and the truth written from it.
+
+:func:`place` turns the blocks into pieces (a line of text, an equation, a table, a chart), each at its
+place in the page's columns; it draws nothing. :func:`draw` renders the placed pieces with reportlab,
+and :func:`truth` writes the page's markdown, where a figure names its box on the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reportlab.lib.utils import simpleSplit
+from reportlab.pdfgen.canvas import Canvas
+
+from olmocr.synth.blocks import Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table
+
+MARGIN, GUTTER = 54.0, 18.0
+
+
+@dataclass(frozen=True)
+class TextLine:
+    text: str
+    font: str
+    size: float
+
+    def needs(self) -> float:  # the space it must find in a column
+        return self.size * 1.35
+
+    def advance(self) -> float:  # how far down the next piece starts
+        return self.size * 1.35
+
+
+@dataclass(frozen=True)
+class EquationLine:
+    text: str
+    size: float
+
+    def needs(self) -> float:
+        return self.size * 1.35
+
+    def advance(self) -> float:
+        return self.size * 1.35 + 8
+
+
+@dataclass(frozen=True)
+class TableGrid:
+    table: Table
+    size: float
+    regular: str
+    bold: str
+
+    @property
+    def row_height(self) -> float:
+        return self.size + 8
+
+    def needs(self) -> float:
+        return len(self.table.rows) * self.row_height
+
+    def advance(self) -> float:
+        return 4 + len(self.table.rows) * self.row_height + 6
+
+
+@dataclass(frozen=True)
+class Chart:
+    figure: Figure
+
+    def needs(self) -> float:
+        return self.figure.height
+
+    def advance(self) -> float:
+        return self.figure.height + 20
+
+
+Piece = TextLine | EquationLine | TableGrid | Chart
+
+
+@dataclass(frozen=True)
+class Placed:
+    block: int  # index of the block the piece draws
+    piece: Piece
+    x: float  # left edge of its column
+    y: float  # top of the piece, in PDF points from the bottom of the page
+    width: float  # of its column
+
+
+def chart_box(placed: Placed) -> tuple[float, float, float, float]:
+    """(left, bottom, width, height) of a chart's plot area, in PDF points."""
+    height = placed.piece.figure.height
+    width = min(placed.width, 1.3 * height)
+    return placed.x + (placed.width - width) / 2, placed.y - height, width, height
+
+
+def pieces(block: Block, page: Page, width: float) -> list[Piece]:
+    regular, bold = page.font
+    size = page.body_size
+    if isinstance(block, Heading):
+        size += 8 if block.level == 1 else 3
+        return [TextLine(line, bold, size) for line in simpleSplit(block.text, bold, size, width)]
+    if isinstance(block, Paragraph):
+        return [TextLine(line, regular, size) for line in simpleSplit(block.markdown, regular, size, width)]
+    if isinstance(block, Bullets):
+        return [TextLine(("• " if i == 0 else "   ") + line, regular, size)
+                for item in block.items for i, line in enumerate(simpleSplit(item, regular, size, width - 14))]
+    if isinstance(block, Equation):
+        return [EquationLine(block.shown, size + 1)]
+    if isinstance(block, Table):
+        return [TableGrid(block, size, regular, bold)]
+    return [Chart(block)]
+
+
+def place(page: Page) -> list[Placed]:
+    """Every piece of the page at its place: top to bottom, then on to the next column when one is full.
+    Text beyond the bottom margin would make the truth wrong: that is an error, before anything is drawn."""
+    width, height = page.page_size
+    column_width = (width - 2 * MARGIN - GUTTER * (page.columns - 1)) / page.columns
+    top, bottom = height - MARGIN - 10, MARGIN + 10
+    column, x, y = 0, MARGIN, top
+    placed = []
+    for index, block in enumerate(page.blocks):
+        for piece in pieces(block, page, column_width):
+            if y - piece.needs() < bottom and column + 1 < page.columns:
+                column += 1
+                x, y = MARGIN + column * (column_width + GUTTER), top
+            placed.append(Placed(index, piece, x, y, column_width))
+            y -= piece.advance()
+        y -= page.body_size * 0.8
+    if y < 20:
+        raise RuntimeError(f"{page.name}: content overflowed the page")
+    return placed
+
+
+def truth(page: Page, placed: list[Placed]) -> str:
+    """The page's markdown: its blocks in reading order; a figure as an image named after its box on the page
+    (PDF points from the top-left, as olmOCR writes figures)."""
+    charts = {p.block: p for p in placed if isinstance(p.piece, Chart)}
+    parts = []
+    for index, block in enumerate(page.blocks):
+        if isinstance(block, Figure):
+            left, bottom, width, height = chart_box(charts[index])
+            top = page.page_size[1] - charts[index].y
+            block_md = f"![Bar chart: {block.caption}](page_{left:.0f}_{top:.0f}_{width:.0f}_{height + 14:.0f}.png)"
+        else:
+            block_md = block.markdown
+        parts.append(block_md)
+    return "\n\n".join(parts)
+
+
+def draw(page: Page, placed: list[Placed], path: str) -> None:
+    width, height = page.page_size
+    # reportlab's pagesize is the displayed size: for a quarter turn it swaps the MediaBox back, so passing
+    # the swapped size keeps the MediaBox in the coordinates the content is drawn in.
+    displayed = (height, width) if page.rotation in (90, 270) else (width, height)
+    canvas = Canvas(path, pagesize=displayed, invariant=1, pageCompression=1)
+    canvas.setTitle(page.name)
+    canvas.setCreator("olmocr.synth")
+    if page.rotation:
+        canvas.setPageRotation(page.rotation)
+    if page.header:
+        canvas.setFont(page.font[0], 8)
+        canvas.drawString(MARGIN, height - 30, page.header)
+    if page.footer:
+        canvas.setFont(page.font[0], 8)
+        canvas.drawCentredString(width / 2, 24, page.footer)
+    for p in placed:
+        _draw(canvas, p)
+    canvas.showPage()
+    canvas.save()
+
+
+def _draw(canvas: Canvas, placed: Placed) -> None:
+    piece, x, y = placed.piece, placed.x, placed.y
+    if isinstance(piece, TextLine):
+        canvas.setFont(piece.font, piece.size)
+        canvas.drawString(x, y - piece.size, piece.text)
+    elif isinstance(piece, EquationLine):
+        canvas.setFont("Times-Italic", piece.size)
+        canvas.drawCentredString(x + placed.width / 2, y - piece.size - 4, piece.text)
+    elif isinstance(piece, TableGrid):
+        rows, row_height = piece.table.rows, piece.row_height
+        column_width = placed.width / len(rows[0])
+        top = y - 4
+        for r, row in enumerate(rows):
+            canvas.setFont(piece.bold if r == 0 else piece.regular, piece.size)
+            for c, cell in enumerate(row):
+                canvas.drawString(x + c * column_width + 3, top - (r + 1) * row_height + 5, cell)
+        canvas.setLineWidth(0.5)
+        for r in range(len(rows) + 1):
+            canvas.line(x, top - r * row_height, x + placed.width, top - r * row_height)
+        for c in range(len(rows[0]) + 1):
+            canvas.line(x + c * column_width, top, x + c * column_width, top - len(rows) * row_height)
+    else:
+        left, base, width, height = chart_box(placed)
+        bars = piece.figure.bars
+        bar_width = width / (2 * len(bars))
+        canvas.setLineWidth(0.8)
+        canvas.line(left, base, left + width, base)
+        canvas.line(left, base, left, base + height - 20)
+        for i, value in enumerate(bars):
+            canvas.setFillGray(0.3 + 0.1 * (i % 4))
+            canvas.rect(left + (2 * i + 0.5) * bar_width, base, bar_width, (height - 24) * value / 100, fill=1, stroke=0)
+        canvas.setFillGray(0)
+        canvas.setFont("Helvetica-Oblique", 8)
+        canvas.drawCentredString(left + width / 2, base - 12, piece.figure.caption)
