@@ -145,7 +145,8 @@ def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Laun
 def stages() -> dict[str, Stage]:
     """Every stage of the package, by module (``olmocr.pipeline.stats``, …)."""
     root = os.path.dirname(os.path.abspath(__file__))
-    for folder, _, files in os.walk(root):
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py"))]  # packages only
         for name in sorted(files):
             if not name.endswith(".py"):
                 continue

@@ -86,3 +86,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import
   .venv/bin/python -m pip check
   echo "$want" > "$stamp"
 fi
+
+# The tests run DeepSpeed on CPU, which compiles a shared-memory communication op the first time (about a
+# minute on 2 cores): build it once into the venv, where the tests look for it (tests/conftest.py).
+extensions="$PWD/.venv/torch_extensions"
+if [ -n "$extras" ] && [ ! -e "$extensions/deepspeed_shm_comm/deepspeed_shm_comm.so" ]; then
+  echo "setup: building DeepSpeed's CPU communication op for the tests"
+  TORCH_EXTENSIONS_DIR="$extensions" .venv/bin/python -c \
+    'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()' >/dev/null 2>&1 ||
+    echo "setup: warning: DeepSpeed's CPU op did not build; the DeepSpeed tests will try again" >&2
+fi

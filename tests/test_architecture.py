@@ -1,12 +1,17 @@
-"""The package layering of pyproject.toml's [tool.importlinter] contracts holds, and each contract breaks
-when the import it forbids appears."""
+"""The package layering of pyproject.toml's [tool.importlinter] contracts holds, each contract breaks when
+the import it forbids appears, and every command of the package is a declared stage."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 
+from olmocr.cli import stages
 from olmocr.config import PROJECT_ROOT
+
+# Commands of the package that are tools with their own argparse line, not Hydra stages.
+TOOLS = {"olmocr.utils.sync", "olmocr.utils.s3server"}
 
 LINT_IMPORTS = os.path.join(os.path.dirname(sys.executable), "lint-imports")
 
@@ -45,3 +50,17 @@ def test_each_contract_breaks_on_the_import_it_forbids(tmp_path):
     for importer, line in injected.items():
         module = line.split()[1]
         assert f"{importer[:-3].replace('/', '.').removeprefix('launchers.')} -> {module}" in out, (importer, out)
+
+
+def test_every_python_m_entry_is_a_declared_stage():
+    """A command written without @stage would have no --help, dry run or cluster submission of ours, and no
+    test would cover it: the registry is the declaration, so there is nothing else to forget."""
+    entries = set()
+    for folder, dirs, files in os.walk(os.path.join(PROJECT_ROOT, "olmocr")):
+        dirs[:] = [d for d in dirs if os.path.isfile(os.path.join(folder, d, "__init__.py"))]
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and re.search(r'^if __name__ == "__main__":', open(path).read(), re.M):
+                module = os.path.relpath(path, PROJECT_ROOT)[:-3].replace(os.sep, ".")
+                entries.add(module.removesuffix(".__main__"))
+    assert entries - TOOLS == set(stages()) and TOOLS <= entries

@@ -4,8 +4,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 
 def test_bench_throughput_runs():
     proc = subprocess.run([sys.executable, "benchmarks/bench_throughput.py", "--pages", "12", "--repeats", "1",
@@ -28,15 +26,19 @@ def test_stage_startup_runs():
     assert [module for module, _ in rows] == ["olmocr.pipeline.stats", "olmocr.train"]
     for _, cells in rows:
         for seconds, ratio in re.findall(r"([\d.]+)s \(([\d.]+)x\)", cells):
-            assert float(ratio) == pytest.approx(float(seconds) / floor, rel=0.04, abs=0.05)  # to the same run's floor
+            # to the same run's floor: within the rounding of the three printed figures
+            assert abs(float(ratio) - float(seconds) / floor) <= 0.051 + 0.0051 * (1 + float(ratio)) / floor
 
 
 def test_checkpoint_tools_runs():
     proc = subprocess.run([sys.executable, "benchmarks/checkpoint_tools.py", "--copies", "2", "--repeats", "1",
                            "--layers", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for method in ("prepare", "baseline", "baseline+hashes"):
-        assert re.search(rf"^{re.escape(method)}\s+[\d.]+\s+\d+\s+\d+\s+[\d.]+$", proc.stdout, re.M), method
+    rows = {m: re.search(rf"^{re.escape(m)}\s+([\d.]+)\s+(\d+)\s+(\d+)\s+([\d.]+)$", proc.stdout, re.M)
+            for m in ("prepare", "baseline", "baseline+hashes")}
+    assert all(rows.values()), proc.stdout
+    # The streaming soup holds about one model at a time; the baseline holds every source.
+    assert float(rows["prepare"].group(4)) < float(rows["baseline"].group(4))
     assert re.search(r"soup of 2 \(median of 1\): time [\d.]+x", proc.stdout)
 
 

@@ -10,12 +10,17 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from olmocr.config import PROJECT_ROOT
 
 
+# Smaller than the script's defaults: every stage still runs on real pages, for fewer of them and fewer steps.
+SIZES = {"TRAIN_PAGES": 16, "BENCH_PAGES": 6, "SFT_STEPS": 16, "GRPO_STEPS": 2, "COMPARE_PAGES": 2}
+
+
 def factory(out) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable}
+    env = {**os.environ, "PYTHON": sys.executable, **{k: str(v) for k, v in SIZES.items()}}
     return subprocess.run(["bash", "scripts/factory.sh", str(out)], cwd=PROJECT_ROOT, env=env, capture_output=True,
                           text=True, timeout=1200)
 
@@ -27,11 +32,19 @@ def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir):
     out = tmp_path / "factory"
     proc = factory(out)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert len(glob.glob(f"{out}/pages/train/pdfs/*.pdf")) == 48 and len(glob.glob(f"{out}/pages/bench/pdfs/*.pdf")) == 12
+    bench = SIZES["BENCH_PAGES"]
+    assert len(glob.glob(f"{out}/pages/train/pdfs/*.pdf")) == SIZES["TRAIN_PAGES"]
+    assert len(glob.glob(f"{out}/pages/bench/pdfs/*.pdf")) == bench
     assert {"loss.png", "lr.png"} <= set(os.listdir(out / "sft" / "plots"))
     for seed in ("seed1", "seed2"):
         assert os.path.exists(out / "grpo" / seed / "plots" / "rewards.png")
-        assert glob.glob(f"{out}/grpo/{seed}/checkpoints/checkpoint-4")
+        assert glob.glob(f"{out}/grpo/{seed}/checkpoints/checkpoint-{SIZES['GRPO_STEPS']}")
+    from safetensors.torch import load_file
+
+    last = f"checkpoint-{SIZES['GRPO_STEPS']}"
+    a, b = (load_file(out / "grpo" / seed / "checkpoints" / last / "model.safetensors")
+            for seed in ("seed1", "seed2"))
+    assert any(not torch.equal(a[k], b[k]) for k in a)  # two seeds, two runs: a soup of something
     provenance = json.load(open(out / "release" / "soup" / "provenance.json"))
     assert len(provenance["sources"]) == 2
     for name in ("sft", "soup"):  # released folders load as Hugging Face models
@@ -41,17 +54,18 @@ def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir):
     assert fp8["quantization_config"]["quant_method"] == "compressed-tensors"
     assert json.load(open(out / "compare" / "compare.json"))["passed"]
     for name in ("sft", "soup"):
-        assert len(os.listdir(out / "candidates" / name)) == 12
+        assert len(os.listdir(out / "candidates" / name)) == bench
     scores = json.load(open(out / "bench" / "results.json"))
-    assert scores["tests"] > 12 and scores["missing_pages"] == []
+    assert scores["tests"] > bench and scores["missing_pages"] == []
     assert json.load(open(out / "bench" / "compare.json"))["b"] == str(out / "candidates" / "soup")
     assert os.path.getsize(out / "bench" / "report.html") > 0
     # Again: nothing is made twice.
     made = {p: os.path.getmtime(p) for p in (out / "pages/train/synth.jsonl", out / "release/soup/model.safetensors",
-                                             out / "release/fp8/config.json",
-                                             next((out / "candidates/soup").iterdir()))}
+                                             out / "release/fp8/config.json", out / "compare/compare.json",
+                                             out / "bench/results.json", next((out / "candidates/soup").iterdir()))}
     again = factory(out)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert {p: os.path.getmtime(p) for p in made} == made
     log = again.stdout + again.stderr
-    assert "0 to convert, 12 already in" in log and "resumed from" in log
+    assert f"0 to convert, {bench} already in" in log
+    assert log.count("where this run stops: nothing to train") == 3  # SFT and both GRPO seeds, found finished

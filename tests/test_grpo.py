@@ -1,10 +1,8 @@
-"""GRPO on the tiny model, on CPU: real generations scored by the rewards, real updates, resume, sweeps."""
+"""GRPO on the tiny model, on CPU: real generations scored by the rewards, real updates, resume. (A sweep over
+seeds, souped: tests/test_factory.py.)"""
 
-import glob
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,7 +10,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import SAMPLE, write_pdf
-from olmocr.config import PROJECT_ROOT, compose
+from olmocr.config import compose
 
 SEEN: list[dict] = []
 
@@ -108,21 +106,6 @@ def test_eval_benches_report_rewards(tmp_path, cache_dir):
     assert [r["step"] for r in evals] == [2]
     assert {"eval/reward", "eval/rewards/bench/mean", "eval/rewards/eos/mean"} <= set(evals[0])
     assert set(k for k in evals[0] if k.startswith("eval/bench/")) == {"eval/bench/present", "eval/bench/absent"}
-
-
-def test_multirun_over_seeds_gives_two_runs(tmp_path, cache_dir):
-    sweep = tmp_path / "sweep"
-    proc = subprocess.run(
-        [sys.executable, "-m", "olmocr.train", "-m", "+experiment=grpo_tiny", "seed=1,2",
-         "trainer.max_duration.value=2", f"hydra.sweep.dir={sweep}"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OLMOCR_CACHE": cache_dir})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = sorted(r for r in os.listdir(sweep) if r != "multirun.yaml")  # one dir per override set
-    assert runs == [f"+experiment=grpo_tiny,seed={seed},trainer.max_duration.value=2" for seed in (1, 2)]
-    finals = [sorted(glob.glob(str(sweep / r / "checkpoints" / "checkpoint-*")))[-1] for r in runs]
-    assert all(f.endswith("checkpoint-2") for f in finals)
-    a, b = weights(finals[0]), weights(finals[1])
-    assert any(not torch.equal(a[k], b[k]) for k in a)  # different seeds, different runs
 
 
 def test_config_errors_come_before_any_work(tmp_path):

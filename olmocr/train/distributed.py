@@ -8,6 +8,7 @@ training loop has for it: skip gradient sync on this micro-batch, give me the fu
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 from dataclasses import dataclass
@@ -62,13 +63,17 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
         if backend == "auto":
             backend = "nccl" if device == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
+        # The group serves every run of the process (a sweep's jobs run one after another in the same
+        # processes, and a group cannot be set up twice on torchrun's store): it goes when the process does.
+        atexit.register(dist.destroy_process_group)
     return DistInfo(rank, world_size, local_rank,
                     torch.device(device, torch.cuda.current_device()) if device == "cuda" else torch.device("cpu"))
 
 
 def shutdown() -> None:
-    """End the process group, and put the launch variables back as the run found them."""
-    if dist.is_initialized():
+    """The run is over: put the launch variables back as the run found them, and end a process group that a
+    library set up in a process launched on its own (DeepSpeed does); a launched job's group stays."""
+    if dist.is_initialized() and int(_launched_with.get("WORLD_SIZE") or 1) == 1:
         dist.destroy_process_group()
     for key, value in _launched_with.items():
         if value is None:

@@ -52,6 +52,9 @@ class HFRecipe(Recipe):
 
         return get_last_checkpoint(self.checkpoints_dir) if os.path.isdir(self.checkpoints_dir) else None
 
+    def checkpoint_step(self, checkpoint: str) -> int:
+        return int(os.path.basename(checkpoint).rsplit("-", 1)[1])  # checkpoint-<step>
+
     def load_model(self):
         """The policy (full, frozen parts or LoRA), with a resumed run's weights (see KeepLoadedWeights)."""
         from olmocr.models.tuning import load_trainable

@@ -100,8 +100,13 @@ class Recipe:
         self.before_loading()
         if self.dist.rank == 0:
             write_run_info(self.output_dir)
-        self.processor = self.source.load_processor()
         self.resume_from = resume_point(self.latest_checkpoint(), self.settings.resume, self.checkpoints_dir)
+        finished = self.finished_at()
+        if finished is not None:
+            log.info("%s already reached step %d, where this run stops: nothing to train", self.resume_from, finished)
+            shutdown()
+            return {"state": {"step": finished}, "checkpoint": self.resume_from, "total_steps": finished}
+        self.processor = self.source.load_processor()
         self.model = self.load_model()
         trainable, total = trainable_summary(self.model)
         self.train_data, self.eval_data = self.datasets()
@@ -123,6 +128,9 @@ class Recipe:
         """Anything to wait for before the model loads (a generation server)."""
 
     def latest_checkpoint(self) -> str | None:
+        raise NotImplementedError
+
+    def checkpoint_step(self, checkpoint: str) -> int:
         raise NotImplementedError
 
     def load_model(self):
@@ -153,6 +161,16 @@ class Recipe:
         total = steps(self.settings.max_duration)
         hard_stop = self.settings.hard_stop
         return RunLength(total, total if hard_stop.value is None else min(total, steps(hard_stop)))
+
+    def finished_at(self) -> int | None:
+        """The step of the newest checkpoint when it already ends the run, and the run's length is known without
+        its data (durations in steps): a re-run of a finished run loads nothing."""
+        t = self.settings
+        durations = [d for d in (t.max_duration, t.hard_stop) if d.value is not None]
+        if self.resume_from is None or any(d.unit != "steps" for d in durations):
+            return None
+        step = self.checkpoint_step(self.resume_from)
+        return step if step >= min(int(d.value) for d in durations) else None
 
     def optimizer_and_scheduler(self, model):
         optimizer = build(self.cfg.optimizer, model=model)

@@ -30,6 +30,11 @@ class SFT(Recipe):
         self.checkpoints = CheckpointManager(self.checkpoints_dir, self.settings.keep_last)
         return self.checkpoints.latest()
 
+    def checkpoint_step(self, checkpoint: str) -> int:
+        from olmocr.train.checkpoint import STEP_DIR
+
+        return int(STEP_DIR.match(os.path.basename(checkpoint)).group(1))
+
     def load_model(self):
         from olmocr.models.tuning import load_trainable
 
@@ -57,8 +62,7 @@ class SFT(Recipe):
         return self._tokens_per_sample
 
     def fit(self, callbacks: list) -> dict:
-        import torch
-
+        from olmocr.models.tuning import compile_blocks
         from olmocr.train.collate import Collator
         from olmocr.train.distributed import build_strategy
         from olmocr.train.trainer import Trainer
@@ -67,9 +71,10 @@ class SFT(Recipe):
         strategy = build_strategy(t.strategy, self.dist, t.precision, t.ddp_find_unused_parameters,
                                   t.fsdp_reshard_after_forward, t.zero_stage, t.batch_size, t.grad_accum,
                                   t.clip_grad_norm)
-        model = torch.compile(self.model) if t.compile else self.model
+        if t.compile:
+            log.info("compiling %d blocks", compile_blocks(self.model))
         # FSDP replaces parameters with sharded ones, so the optimizer is built on the wrapped model.
-        model = strategy.wrap(model)
+        model = strategy.wrap(self.model)
         optimizer, scheduler = self.optimizer_and_scheduler(model)
         model = strategy.prepare(model, optimizer)
         trainer = Trainer(model, self.processor, optimizer, scheduler, self.train_data, self.eval_data,
