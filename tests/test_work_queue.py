@@ -312,8 +312,9 @@ ITEMS, WORKERS, KILLS = 300, 8, 16
 
 @pytest.mark.slow
 def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_path):
-    """8 worker processes over 300 items of 20 ms each; every ~0.5 s one of them that has been up for 2.5 s
-    (so most likely working, not still starting) is SIGKILLed and replaced, 16 times."""
+    """8 worker processes over 300 items of 0.2 s each; every ~0.5 s one of them that is working (not still
+    starting: its log says it began) is SIGKILLed and replaced, 16 times. A worker holds an item most of the
+    time, so most kills leave a claim for another worker to take over."""
     paths = corpus(tmp_path / "pdfs", ITEMS)
     ws = Workspace(root)
     ws.add(paths, pages_per_group=1)
@@ -328,26 +329,29 @@ def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_p
         with open(run / "output.log", "w") as log:
             # Items that take a while, so a kill lands on a worker holding one whose claim must be taken over.
             return subprocess.Popen(worker_command(root, str(run), "queue.lease_s=4", "queue.poll_s=2",
-                                                   "work._target_=work_helpers.Slow", "+work.seconds=0.02"),
+                                                   "work._target_=work_helpers.Slow", "+work.seconds=0.2"),
                                     cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    live = [(start(), time.time()) for _ in range(WORKERS)]
+    def log_of(proc) -> str:
+        return next(a.split("=", 1)[1] for a in proc.args if a.startswith("hydra.run.dir=")) + "/output.log"
+
+    live = [start() for _ in range(WORKERS)]
     killed, begin = 0, time.time()
     done, looked = 0, begin
     while killed < KILLS and done < 0.95 * ITEMS and time.time() - begin < 240:
         time.sleep(rng.uniform(0.3, 0.7))
         if time.time() - looked > 3:  # listing hundreds of markers is not free for the server
             done, looked = len(ws.store.list("done")), time.time()
-        ready = [k for k, (_, started) in enumerate(live) if time.time() - started > 2.5]
+        ready = [k for k, proc in enumerate(live) if "worker thread(s) on" in open(log_of(proc)).read()]
         if not ready:
             continue
-        victim, _ = live.pop(rng.choice(ready))
+        victim = live.pop(rng.choice(ready))
         victim.kill()
         victim.wait()
         killed += 1
-        live.append((start(), time.time()))
-    for proc, _ in live:
-        assert proc.wait(timeout=240) == 0, open(proc.args[-3].split("=", 1)[1] + "/output.log").read()
+        live.append(start())
+    for proc in live:
+        assert proc.wait(timeout=240) == 0, open(log_of(proc)).read()
     print(f"{killed} workers killed; {time.time() - begin:.1f} s")
     done = {name[:-5] for name in ws.store.list("done")}
     assert done == set(items)

@@ -139,7 +139,10 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
     wake = threading.Condition()
     queues = [WorkQueue(workspace, f"replica{replica}@{worker_name()}/{i}", lease_s=lease_s, max_failures=max_failures)
               for i in range(workers)]
-    bar = _Progress(queues[0].remaining(), progress)
+    remaining = queues[0].remaining()
+    log.info("%s: %d worker thread(s) on %s, %d of %d items not done", queues[0].worker.rsplit("/", 1)[0], workers,
+             workspace.root, remaining, len(queues[0].items))
+    bar = _Progress(remaining, progress)
     keeper = LeaseKeeper(lease_s).start()
     threads = [threading.Thread(target=_work, name=f"worker-{i}", daemon=True,
                                 args=(q, keeper, process, stop, linger, poll_s or min(lease_s / 4, 30.0), report,
