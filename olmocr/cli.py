@@ -47,6 +47,15 @@ class Launch:
     # Why each replica keeps run-dir state the others lack (None: the leader's run dir is the whole run),
     # which a run dir copied from the leader cannot bring back.
     replica_state: str | None = None
+    # Work done once, on the submitting machine, before a job is created (not in a dry run), and the keys of
+    # the overrides it takes care of, left out of the job's command: the pipeline queues pdfs= there, so the
+    # job's replicas only work instead of each listing and sampling the PDFs again.
+    prepare: Callable[[DictConfig], None] | None = None
+    prepared: tuple[str, ...] = ()
+
+    def job_overrides(self, overrides: list[str]) -> list[str]:
+        """``overrides`` without those :attr:`prepare` took care of."""
+        return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in self.prepared]
 
 
 class Stage:

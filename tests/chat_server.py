@@ -55,7 +55,8 @@ class ChatServer:
     """``script(request) -> answer dict`` decides each reply; default: the next of ``answers`` in order
     (the last one repeats)."""
 
-    def __init__(self, answers: list[dict] | None = None, script: Callable[[Request], dict] | None = None):
+    def __init__(self, answers: list[dict] | None = None, script: Callable[[Request], dict] | None = None,
+                 api_key: str | None = None):
         self.requests: list[Request] = []
         self.lock = threading.Lock()
         self.answers = list(answers or [good("hello")])
@@ -76,11 +77,22 @@ class ChatServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused(self) -> bool:
+                """Without the server's key (when it has one): 401, as an API that checks keys answers."""
+                if api_key is None or self.headers.get("Authorization") == f"Bearer {api_key}":
+                    return False
+                self._send(401, {"error": "invalid api key"})
+                return True
+
             def do_GET(self):
+                if self.path != "/health" and self._refused():
+                    return
                 self._send(200, {"status": "ok"} if self.path == "/health" else {"data": []})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self._refused():
+                    return
                 request = Request(body)
                 with server.lock:
                     server.requests.append(request)

@@ -178,17 +178,33 @@ def test_preemptible_training_needs_a_persistent_run_dir(monkeypatch, tmp_path, 
     assert "with several replicas use hydra.launcher.run_root" in capfd.readouterr().err
 
 
-def test_replicas_of_a_stage_that_is_not_distributed_are_independent_workers(monkeypatch, tmp_path):
-    """The pipeline declares no distributed job: each replica runs the stage once, on all its GPUs, with no
-    rendezvous to wait for (a preempted replica leaves the others working)."""
-    launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=4", "hydra.launcher.replicas=4",
-                                   "workers=8"], module="olmocr.pipeline")
+def test_replicas_of_a_stage_that_is_not_distributed_are_independent_workers(monkeypatch, tmp_path, capfd):
+    """The pipeline declares no distributed job: one experiment whose replicas each run the stage once, on
+    all their GPUs, with no rendezvous to wait for (a preempted replica leaves the others working). Its
+    PDFs are queued once, here, before the experiment is created; the replicas only work."""
+    from conftest import write_pdf
+    from olmocr.pipeline.workspace import Workspace
+
+    workspace = str(tmp_path / "ws")  # a folder every replica mounts
+    pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b")]
+    overrides = [f"workspace={workspace}", f"pdfs=[{','.join(pdfs)}]", "pages_per_group=1", "hydra.launcher.gpus=4",
+                 "hydra.launcher.replicas=4", "workers=8"]
+    launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", *overrides], module="olmocr.pipeline")
     (spec,) = specs(tmp_path).values()
     (task,) = spec["tasks"]
-    assert task["replicas"] == 4 and task["resources"]["gpuCount"] == 4
+    assert task["replicas"] == 4 and task["resources"]["gpuCount"] == 4 and task["context"]["preemptible"]
     assert not any(task.get(key) for key in ("leaderSelection", "hostNetworking", "propagateFailure"))
-    assert "torchrun" not in task["command"][2]
-    assert "\npython -m olmocr.pipeline workers=8 cluster=local hydra.run.dir=/results/run\n" in task["command"][2]
+    script = task["command"][2]
+    assert "torchrun" not in script and "pdfs=" not in script
+    assert (f"\npython -m olmocr.pipeline workspace={workspace} pages_per_group=1 workers=8 cluster=local "
+            "hydra.run.dir=/results/run\n") in script
+    assert not os.path.exists(workspace)  # a dry run changes nothing
+    fake = FakeBeaker()
+    launch(monkeypatch, tmp_path, overrides, fake, module="olmocr.pipeline")
+    ((_, submitted),) = fake.created
+    assert submitted.tasks[0].replicas == 4 and "pdfs=" not in submitted.tasks[0].command[2]
+    assert sorted(p for item in Workspace(workspace).items() for p in item.pdfs) == pdfs
+    assert "submitted: https://beaker.org/ex/01EXP1" in capfd.readouterr().out
 
 
 @pytest.mark.parametrize("replicas, parallel, server_gpus, host", [

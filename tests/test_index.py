@@ -164,9 +164,9 @@ def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
     reads = collections.Counter()
     original = olmocr.utils.io.read_bytes
 
-    def counting(path):
+    def counting(path, access=None):
         reads[path] += 1
-        return original(path)
+        return original(path, access)
 
     for module in (olmocr.utils.io, olmocr.data.steps, olmocr.formats.pdf):
         monkeypatch.setattr(module, "read_bytes", counting)

@@ -86,7 +86,8 @@ def test_samples_within_the_margin_give_no_pair_and_a_rerun_skips_mined_pages(tm
 def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny):
     run_dir = tmp_path / "pairs"
     command = [sys.executable, "-m", "olmocr.pairs", f"bench_dir={BENCH}", f"model.cache_dir={os.path.dirname(tiny.path)}",
-               "samples=4", "margin=0.2", "convert.max_tokens=48", "progress=false", f"hydra.run.dir={run_dir}"]
+               "samples=4", "margin=0.2", "convert.max_tokens=48", "convert.concurrency=1", "progress=false",
+               f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -84,6 +84,22 @@ def test_a_dropped_connection_is_sent_again_without_spending_an_attempt(tmp_path
     assert all(a["outcome"].startswith(f"connection lost {MAX_DROPS} times") for a in result.attempts)
 
 
+def test_a_busy_server_is_asked_again_and_a_busy_or_refusing_one_sends_the_item_back(tmp_path):
+    """429/5xx gateway answers are the server's state, not the page's: asked again without spending an
+    attempt; busy past convert.busy_s, or refusing the key (401), the item goes back to the queue."""
+    from olmocr.pipeline.failures import Unavailable, transient
+
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    with ChatServer([answer("", status=503), answer("", status=429), good("Read.")]) as server:
+        result = convert_page(converter(server, tmp_path), pdf)
+    assert len(server.requests) == 3 and [a["outcome"] for a in result.attempts] == ["ok"] and result.text == "Read."
+    for status, message in ((503, r"busy for 1 s \(convert.busy_s\): HTTP 503"), (401, "refused the request: HTTP 401")):
+        with ChatServer([answer("", status=status)]) as server:
+            with pytest.raises(Unavailable, match=message) as caught:
+                convert_page(converter(server, tmp_path, busy_s=1), pdf)
+        assert transient(caught.value)
+
+
 def test_after_the_last_attempt_the_page_falls_back_to_its_text_layer(tmp_path):
     pdf = write_pdf(str(tmp_path / "a.pdf"), ["First page", "Second page has its own words"])
     with ChatServer([UNPARSEABLE]) as server:
@@ -223,17 +239,22 @@ def test_a_document_with_too_many_fallback_pages_is_dropped(tmp_path):
             assert lines[0]["attributes"]["is_fallback"] == [False, True]
 
 
-def test_an_unreachable_server_stops_the_run_and_gives_the_item_back(tmp_path):
+def test_a_server_that_is_unreachable_or_refuses_the_key_stops_the_run_before_any_claim(tmp_path, monkeypatch):
     pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
     workspace = str(tmp_path / "ws")
-    overrides = ["server=external", "server.url=http://127.0.0.1:9/v1", "server.model_name=m", "server.unreachable_s=1",
-                 f"workspace={workspace}", f"pdfs=[{pdf}]", "workers=1", "progress=false"]
-    with pytest.raises(ValueError, match=r"^server http://127.0.0.1:9/v1: unreachable for 1 s \(server.unreachable_s\) "
-                                         r"\(unfinished items were given back to the queue\)$"):
-        run_pipeline(overrides, tmp_path / "run")
-    claims = [json.load(open(p)) for p in glob.glob(f"{workspace}/claims/*.json")]
-    assert len(claims) == 1 and claims[0]["expires"] == 0 and not claims[0].get("failures")
-    assert not glob.glob(f"{workspace}/done/*")
+    overrides = ["server=external", "server.model_name=m", f"workspace={workspace}", f"pdfs=[{pdf}]", "workers=1",
+                 "progress=false"]
+    with pytest.raises(ValueError, match=r"^server http://127.0.0.1:9/v1: unreachable for 1 s \(server.unreachable_s\)"
+                                         r" \(the items this worker held go back to the queue\)$"):
+        run_pipeline([*overrides, "server.url=http://127.0.0.1:9/v1", "server.unreachable_s=1"], tmp_path / "run")
+    monkeypatch.setenv("SERVER_KEY", "stale")
+    with ChatServer(api_key="fresh") as server:
+        with pytest.raises(ValueError, match=r"^server http://127.0.0.1:\d+/v1: refused the key in \$SERVER_KEY: "
+                                             r"HTTP 401$"):
+            run_pipeline([*overrides, f"server.url={server.url}", "server.api_key_env=SERVER_KEY"], tmp_path / "run2")
+        assert not server.requests  # no page was sent
+    assert glob.glob(f"{workspace}/workers/*.json")  # the workspace was checked …
+    assert not glob.glob(f"{workspace}/claims/*") and not glob.glob(f"{workspace}/done/*")  # … and claimed nothing
 
 
 def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
@@ -336,6 +357,42 @@ def test_the_tiny_model_behind_transformers_serve_converts_the_bundled_pdfs_desp
     assert sum(d["counts"]["pages"] for d in done) == len(pdfs)
     code, stats = stage("olmocr.pipeline.stats", [f"workspace={workspace}"], tmp_path)
     assert code == 0
+
+
+def session(sid: int) -> list[int]:
+    """The processes of session ``sid`` (a guarded server's: the guard leads it)."""
+    members = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                if int(fh.read().rsplit(")", 1)[1].split()[3]) == sid:
+                    members.append(int(entry))
+        except OSError:
+            pass  # gone meanwhile
+    return members
+
+
+@pytest.mark.slow
+def test_a_worker_killed_outright_takes_its_model_server_along(tmp_path, tiny):
+    """SIGKILL runs no cleanup in the worker: its server's guard sees it gone and ends the server."""
+    proc = subprocess.Popen([sys.executable, "-m", "olmocr.pipeline", f"workspace={tmp_path / 'ws'}",
+                             f"pdfs=[{SAMPLE}/eval/pdfs]", f"model.cache_dir={os.path.dirname(tiny.path)}",
+                             "progress=false", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": PROJECT_ROOT}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "ready on" in line:
+            break
+    guard = server_pid("".join(lines))
+    assert guard and session(guard), "".join(lines)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while session(guard) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not session(guard), f"server processes left 10 s after the worker was killed: {session(guard)}"
 
 
 @pytest.mark.slow

@@ -25,6 +25,18 @@ class PdfError(ValueError):
         self.reason = reason
 
 
+class MissingTool(RuntimeError):
+    """A poppler tool this machine lacks: the machine's problem, not the PDF's."""
+
+
+def poppler(tool: str) -> str:
+    """The path of a poppler tool; MissingTool when it is not installed."""
+    exe = shutil.which(tool)
+    if exe is None:
+        raise MissingTool(f"{tool} not found: install poppler-utils (Debian/Ubuntu: sudo apt-get install -y poppler-utils)")
+    return exe
+
+
 @dataclass(frozen=True)
 class PdfInfo:
     num_pages: int
@@ -100,9 +112,7 @@ def pdf_layout(path: str, data: bytes | None = None) -> PdfLayout:
 
 def text_layer(path: str, page: int = 1, data: bytes | None = None, timeout: float = 60.0) -> str:
     """The page's own text, in reading order as poppler's ``pdftotext`` finds it ('' when it has none)."""
-    exe = shutil.which("pdftotext")
-    if exe is None:
-        raise RuntimeError("pdftotext not found: install poppler-utils (sudo apt-get install -y poppler-utils)")
+    exe = poppler("pdftotext")
     with local_path(path, data) as local:
         try:
             proc = subprocess.run([exe, "-f", str(page), "-l", str(page), "-enc", "UTF-8", local, "-"],
@@ -118,9 +128,7 @@ def text_layer(path: str, page: int = 1, data: bytes | None = None, timeout: flo
 
 def single_page(path: str, page: int, data: bytes | None = None, timeout: float = 60.0) -> bytes:
     """Page ``page`` of a PDF as a PDF of its own (poppler's ``pdfseparate``; its ``/Rotate`` kept)."""
-    exe = shutil.which("pdfseparate")
-    if exe is None:
-        raise RuntimeError("pdfseparate not found: install poppler-utils (sudo apt-get install -y poppler-utils)")
+    exe = poppler("pdfseparate")
     with local_path(path, data) as local, tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "page.pdf")
         try:

@@ -11,26 +11,16 @@ encode/decode round trip.
 from __future__ import annotations
 
 import io
-import shutil
 import subprocess
 
 from PIL import Image
 
-from olmocr.formats.pdf import PdfError, pdf_page_size
+from olmocr.formats.pdf import PdfError, pdf_page_size, poppler
 from olmocr.utils.io import local_path
 
 
 class RenderError(RuntimeError):
     pass
-
-
-def require_poppler() -> str:
-    exe = shutil.which("pdftoppm")
-    if exe is None:
-        raise RuntimeError(
-            "pdftoppm not found: install poppler-utils (Debian/Ubuntu: sudo apt-get install -y poppler-utils)"
-        )
-    return exe
 
 
 def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288,
@@ -53,7 +43,7 @@ def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288,
     # reference renders used, and the sixth digit is enough to change anti-aliasing at 1288 px.
     dpi = longest_side * 72 / float(f"{max(page_size):g}")
     with local_path(pdf_path, data) as path:
-        cmd = [require_poppler(), "-f", str(page), "-l", str(page), "-r", repr(dpi), "-singlefile", path]
+        cmd = [poppler("pdftoppm"), "-f", str(page), "-l", str(page), "-r", repr(dpi), "-singlefile", path]
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:

@@ -25,7 +25,7 @@ log = logging.getLogger("olmocr.pairs")
 
 
 async def mine_all(converter, pages: list[dict], pairs, samples: int, temperature: float, rewards: tuple,
-                   margin: float, progress: bool) -> None:
+                   margin: float, seed: int | None, progress: bool) -> None:
     from tqdm import tqdm
 
     from olmocr.pairs.mine import mine_page
@@ -38,7 +38,7 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
         if page.get("md_path"):
             with open(page["md_path"], encoding="utf-8") as fh:
                 reference = fh.read()
-        row = await mine_page(converter, page, samples, temperature, rewards, margin, reference)
+        row = await mine_page(converter, page, samples, temperature, rewards, margin, reference, seed)
         pairs.add(row)
         bar.set_postfix(pairs=pairs.counts["pairs"], no_pair=pairs.counts["no_pair"], refresh=False)
         bar.update(1)
@@ -53,7 +53,7 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.pairs.mine import PairFile
-    from olmocr.pipeline.worker import StopWork
+    from olmocr.pipeline.failures import StopWork
     from olmocr.rewards import build_rewards
     from olmocr.utils.runinfo import write_run_info
 
@@ -76,7 +76,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         try:
             with converter:
                 converter.run(mine_all(converter, todo, pairs, cfg.samples, cfg.temperature, rewards, cfg.margin,
-                                       cfg.progress))
+                                       cfg.seed, cfg.progress))
         except StopWork as exc:
             raise ValueError(f"{exc} (pages mined so far are kept; run again to resume)") from None
     summary = {"pairs_file": pairs.path, "pages": len(pages), "pairs": pairs.counts["pairs"],

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import zlib
 from collections import Counter
 from collections.abc import Callable
 
@@ -64,15 +65,20 @@ class PairFile:
         self.counts["pairs" if row.get("chosen") is not None else "no_pair"] += 1
 
 
+def page_seed(seed: int | None, page_id: str) -> int | None:
+    """The sampling seed of a page's first sample, from the run's seed and the page (its k-th sample: + k)."""
+    return None if seed is None else zlib.crc32(f"{seed}:{page_id}".encode()) % 2**30
+
+
 async def mine_page(converter, page: dict, samples: int, temperature: float, rewards: tuple, margin: float,
-                    reference: str | None) -> dict:
+                    reference: str | None, seed: int | None = None) -> dict:
     """One page's line: its samples with their rewards, and the pair (or why there is none)."""
     from olmocr.data.steps import Reject
 
     row = {"page_id": page["page_id"], "pdf_path": page["pdf_path"], "page": page["page"]}
     try:
         _, replies = await converter.sample({"pdf_path": page["pdf_path"], "page": page["page"]}, samples,
-                                            temperature)
+                                            temperature, page_seed(seed, page["page_id"]))
     except Reject as exc:
         return {**row, "chosen": None, "why": f"not rendered: {exc}"}
     answered = [r for r in replies if not r.error]

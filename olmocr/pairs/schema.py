@@ -17,6 +17,10 @@ class PairsConfig(StageConfig):
     bench_dir: str = MISSING  # pages with unit tests (*.jsonl and pdfs/); a .md beside a PDF is its reference
     samples: int = 4  # completions per page
     temperature: float = 1.0
+    # A page's k-th sample is drawn with the server's seed (a hash of seed and the page) + k, so a run draws
+    # the same samples again (vLLM: always; transformers serve: when requests run one at a time,
+    # convert.concurrency=1); null: unseeded
+    seed: int | None = 0
     margin: float = 0.1  # chosen reward - rejected reward must be at least this
     rewards: Any = MISSING  # name -> {_target_, weight, options} (conf/rewards/)
     convert: Any = MISSING  # rendering, prompt, client (conf/convert/; its retries are not used here)

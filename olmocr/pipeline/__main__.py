@@ -3,8 +3,11 @@
 ``pdfs=[…]`` (paths, folders, globs, s3:// globs, text files listing them) are added to the workspace's
 index in items of about ``pages_per_group`` pages; adding is idempotent and safe from many machines at
 once. Then ``workers`` threads claim items one at a time (exactly once, through conditional writes on
-the workspace: a local folder or s3://bucket/prefix, with ``s3_endpoint`` for MinIO and the like), run
-``work`` on each, and write ``results/output_<item>.jsonl`` and a done marker. Start it on as many
+the workspace: a local folder or s3://bucket/prefix, reached with ``workspace_access``; PDFs with
+``pdf_access``), run ``work`` on each, and write ``results/output_<item>.jsonl`` and a done marker.
+Failures of an item's own count against it; failures from outside it (storage, credentials, network,
+server, tools) send it back to the queue to wait, and a worker for which nothing works stops with the
+cause after ``queue.give_up_after_s`` (README: the failure model). Start it on as many
 machines as you like; each stops when nothing is left. ``python -m olmocr.pipeline.stats workspace=…``
 shows progress.
 
@@ -22,63 +25,107 @@ import os
 from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.cli import stage
+from olmocr.cli import Launch, stage
 from olmocr.config import build
 
 log = logging.getLogger("olmocr.pipeline")
 
 
-@stage("pipeline")
-def run(cfg: DictConfig, output_dir: str) -> dict:
+def add_pdfs(workspace, pdfs: list[str], cfg: DictConfig, pdf_access) -> dict:
+    """Queue ``pdfs`` in ``workspace`` (what was added, for the run's summary)."""
     from olmocr.pipeline.inputs import expand
+
+    added = workspace.add(expand(pdfs, pdf_access), pages_per_group=cfg.pages_per_group, sample=cfg.sample,
+                          seed=cfg.seed, pdf_access=pdf_access)
+    log.info("added %d PDFs (%d already queued) in %d items of ~%d pages (%d in total); page counts sampled from "
+             "%d PDFs, %d of them unreadable", added.pdfs_new, added.pdfs_known, added.items_new, cfg.pages_per_group,
+             added.items_total, added.sampled, added.unreadable_in_sample)
+    return vars(added)
+
+
+_QUEUED: set[tuple[str, tuple[str, ...]]] = set()  # what this process queued: jobs of one sweep share it
+
+
+def queue_before_submitting(cfg: DictConfig) -> None:
+    """Add ``pdfs=`` to the workspace here, once, before a cluster job's workers start (they only work);
+    the jobs of a sweep (``-m replica='range(N)'``) queue their PDFs once between them."""
     from olmocr.pipeline.store import store_errors
-    from olmocr.pipeline.worker import StopWork, run_workers
     from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.io import Access
+
+    if not cfg.pdfs:
+        return
+    if cfg.workspace is None:
+        raise ValueError("workspace: a cluster job's workers share a workspace (s3://bucket/prefix, or a folder every "
+                         "machine mounts); set workspace=")
+    key = (cfg.workspace, tuple(cfg.pdfs))
+    if key in _QUEUED:
+        return
+    try:
+        add_pdfs(Workspace(cfg.workspace, Access(**cfg.workspace_access)), list(cfg.pdfs), cfg, Access(**cfg.pdf_access))
+    except store_errors() as exc:
+        raise ValueError(f"workspace {cfg.workspace}: {type(exc).__name__}: {exc}") from None
+    _QUEUED.add(key)
+
+
+# Workers are independent (one process per replica, no rendezvous); the PDFs are queued before submitting.
+LAUNCH = Launch(prepare=queue_before_submitting, prepared=("pdfs",))
+
+
+@stage("pipeline", launch=LAUNCH)
+def run(cfg: DictConfig, output_dir: str) -> dict:
+    from olmocr.formats.pdf import MissingTool
+    from olmocr.pipeline.failures import StopWork
+    from olmocr.pipeline.store import store_errors
+    from olmocr.pipeline.worker import Breaker, run_workers, when_answering
+    from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
 
     if cfg.workers < 0:
         raise ValueError(f"workers: must be 0 (only add PDFs) or more, got {cfg.workers}")
-    if cfg.s3_endpoint:
-        # Every S3 client of this process (the workspace's, and reading s3:// PDFs) goes to this endpoint.
-        os.environ["AWS_ENDPOINT_URL"] = cfg.s3_endpoint
     root, pdfs = cfg.workspace, list(cfg.pdfs)
     if root is None:  # a sample run; a real workspace never gets the sample PDFs by default
         root, pdfs = cfg.paths.sample_workspace, pdfs or [os.path.join(cfg.paths.sample_data, "eval", "pdfs")]
+    pdf_access = Access(**cfg.pdf_access)
     summary: dict = {"workspace": root}
     try:
-        workspace = Workspace(root)
+        workspace = Workspace(root, Access(**cfg.workspace_access))
         # Built (and so checked) before any PDF is read or any server started.
         work = None
         if cfg.workers:
             server = build(cfg.server, model=build(cfg.model))
             work = build(cfg.work, converter=build(cfg.convert, server=server, log_dir=output_dir),
-                         workspace=workspace, progress=cfg.progress)
+                         workspace=workspace, progress=cfg.progress, pdf_access=pdf_access)
         if pdfs:
-            added = workspace.add(expand(pdfs), pages_per_group=cfg.pages_per_group, sample=cfg.sample,
-                                  seed=cfg.seed)
-            log.info("added %d PDFs (%d already queued) in %d items of ~%d pages (%d in total); page counts "
-                     "sampled from %d PDFs, %d of them unreadable", added.pdfs_new, added.pdfs_known,
-                     added.items_new, cfg.pages_per_group, added.items_total, added.sampled,
-                     added.unreadable_in_sample)
-            summary["added"] = vars(added)
+            summary["added"] = add_pdfs(workspace, pdfs, cfg, pdf_access)
         if work is not None:
+            # Before a server starts or an item is claimed; a workspace that does not answer is waited for.
+            q = cfg.queue
+            when_answering(lambda: workspace.check(writable=True),
+                           Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s), "the workspace")
             # Work that needs a model server starts it here and stops it at the end, whatever happens.
             with work if hasattr(work, "__enter__") else contextlib.nullcontext():
-                report = run_workers(workspace, work, workers=cfg.workers, replica=cfg.replica,
-                                     lease_s=cfg.queue.lease_s, max_failures=cfg.queue.max_failures,
-                                     linger=cfg.queue.linger, poll_s=cfg.queue.poll_s, progress=cfg.progress)
+                report = run_workers(workspace, work, workers=cfg.workers, replica=cfg.replica, lease_s=q.lease_s,
+                                     max_failures=q.max_failures, retry_wait_s=q.retry_wait_s,
+                                     retry_wait_max_s=q.retry_wait_max_s, pause_after=q.pause_after,
+                                     give_up_after_s=q.give_up_after_s, linger=q.linger, poll_s=q.poll_s,
+                                     progress=cfg.progress)
             summary["work"] = {**{k: v for k, v in vars(report).items() if k != "counts"},
                                "counts": dict(report.counts)}
             if hasattr(work, "converter"):
                 summary["work"]["server_restarts"] = work.converter.server.restarts
-            log.info("finished %d items in %.1f s (%s); %d failed, %d taken over from dead workers, %d lost to "
-                     "others while stalled, %d finished twice", report.done, report.seconds,
-                     ", ".join(f"{v} {k}" for k, v in sorted(report.counts.items())) or "nothing",
-                     report.failed, report.taken_over, report.lost, report.duplicates)
+            log.info("finished %d items in %.1f s (%s); %d failed, %d given back after failures from outside them, "
+                     "%d taken over from dead workers, %d lost to others while stalled, %d finished twice",
+                     report.done, report.seconds, ", ".join(f"{v} {k}" for k, v in sorted(report.counts.items()))
+                     or "nothing", report.failed, report.unavailable, report.taken_over, report.lost,
+                     report.duplicates)
     except store_errors() as exc:
-        raise ValueError(f"workspace {root}: {exc}") from None
+        raise ValueError(f"workspace {root}: {type(exc).__name__}: {exc}") from None
+    except MissingTool as exc:
+        raise ValueError(str(exc)) from None
     except StopWork as exc:
-        raise ValueError(f"{exc} (unfinished items were given back to the queue)") from None
+        raise ValueError(f"{exc} (the items this worker held go back to the queue)") from None
     write_run_info(output_dir, summary=summary)
     return summary
 

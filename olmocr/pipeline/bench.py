@@ -69,7 +69,7 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
 @stage("pipeline_bench")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
-    from olmocr.pipeline.worker import StopWork
+    from olmocr.pipeline.failures import StopWork
     from olmocr.utils.runinfo import write_run_info
 
     if cfg.repeats < 1:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
+import time
 from dataclasses import dataclass
 
 import httpx
 
+from olmocr.pipeline.failures import Unavailable
 from olmocr.pipeline.server import Server
 
 # One line per request at INFO would bury the progress bar and the warnings that matter.
@@ -20,6 +23,11 @@ UNREACHABLE = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, h
                httpx.ConnectTimeout, httpx.PoolTimeout)
 
 MAX_DROPS = 4  # a request whose connection drops this often while the server stays up is a failed attempt
+# Answers that say the server is busy or its gateway is down, not that the page is at fault: the request
+# waits and goes again; a server busy for busy_s gives the whole item back to the queue.
+BUSY = (429, 502, 503, 504)
+# Answers that say the request is not allowed: the API key (server.api_key_env), not the page.
+REFUSED = (401, 403)
 
 
 @dataclass
@@ -34,10 +42,11 @@ class Reply:
 
 
 class ChatClient:
-    def __init__(self, server: Server, timeout_s: float, concurrency: int):
+    def __init__(self, server: Server, timeout_s: float, concurrency: int, busy_s: float = 120.0):
         self.server = server
         self.timeout_s = timeout_s
         self.concurrency = concurrency
+        self.busy_s = busy_s
         self._client: httpx.AsyncClient | None = None
 
     async def open(self) -> None:
@@ -49,15 +58,25 @@ class ChatClient:
         if self._client is not None:
             await self._client.aclose()
 
-    async def chat(self, messages: list[dict], max_tokens: int, temperature: float) -> Reply:
+    async def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int | None = None) -> Reply:
         body = {"model": self.server.model, "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature}
-        drops = 0
+                "temperature": temperature, **({"seed": seed} if seed is not None else {})}
+        drops, busy_since, wait = 0, None, 1.0
         while True:
             seen = self.server.restarts
             try:
                 response = await self._client.post(f"{self.server.url}/chat/completions", json=body)
-                break
+                if response.status_code in REFUSED:
+                    raise Unavailable(f"server {self.server.url} refused the request: HTTP {response.status_code} "
+                                      f"{response.text[:200]}")
+                if response.status_code not in BUSY:
+                    break
+                busy_since = busy_since or time.monotonic()
+                if time.monotonic() - busy_since >= self.busy_s:
+                    raise Unavailable(f"server {self.server.url} busy for {self.busy_s:.0f} s (convert.busy_s): "
+                                      f"HTTP {response.status_code} {response.text[:200]}")
+                await asyncio.sleep(wait * random.uniform(0.5, 1.0))
+                wait = min(wait * 2, 30.0)
             except UNREACHABLE as exc:
                 # Raises ServerGone when the server will not come back; returns once it answers again.
                 restarted = await asyncio.to_thread(self.server.recover, seen) != seen

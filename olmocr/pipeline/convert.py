@@ -101,7 +101,7 @@ def _leaves(error: BaseException):
 async def all_of(coroutines) -> list:
     """Run concurrently; the results in order. When one fails the others are cancelled and its error is
     raised as itself (the one that stops the run first, if any), not wrapped in an exception group."""
-    from olmocr.pipeline.worker import StopWork
+    from olmocr.pipeline.failures import StopWork
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -141,7 +141,8 @@ class PageConverter:
 
     def __init__(self, server: Server, steps: dict[str, Any], temperatures: list[float] = TEMPERATURES,
                  max_tokens: int = 8000, rotation_direction: str = "clockwise", concurrency: int = 64,
-                 timeout_s: float = 600.0, render_threads: int | None = None, log_dir: str = "."):
+                 timeout_s: float = 600.0, busy_s: float = 120.0, render_threads: int | None = None,
+                 log_dir: str = "."):
         if not temperatures:
             raise ValueError("convert.temperatures: give at least one (one attempt per temperature)")
         if any(t < 0 for t in temperatures):
@@ -159,7 +160,7 @@ class PageConverter:
         if not any(isinstance(step, BuildMessages) for step in self.steps.steps.values()):
             raise ValueError("convert.steps: page conversion needs a 'messages' step (olmocr.data.steps.BuildMessages)")
         self.server = server
-        self.client = ChatClient(server, timeout_s=timeout_s, concurrency=concurrency)
+        self.client = ChatClient(server, timeout_s=timeout_s, concurrency=concurrency, busy_s=busy_s)
         self.temperatures = list(temperatures)
         self.max_tokens = max_tokens
         self.rotation_direction = rotation_direction
@@ -251,16 +252,18 @@ class PageConverter:
         result.turned = clockwise(read_at, self.rotation_direction)
         return result
 
-    async def sample(self, sample: dict, n: int, temperature: float) -> tuple[list[dict], list[Reply]]:
+    async def sample(self, sample: dict, n: int, temperature: float,
+                     seed: int | None = None) -> tuple[list[dict], list[Reply]]:
         """The page's chat turn (the steps' messages, image part as given by the steps) and ``n`` answers
-        to it at ``temperature``, sent together; raises Reject when the page cannot be rendered."""
+        to it at ``temperature``, sent together (the k-th with the server's sampling seed ``seed + k``, when
+        given); raises Reject when the page cannot be rendered."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.client.concurrency)
         loop = asyncio.get_running_loop()
         async with self._slots:
             _, messages, url = await loop.run_in_executor(self.pool, self._render, sample)
-            replies = await asyncio.gather(*(self.client.chat(chat_messages(messages, url), self.max_tokens,
-                                                              temperature) for _ in range(n)))
+            replies = await asyncio.gather(*(self.client.chat(chat_messages(messages, url), self.max_tokens, temperature,
+                                                              None if seed is None else seed + k) for k in range(n)))
         return messages, list(replies)
 
     async def _fall_back(self, result: PageResult, path: str, data: bytes | None) -> PageResult:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections import Counter, defaultdict
 
 from omegaconf import DictConfig
@@ -57,7 +56,7 @@ def read_page_results(workspace, counts: Counter) -> dict[str, list[dict]]:
     return by_source
 
 
-def export_source(source: str, records: list[dict], out, counts: Counter) -> None:
+def export_source(source: str, records: list[dict], out, counts: Counter, pdf_access=None) -> None:
     """Write the training pages of one source PDF (read once, and only when a page is new)."""
     from olmocr.formats.pdf import PdfError, single_page
     from olmocr.utils.io import read_bytes
@@ -78,7 +77,7 @@ def export_source(source: str, records: list[dict], out, counts: Counter) -> Non
             counts["kept"] += 1
             continue
         try:
-            data = read_bytes(source) if data is None else data
+            data = read_bytes(source, pdf_access) if data is None else data
             page_pdf = single_page(source, record["page"], data)
         except (OSError, PdfError) as exc:
             counts["unreadable_sources"] += 1
@@ -96,16 +95,16 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     from olmocr.pipeline.store import open_store, store_errors
     from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
 
     if "://" in cfg.out_dir and not cfg.out_dir.startswith("s3://"):
         raise ValueError(f"out_dir: {cfg.out_dir!r} is neither a local folder nor s3://bucket/prefix")
-    if cfg.s3_endpoint:  # the workspace, the source PDFs and out_dir all go to this endpoint
-        os.environ["AWS_ENDPOINT_URL"] = cfg.s3_endpoint
     counts = Counter(dict.fromkeys(("exported", "kept", *SKIPPED), 0))
+    workspace_access, pdf_access = Access(**cfg.workspace_access), Access(**cfg.pdf_access)
     try:
-        workspace = Workspace(cfg.workspace, cfg.s3_endpoint)
-        out = open_store(cfg.out_dir, cfg.s3_endpoint)
+        workspace = Workspace(cfg.workspace, workspace_access)
+        out = open_store(cfg.out_dir, workspace_access)
         by_source = read_page_results(workspace, counts)
         if not by_source:
             raise ValueError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
@@ -113,7 +112,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         pages = sum(len(records) for records in by_source.values())
         with tqdm(total=pages, unit="page", desc="export", disable=not cfg.progress, dynamic_ncols=True) as bar:
             for source in sorted(by_source):
-                export_source(source, by_source[source], out, counts)
+                export_source(source, by_source[source], out, counts, pdf_access)
                 bar.update(len(by_source[source]))
                 bar.set_postfix(exported=counts["exported"], refresh=False)
     except store_errors() as exc:

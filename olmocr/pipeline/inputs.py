@@ -8,6 +8,8 @@ import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 
+from olmocr.utils.io import Access
+
 GLOB_CHARS = set("*?[")
 
 
@@ -15,10 +17,10 @@ def _is_pdf(path: str) -> bool:
     return path.lower().endswith(".pdf")
 
 
-def _expand_remote(entry: str) -> list[str]:
+def _expand_remote(entry: str, access: Access | None) -> list[str]:
     from olmocr.utils.io import filesystem
 
-    fs = filesystem(entry)
+    fs = filesystem(entry, access)
     protocol = entry.split("://", 1)[0]
     if GLOB_CHARS & set(entry):
         found = fs.glob(entry)
@@ -43,14 +45,14 @@ def _expand_local(entry: str) -> list[str]:
     return sorted(os.path.abspath(p) for p in found)
 
 
-def _listed(entry: str) -> list[str]:
+def _listed(entry: str, access: Access | None) -> list[str]:
     """Entries of a text file: one path, folder or glob per line; blank lines and ``#`` comments skipped.
     Relative local paths are relative to the list's folder."""
     from olmocr.utils.io import is_remote, read_text
 
     base = os.path.dirname(os.path.abspath(entry)) if not is_remote(entry) else None
     out = []
-    for line in read_text(entry).splitlines():
+    for line in read_text(entry, access).splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -60,8 +62,9 @@ def _listed(entry: str) -> list[str]:
     return out
 
 
-def expand(entries: list[str]) -> list[str]:
-    """Every PDF the entries name, once each, as absolute local paths or full ``s3://`` URLs.
+def expand(entries: list[str], access: Access | None = None) -> list[str]:
+    """Every PDF the entries name, once each, as absolute local paths or full ``s3://`` URLs (reached with
+    ``access``).
 
     A ``.pdf`` path is itself; a folder or prefix means every PDF under it; a glob is matched (``**``
     crosses folders); any other existing file is a list of further entries. An entry that names no PDF
@@ -71,8 +74,8 @@ def expand(entries: list[str]) -> list[str]:
         entry = str(entry)
         listed = not _is_pdf(entry) and not GLOB_CHARS & set(entry) and (
             entry.endswith(".txt") or ("://" not in entry and os.path.isfile(entry)))
-        for sub in (_listed(entry) if listed else [entry]):
-            found = _expand_remote(sub) if "://" in sub else _expand_local(sub)
+        for sub in (_listed(entry, access) if listed else [entry]):
+            found = _expand_remote(sub, access) if "://" in sub else _expand_local(sub)
             if not found:
                 where = f" (listed in {entry})" if listed else ""
                 raise ValueError(f"pdfs: {sub!r}{where} names no PDF (expected a .pdf path, a folder, a glob "
@@ -81,21 +84,56 @@ def expand(entries: list[str]) -> list[str]:
     return list(seen)
 
 
-def count_pages(path: str) -> int | None:
-    """A PDF's page count, or None when it cannot be read (it is still queued; its worker reports it)."""
-    from olmocr.formats.pdf import PdfError, pdf_info
+def _container(path: str) -> str:
+    """The folder or bucket a document lives in."""
+    if "://" not in path:
+        return os.path.dirname(os.path.abspath(path))
+    protocol, rest = path.split("://", 1)
+    return f"{protocol}://{rest.split('/', 1)[0]}"
+
+
+def read_document(path: str, access: Access | None = None) -> bytes:
+    """A queued document's bytes. A document that is gone (its folder or bucket is there, it is not: deleted
+    since it was queued) is bad: PdfError ``missing_pdf``. Anything else that stops the read is outside the
+    document and may pass (the storage, the credentials, the network, a folder that is not there, as a
+    mount that failed): :class:`Unavailable`, and the item is tried again later."""
+    from olmocr.formats.pdf import PdfError
+    from olmocr.pipeline.failures import Unavailable
+    from olmocr.pipeline.store import store_errors
+    from olmocr.utils.io import filesystem, read_bytes
 
     try:
-        return pdf_info(path).num_pages
+        return read_bytes(path, access)
+    except FileNotFoundError:
+        container = _container(path)
+        try:
+            there = os.path.isdir(container) if "://" not in path else filesystem(path, access).exists(container)
+        except store_errors() as exc:
+            raise Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
+        if there:
+            raise PdfError("missing_pdf", f"{path} is gone (deleted since it was queued)") from None
+        raise Unavailable(f"{path}: {container} is not there (an unmounted folder, a missing bucket?)") from None
+    except store_errors() as exc:
+        raise Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
+
+
+def count_pages(path: str, access: Access | None = None) -> int | None:
+    """A PDF's page count, or None when it cannot be read (it is still queued; its worker reports it)."""
+    from olmocr.formats.pdf import PdfError, pdf_info
+    from olmocr.utils.io import read_bytes
+
+    try:
+        return pdf_info(path, read_bytes(path, access)).num_pages
     except (PdfError, OSError):
         return None
 
 
-def sample_page_counts(paths: list[str], sample: int, seed: int = 0, threads: int = 8) -> dict[str, int | None]:
+def sample_page_counts(paths: list[str], sample: int, seed: int = 0, threads: int = 8,
+                       access: Access | None = None) -> dict[str, int | None]:
     """Page counts of up to ``sample`` PDFs chosen at random (all of them when there are no more)."""
     chosen = paths if len(paths) <= sample else random.Random(seed).sample(paths, sample)
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        return dict(zip(chosen, pool.map(count_pages, chosen)))
+        return dict(zip(chosen, pool.map(lambda path: count_pages(path, access), chosen)))
 
 
 def group(paths: list[str], counts: dict[str, int | None], pages_per_group: int) -> list[tuple[list[str], int]]:

@@ -6,26 +6,32 @@ from __future__ import annotations
 import hashlib
 import json
 
+from olmocr.config import runtime
+from olmocr.pipeline.inputs import read_document
 from olmocr.pipeline.worker import Output
 from olmocr.pipeline.workspace import Item
+from olmocr.utils.io import Access
 
 
+@runtime("pdf_access")
 class Inventory:
+    def __init__(self, pdf_access: Access | None = None):
+        self.pdf_access = pdf_access
+
     def __call__(self, item: Item) -> Output:
         from olmocr.formats.pdf import PdfError, pdf_info
-        from olmocr.utils.io import read_bytes
 
         lines, counts = [], {"documents": 0, "pages": 0, "bad_documents": 0}
         for path in item.pdfs:
             row: dict = {"source": path, "item": item.id}
             try:
-                data = read_bytes(path)
+                data = read_document(path, self.pdf_access)  # Unavailable: the whole item waits for another try
                 row.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
                 info = pdf_info(path, data)
                 row.update(pages=info.num_pages, width=round(info.width, 2), height=round(info.height, 2))
                 counts["pages"] += info.num_pages
                 counts["documents"] += 1
-            except (PdfError, OSError) as exc:
+            except PdfError as exc:
                 row["error"] = str(exc)
                 counts["bad_documents"] += 1
             lines.append(json.dumps(row))

@@ -1,8 +1,9 @@
 """``work=ocr``: convert every page of an item's PDFs through the model server into Dolma documents.
 
 Documents of an item and pages of a document are converted concurrently (at most ``concurrency`` pages
-in flight); page order is kept. A PDF that cannot be read (corrupt, encrypted, no pages) is counted and
-reported, never fatal. A document whose share of text-layer pages exceeds ``max_page_error_rate`` is
+in flight); page order is kept. A PDF that is bad (corrupt, encrypted, no pages, deleted since it was
+queued) is counted and reported, never fatal; one that cannot be read for a reason outside it (storage,
+credentials, network) sends the whole item back to the queue, to be tried again later. A document whose share of text-layer pages exceeds ``max_page_error_rate`` is
 dropped and counted. The server is started when the work starts and stopped when it ends.
 """
 
@@ -20,8 +21,10 @@ from dataclasses import dataclass, field
 from olmocr.config import runtime
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of
 from olmocr.pipeline.dolma import dolma_document, mirror_path
+from olmocr.pipeline.inputs import read_document
 from olmocr.pipeline.worker import Output
 from olmocr.pipeline.workspace import Item, Workspace
+from olmocr.utils.io import Access
 
 log = logging.getLogger("olmocr.pipeline")
 MARKDOWN = "markdown"
@@ -69,10 +72,11 @@ class ConvertedPdf:
     created: datetime.datetime | None = None
 
 
-@runtime("converter", "workspace", "progress")
+@runtime("converter", "workspace", "progress", "pdf_access")
 class OcrWork:
     def __init__(self, converter: PageConverter, max_page_error_rate: float = 0.004, markdown: bool = True,
-                 page_results: bool = False, workspace: Workspace | None = None, progress: bool = True):
+                 page_results: bool = False, workspace: Workspace | None = None, progress: bool = True,
+                 pdf_access: Access | None = None):
         if not 0 <= max_page_error_rate <= 1:
             raise ValueError(f"work.max_page_error_rate: must be in [0, 1], got {max_page_error_rate}")
         self.converter = converter
@@ -81,11 +85,16 @@ class OcrWork:
         self.page_results = page_results
         self.workspace = workspace
         self.progress = progress
+        self.pdf_access = pdf_access
         self._bar: PageBar | None = None
 
     def __enter__(self) -> OcrWork:
+        from olmocr.formats.pdf import poppler
+
         if self.workspace is None:
             raise ValueError("work=ocr needs a workspace")
+        for tool in ("pdftoppm", "pdftotext"):  # renders and the text layer: this machine must have both
+            poppler(tool)
         self.converter.__enter__()
         self._bar = PageBar(self.progress)
         return self
@@ -140,12 +149,11 @@ class OcrWork:
 
     async def convert_pdf(self, source: str) -> ConvertedPdf:
         from olmocr.formats.pdf import PdfError, pdf_layout
-        from olmocr.utils.io import read_bytes
 
         try:
-            data = await asyncio.to_thread(read_bytes, source)
+            data = await asyncio.to_thread(read_document, source, self.pdf_access)
             layout = await asyncio.to_thread(pdf_layout, source, data)
-        except (PdfError, OSError) as exc:
+        except PdfError as exc:
             return ConvertedPdf(error=str(exc))
         with local_copy(source, data) as path:
             pages = await all_of(self._page({"pdf_path": path, "page": n, "pdf_bytes": data,

@@ -9,11 +9,18 @@ result, never adds a second. A holder whose claim has less than half a lease lef
 before finishing, so a worker that lost its claim while stalled drops its output instead.
 
 Claims are never deleted: an item whose claim exists has been claimed, so creating claims for the
-items a listing showed unclaimed needs no other check, and costs one request when another worker got
-there first. Per item that is three writes: claim, result, done marker (plus renewals of long items).
+items a listing showed unclaimed needs no other check, and costs two requests (the create and a read
+of the claim, below) when another worker got there first. Per item that is three writes: claim, result, done marker (plus renewals of long items).
 
-A claim whose item failed (the processor raised) is released with its failure count raised; an item
-that failed ``max_failures`` times is given up and shown by the stats command, not retried forever.
+A claim whose item failed is released with a time before which nobody takes it (``retry_at``: a wait
+that doubles with each failure, jittered, kept in the claim so every worker honours it). A failure of
+the item's own (its processing raised) counts toward ``max_failures``, after which the item is given
+up, shown by the stats command and put back by ``python -m olmocr.pipeline.requeue``; a failure from
+outside it (storage, credentials, network, model server, a missing tool: ``transient``) never does.
+
+A conditional write whose answer was lost (a connection reset after the store wrote it, then a retry
+that the store refuses because the object is there now) is recognised by reading back what it wrote:
+claims, their rewrites and done markers each hold the writer's id and times, so equal bytes are ours.
 Clocks: expiries are compared with the reader's clock, so machines' clocks must agree to well within
 the lease (NTP does this).
 """
@@ -53,17 +60,20 @@ class Claim:
     lost: threading.Event = field(default_factory=threading.Event)  # set once it is no longer ours
     taken: bool = False  # lost to another worker (not released or finished by its holder)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    finished: dict | None = None  # the done marker's record, once complete() made it
 
 
 class WorkQueue:
     """One worker's view of a workspace's queue. Workers share nothing but the store; a process's
     worker threads each hold their own queue (and may share one ``LeaseKeeper``)."""
 
-    def __init__(self, workspace: Workspace, worker: str, lease_s: float = 300.0, max_failures: int = 3):
+    def __init__(self, workspace: Workspace, worker: str, lease_s: float = 300.0, max_failures: int = 3,
+                 retry_wait_s: float = 15.0, retry_wait_max_s: float = 600.0):
         if lease_s <= 0:
             raise ValueError(f"lease_s: must be positive, got {lease_s}")
         self.ws, self.store = workspace, workspace.store
         self.worker, self.lease_s, self.max_failures = worker, lease_s, max_failures
+        self.retry_wait_s, self.retry_wait_max_s = retry_wait_s, retry_wait_max_s
         self.rng = random.Random()
         self.items: dict[str, Item] = {}
         self._index_version: str | None = None
@@ -125,9 +135,12 @@ class WorkQueue:
                 break  # every item was claimed and none was added since
             item = self.items[self._free.popleft()]
             body = self._body()
+            name, data = self.ws.claim_name(item.id), json.dumps(body).encode()
             began = time.monotonic()
-            tag = self.store.create(self.ws.claim_name(item.id), json.dumps(body).encode())
+            tag = self.store.create(name, data)
             self._create_s = min(self._create_s, time.monotonic() - began)
+            if tag is None:
+                tag = self._ours(name, data)  # created, but the answer was lost and the retry refused
             if tag is not None:
                 return Claim(item, tag, body)
             self._misses += 1
@@ -163,10 +176,11 @@ class WorkQueue:
                 self.given_up.add(item_id)
                 self.outstanding -= 1
                 continue
-            if held_by["expires"] > time.time():
-                self.next_expiry = min(self.next_expiry, held_by["expires"])
+            free_at = max(held_by["expires"], held_by.get("retry_at", 0.0))  # held, or waiting to be retried
+            if free_at > time.time():
+                self.next_expiry = min(self.next_expiry, free_at)
                 continue
-            body = self._body(failures=held_by.get("failures", 0))
+            body = self._body(failures=held_by.get("failures", 0), transient_failures=held_by.get("transient_failures", 0))
             tag = self.store.replace(name, json.dumps(body).encode(), current.tag)
             if tag is None:
                 continue
@@ -177,12 +191,19 @@ class WorkQueue:
             return Claim(self.items[item_id], tag, body, took_over=held_by.get("worker"))
         return None
 
+    def _ours(self, name: str, data: bytes) -> str | None:
+        """The tag of ``name`` when it holds exactly ``data``: a conditional write of ours whose answer was lost.
+        None when the object is another writer's."""
+        current = self.store.read(name)
+        return current.tag if current is not None and current.data == data else None
+
     def _rewrite(self, claim: Claim, **changes) -> bool:
         with claim.lock:
             if claim.lost.is_set():
                 return False
             body = {**claim.body, **changes}
-            tag = self.store.replace(self.ws.claim_name(claim.item.id), json.dumps(body).encode(), claim.tag)
+            name, data = self.ws.claim_name(claim.item.id), json.dumps(body).encode()
+            tag = self.store.replace(name, data, claim.tag) or self._ours(name, data)
             if tag is None:
                 claim.taken = True
                 claim.lost.set()
@@ -194,12 +215,22 @@ class WorkQueue:
         """Push the expiry a lease ahead; False (and ``claim.lost`` set) when someone else holds it now."""
         return self._rewrite(claim, expires=time.time() + self.lease_s)
 
-    def release(self, claim: Claim, error: str | None = None) -> None:
-        """Give the item back at once (an expired claim); with ``error``, count a failure against it."""
+    def retry_wait(self, attempt: int) -> float:
+        """Seconds before an item that failed ``attempt`` times is tried again: doubling from ``retry_wait_s``
+        up to ``retry_wait_max_s``, times a random 0.5-1 so the workers of an outage do not return together."""
+        return min(self.retry_wait_s * 2 ** (attempt - 1), self.retry_wait_max_s) * self.rng.uniform(0.5, 1.0)
+
+    def release(self, claim: Claim, error: str | None = None, transient: bool = False) -> None:
+        """Give the item back: at once (a stopping worker), or after a failure (``error``) once its wait is
+        over; a failure of the item's own counts toward ``max_failures``, a ``transient`` one does not."""
         changes: dict = {"expires": 0.0}
         if error is not None:
-            failures = claim.body.get("failures", 0) + 1
-            changes.update(failures=failures, error=error[:500], given_up=failures >= self.max_failures)
+            key = "transient_failures" if transient else "failures"
+            changes[key] = claim.body.get(key, 0) + 1
+            attempts = changes[key] + claim.body.get("failures" if transient else "transient_failures", 0)
+            changes.update(error=error[:500], retry_at=time.time() + self.retry_wait(attempts))
+            if not transient:
+                changes["given_up"] = changes[key] >= self.max_failures
         self._rewrite(claim, **changes)
         with claim.lock:
             claim.lost.set()  # ours no more
@@ -214,10 +245,12 @@ class WorkQueue:
                         "dropped, the new holder finishes it", claim.item.id)
             return False
         self.store.write(self.ws.result_name(claim.item.id), result)
-        record = {"id": claim.item.id, "worker": self.worker, "claimed": claim.body["claimed"],
-                  "finished": time.time(), "pdfs": len(claim.item.pdfs), "pages_estimated": claim.item.pages,
-                  "took_over": claim.took_over, "counts": counts}
-        first = self.store.create(self.ws.done_name(claim.item.id), json.dumps(record).encode()) is not None
+        if claim.finished is None:  # the same record when a complete() is tried again
+            claim.finished = {"id": claim.item.id, "worker": self.worker, "claimed": claim.body["claimed"],
+                              "finished": time.time(), "pdfs": len(claim.item.pdfs),
+                              "pages_estimated": claim.item.pages, "took_over": claim.took_over, "counts": counts}
+        name, data = self.ws.done_name(claim.item.id), json.dumps(claim.finished).encode()
+        first = (self.store.create(name, data) or self._ours(name, data)) is not None
         with claim.lock:
             claim.lost.set()  # finished: the keeper stops renewing it
         return first
@@ -250,20 +283,54 @@ class LeaseKeeper:
             return list(self._held.values())
 
     def _loop(self) -> None:
+        from olmocr.pipeline.store import store_errors
+
         while not self._stop.wait(self.lease_s / 3):
             for queue, claim in self.held():
                 try:
                     if not queue.renew(claim) and claim.taken:
                         log.warning("claim on %s lost: another worker took it over", claim.item.id)
-                except OSError as exc:  # the store is unreachable for now; the next round tries again
+                except store_errors() as exc:  # the store is unreachable for now; the next round tries again
                     log.warning("renewing the claim on %s failed: %s", claim.item.id, exc)
 
     def release_all(self) -> int:
-        """Give back every claim still held (a stopping worker); returns how many."""
+        """Give back every claim still held (a stopping worker); returns how many. A claim the store does not
+        take back now (it is unreachable) expires after its lease instead."""
+        from olmocr.pipeline.store import store_errors
+
         self._stop.set()
         released = 0
         for queue, claim in self.held():
             if not claim.lost.is_set():
-                queue.release(claim)
-                released += 1
+                try:
+                    queue.release(claim)
+                    released += 1
+                except store_errors() as exc:
+                    log.warning("giving back the claim on %s failed (%s): it expires in its lease", claim.item.id, exc)
         return released
+
+
+def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
+    """Put given-up items (those named, or all) back in the queue: their failure counts cleared, free to claim
+    at once; the last error stays as ``previous_error``. Returns the ids put back."""
+    claimed = _ids(workspace.store.list(CLAIMS))
+    wanted = sorted(set(items)) if items else sorted(claimed)
+    unknown = [i for i in wanted if i not in claimed]
+    if unknown:
+        raise ValueError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
+    back = []
+    for item in wanted:
+        name = workspace.claim_name(item)
+        while True:  # rewritten only on the tag read, so a worker's concurrent write is never lost
+            current = workspace.store.read(name)
+            body = json.loads(current.data)
+            if not body.get("given_up"):
+                if items:
+                    log.warning("%s is not given up: left as it is", item)
+                break
+            body.update(given_up=False, failures=0, transient_failures=0, expires=0.0, retry_at=0.0,
+                        previous_error=body.pop("error", None))
+            if workspace.store.replace(name, json.dumps(body).encode(), current.tag) is not None:
+                back.append(item)
+                break
+    return back

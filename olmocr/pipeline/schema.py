@@ -15,9 +15,28 @@ from olmocr.config import StageConfig, store
 @dataclass
 class QueueConfig:
     lease_s: float = 300.0  # a claim lasts this long unless renewed (every third of it, while working)
-    max_failures: int = 3  # an item whose processing raised this many times is given up
+    max_failures: int = 3  # an item whose own processing failed this many times is given up
+    # A failed item waits before its next attempt: retry_wait_s, doubling with each failure, at most
+    # retry_wait_max_s (jittered; kept in its claim, so every worker honours it).
+    retry_wait_s: float = 15.0
+    retry_wait_max_s: float = 600.0
+    # Failures from outside the items (storage, credentials, network, server, tools) in a row: from the
+    # pause_after-th on the worker pauses (the same growing waits); when they have lasted give_up_after_s it
+    # stops with their cause. Items are never given up for them.
+    pause_after: int = 3
+    give_up_after_s: float = 900.0
     linger: bool = True  # wait while other workers hold items, to take over the claims of any that die
     poll_s: float | None = None  # how often a lingering worker looks again; null: a quarter lease, ≤30 s
+
+
+@dataclass
+class AccessConfig:
+    """How the workspace's or the PDFs' s3:// paths are reached; null: the environment's (AWS_PROFILE,
+    AWS_ENDPOINT_URL, the default credentials). An explicit endpoint, then AWS_ENDPOINT_URL, then the
+    profile's own endpoint_url, in that order."""
+
+    profile: str | None = None  # a named profile of ~/.aws/config and ~/.aws/credentials
+    endpoint: str | None = None  # an S3 API endpoint: MinIO, Ceph, …
 
 
 @dataclass
@@ -25,8 +44,9 @@ class PipelineConfig(StageConfig):
     # A local folder or s3://bucket/prefix, shared by every worker; null: a sample run, the bundled eval
     # PDFs (unless pdfs= names others) in paths.sample_workspace
     workspace: str | None = None
-    s3_endpoint: str | None = None  # S3 API endpoint (MinIO, Ceph, …) for the workspace and s3:// PDFs
+    workspace_access: AccessConfig = field(default_factory=AccessConfig)
     pdfs: list[str] = field(default_factory=list)  # added before working: paths, folders, globs, list files
+    pdf_access: AccessConfig = field(default_factory=AccessConfig)  # the PDFs' account, often not the workspace's
     pages_per_group: int = 500  # pages per work item, estimated from a sample of page counts
     sample: int = 100  # PDFs whose pages are counted to size the items
     seed: int = 0
@@ -47,7 +67,7 @@ class PipelineConfig(StageConfig):
 @dataclass
 class StatsConfig(StageConfig):
     workspace: str = "${paths.sample_workspace}"
-    s3_endpoint: str | None = None
+    workspace_access: AccessConfig = field(default_factory=AccessConfig)
     window_min: float = 15.0  # the recent throughput (and the projected finish) is over this window
     json: bool = False  # print the figures as JSON
 
@@ -64,9 +84,17 @@ class BenchConfig(StageConfig):
 
 
 @dataclass
+class RequeueConfig(StageConfig):
+    workspace: str = "${paths.sample_workspace}"
+    workspace_access: AccessConfig = field(default_factory=AccessConfig)
+    items: list[str] = field(default_factory=list)  # these given-up items; empty: every given-up item
+
+
+@dataclass
 class ExportConfig(StageConfig):
     workspace: str = "${paths.sample_workspace}"  # a workspace converted with work.page_results=true
-    s3_endpoint: str | None = None
+    workspace_access: AccessConfig = field(default_factory=AccessConfig)  # the workspace's and out_dir's
+    pdf_access: AccessConfig = field(default_factory=AccessConfig)  # the converted PDFs' (cut into pages)
     out_dir: str = MISSING  # the training folder (local or s3://): <pdf path>_pg<page>.pdf and .md
     progress: bool = True
 
@@ -75,3 +103,4 @@ store("pipeline_schema", PipelineConfig)
 store("pipeline_bench_schema", BenchConfig)
 store("pipeline_stats_schema", StatsConfig)
 store("pipeline_export_schema", ExportConfig)
+store("pipeline_requeue_schema", RequeueConfig)

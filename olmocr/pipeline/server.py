@@ -2,8 +2,9 @@
 included; ``vllm serve`` on GPUs) or one that already runs elsewhere (any OpenAI-compatible endpoint).
 
 A started server is checked on ``/health`` before any page is sent, restarted when it dies (at most
-``max_restarts`` times), and stopped with its whole process group at exit. Its output goes to a log
-file whose path every error names.
+``max_restarts`` times), and stopped with its whole process group at exit. It runs under
+:mod:`olmocr.utils.guard`, so it also ends, with every process it started, when its worker is killed
+outright (SIGKILL runs no cleanup). Its output goes to a log file whose path every error names.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import urllib.request
 from collections.abc import Mapping
 
 from olmocr.config import runtime
-from olmocr.pipeline.worker import StopWork
+from olmocr.pipeline.failures import StopWork
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -126,12 +127,13 @@ class ManagedServer(Server):
         with open(self.log_path, "ab") as out:
             out.write(f"\n$ {' '.join(command)}\n".encode())
             out.flush()
-            try:
-                # Its own session, so stopping it stops the workers it forks (vLLM's engine processes).
-                self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                 env={**os.environ, **self.env}, start_new_session=True)
-            except OSError as exc:
-                raise ServerGone(f"server: cannot run {command[0]} ({exc.strerror}); {self.hint()}") from None
+            if shutil.which(command[0]) is None and not os.access(command[0], os.X_OK):
+                raise ServerGone(f"server: cannot run {command[0]} (not found); {self.hint()}")
+            # Its own session under a guard, so stopping it stops the processes it starts (vLLM's engine
+            # processes), and a worker that dies without stopping it takes it along.
+            guarded = [sys.executable, "-m", "olmocr.utils.guard", "--", *command]
+            self._process = subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env={**os.environ, **self.env}, start_new_session=True)
         log.info("%s (pid %d) starting on %s (log: %s)", self.name, self._process.pid, self.url, self.log_path)
         self._wait_healthy()
 
@@ -315,7 +317,18 @@ class ExternalServer(Server):
         return {"Authorization": f"Bearer {key}"}
 
     def start(self, log_path: str) -> None:
-        self.headers()  # a missing key is an error before any page is rendered
+        """Checked before any item is claimed: the key is set, the server answers (waited for as in
+        :meth:`recover`), and it takes the key."""
+        headers = self.headers()
+        self.recover(0)
+        try:
+            urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers), timeout=30).close()
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                where = f"the key in ${self.api_key_env}" if self.api_key_env else "no key (server.api_key_env)"
+                raise ValueError(f"server {self.url}: refused {where}: HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError):
+            pass  # gone again since recover(): the first page finds out, and waits again
 
     def _reachable(self) -> bool:
         # Any HTTP answer (even 404) means the endpoint is there; only connection errors count as down.

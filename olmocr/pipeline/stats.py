@@ -51,14 +51,19 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
             records.append(record)
         except (ValueError, KeyError, TypeError):
             unreadable += 1
-    claims = Counter()
-    for data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).values():
+    claims, given_up = Counter(), []
+    for name, data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).items():
         try:
             claim = json.loads(data)
-            state = "given_up" if claim.get("given_up") else "active" if claim["expires"] > now else "expired"
+            state = ("given_up" if claim.get("given_up") else "active" if claim["expires"] > now
+                     else "retrying" if claim.get("retry_at", 0) > now else "expired")
         except (ValueError, KeyError, TypeError):
             state = "expired"  # unreadable: the next worker replaces it
         claims[state] += 1
+        if state == "given_up":
+            item = name.rsplit("/", 1)[-1][:-5]
+            given_up.append({"item": item, "pdfs": len(items[item].pdfs), "failures": claim.get("failures"),
+                             "error": claim.get("error")})
     counts = Counter()
     for record in records:
         counts.update(record["counts"])
@@ -72,7 +77,8 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     rate = recent or overall
     return {
         "workspace": workspace.root, "items": len(items), "done": len(done), "active": claims["active"],
-        "expired": claims["expired"], "given_up": claims["given_up"],
+        "expired": claims["expired"], "retrying": claims["retrying"], "given_up": claims["given_up"],
+        "given_up_items": sorted(given_up, key=lambda g: g["item"]),
         "waiting": len(items) - len(done) - sum(claims.values()), "unreadable_done_markers": unreadable,
         "counts": dict(counts), "pages_remaining_estimated": round(remaining),
         "pages_per_s": overall, "pages_per_s_recent": recent, "items_per_s": _rate(records, "items"),
@@ -89,6 +95,9 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{rest // 60:02d}m{rest % 60:02d}s"
 
 
+GIVEN_UP_LISTED = 10
+
+
 def describe(stats: dict) -> str:
     def rate(value):
         return "-" if value is None else f"{value:.2f}"
@@ -97,7 +106,8 @@ def describe(stats: dict) -> str:
     lines = [
         f"workspace  {stats['workspace']}",
         f"items      {stats['items']} total: {stats['done']} done, {stats['active']} being worked on, "
-        f"{stats['expired']} claims expired, {stats['given_up']} given up, {stats['waiting']} waiting",
+        f"{stats['expired']} claims expired, {stats['retrying']} waiting to be tried again after a failure, "
+        f"{stats['given_up']} given up, {stats['waiting']} waiting",
         f"documents  {c.get('documents', 0)} done, {c.get('bad_documents', 0)} unreadable, "
         f"{c.get('dropped_documents', 0)} dropped (too many fallback pages)",
         f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
@@ -108,6 +118,12 @@ def describe(stats: dict) -> str:
         "finish     nothing left: every item is done or given up"
         if stats["done"] + stats["given_up"] == stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
     ]
+    for row in stats["given_up_items"][:GIVEN_UP_LISTED]:
+        lines.append(f"given up   {row['item']} ({row['pdfs']} PDFs, {row['failures']} failures): {row['error']}")
+    if stats["given_up"]:
+        more = stats["given_up"] - GIVEN_UP_LISTED
+        lines.append(f"           {f'…and {more} more (json=true lists them all); ' if more > 0 else ''}put them back "
+                     f"with python -m olmocr.pipeline.requeue workspace={stats['workspace']}")
     if stats["unreadable_done_markers"]:
         lines.append(f"warning    {stats['unreadable_done_markers']} done markers could not be read")
     return "\n".join(lines)
@@ -117,9 +133,10 @@ def describe(stats: dict) -> str:
 def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
     from olmocr.pipeline.store import store_errors
     from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.io import Access
 
     try:
-        stats = workspace_stats(Workspace(cfg.workspace, cfg.s3_endpoint), window_min=cfg.window_min)
+        stats = workspace_stats(Workspace(cfg.workspace, Access(**cfg.workspace_access)), window_min=cfg.window_min)
     except store_errors() as exc:
         raise ValueError(f"workspace {cfg.workspace}: {exc}") from None
     if not stats["items"]:

@@ -10,8 +10,8 @@ in a local folder. Besides plain reads and overwrites, a store offers
 
 Both answer None when their condition fails: another writer got there first. Writes are atomic: a
 reader sees the old object or the new one, never a part (S3 PUT; a temporary file renamed into place).
-S3 goes through s3fs only; ``endpoint_url`` (or ``AWS_ENDPOINT_URL``) points it at MinIO, Ceph, moto or
-any other S3 API.
+S3 goes through s3fs only, reached with an :class:`olmocr.utils.io.Access` (a profile, an endpoint for
+MinIO, Ceph, moto or any other S3 API).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import threading
 import uuid
 import zlib
 from dataclasses import dataclass
+
+from olmocr.utils.io import Access
 
 
 @dataclass(frozen=True)
@@ -180,14 +182,13 @@ def _condition_failed(exc: OSError) -> bool:
 
 
 class S3Store(Store):
-    def __init__(self, root: str, endpoint_url: str | None = None):
+    def __init__(self, root: str, access: Access | None = None):
         import s3fs
 
         self.root = root.rstrip("/")
-        endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
         # No listing cache: a queue must see other workers' objects at once.
         self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True,
-                                    client_kwargs={"endpoint_url": endpoint_url} if endpoint_url else {})
+                                    **(access or Access()).s3_options())
 
     def read(self, name: str) -> Versioned | None:
         from s3fs.utils import FileExpired
@@ -254,12 +255,24 @@ def store_errors() -> tuple[type[BaseException], ...]:
     return (OSError, BotoCoreError)
 
 
-def open_store(root: str, endpoint_url: str | None = None) -> Store:
-    """The store for a workspace: a local folder or ``s3://bucket/prefix``."""
+def refused(exc: BaseException) -> bool:
+    """Is a store error a refusal of this worker's credentials (none found, or not allowed), which waiting
+    does not mend, rather than the store not answering now?"""
+    if isinstance(exc, PermissionError):
+        return True
+    try:
+        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+    except ImportError:
+        return False
+    return isinstance(exc, (NoCredentialsError, PartialCredentialsError))
+
+
+def open_store(root: str, access: Access | None = None) -> Store:
+    """The store for a workspace: a local folder or ``s3://bucket/prefix`` (reached with ``access``)."""
     if root.startswith("s3://"):
         if len(root) <= len("s3://") or root[len("s3://"):].startswith("/"):
             raise ValueError(f"workspace: {root!r} names no bucket (expected s3://bucket/prefix)")
-        return S3Store(root, endpoint_url)
+        return S3Store(root, access)
     if "://" in root:
         raise ValueError(f"workspace: {root!r} is neither a local folder nor s3://bucket/prefix "
                          "(the queue needs S3's conditional writes)")

@@ -1,5 +1,14 @@
 """The worker loop: claim an item, process it, write its result, mark it done, next — in as many
-threads as ``workers`` says, until no item is left. SIGTERM and SIGINT give the claims back at once."""
+threads as ``workers`` says, until no item is left. SIGTERM and SIGINT give the claims back at once.
+
+Two kinds of failure. An item's own (its processing raised) counts against it: after ``max_failures``
+it is given up. A failure from outside the item (storage or credentials, the network, the model server,
+a tool missing on this machine: :func:`transient`) never counts: the item goes back to the queue as it
+was, to be tried again after a wait, and the worker process counts such failures in a row: past a few
+it pauses, with growing waits, and when they have lasted ``give_up_after_s`` it stops with their cause
+(:class:`Breaker`) rather than burn through the queue. The store failing while a result is written is
+waited out with the claim held, so the work is not lost.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from olmocr.pipeline.failures import StopWork, transient
 from olmocr.pipeline.queue import LeaseKeeper, WorkQueue, worker_name
 from olmocr.pipeline.workspace import Item, Workspace
 
@@ -29,9 +39,57 @@ class Output:
 Processor = Callable[[Item], Output]
 
 
-class StopWork(RuntimeError):
-    """Raised by a processor that cannot go on with any item (its model server is gone): the claim is
-    given back without counting a failure against the item, every worker stops, the run fails."""
+class Breaker:
+    """Failures from outside the items, in a row, across the threads of a worker process. From the
+    ``pause_after``-th on, each asks the worker to pause (``wait_s``, doubling up to ``wait_max_s``); once
+    they have gone on for ``give_up_after_s``, :meth:`failed` raises StopWork naming the cause. Any item
+    done resets it."""
+
+    def __init__(self, pause_after: int = 3, give_up_after_s: float = 900.0, wait_s: float = 15.0,
+                 wait_max_s: float = 600.0):
+        self.pause_after, self.give_up_after_s = pause_after, give_up_after_s
+        self.wait_s, self.wait_max_s = wait_s, wait_max_s
+        self.lock = threading.Lock()
+        self.streak, self.since = 0, 0.0
+
+    def ok(self) -> None:
+        with self.lock:
+            self.streak = 0
+
+    def failed(self, exc: BaseException, what: str) -> float:
+        """Count a failure of ``what`` (an item, the workspace); the seconds to pause before going on."""
+        with self.lock:
+            now = time.monotonic()
+            if self.streak == 0:
+                self.since = now
+            self.streak += 1
+            streak, lasted = self.streak, now - self.since
+        cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
+        if lasted >= self.give_up_after_s:
+            raise StopWork(f"nothing could be done for {lasted:.0f} s ({streak} failures in a row from outside the "
+                           f"items, queue.give_up_after_s={self.give_up_after_s:g}); the last, on {what}: {cause}")
+        if streak < self.pause_after:
+            return 0.0
+        wait = min(self.wait_s * 2 ** (streak - self.pause_after), self.wait_max_s)
+        log.warning("%d failures in a row from outside the items (the last, on %s: %s): pausing %.0f s", streak,
+                    what, cause, wait)
+        return wait
+
+
+def when_answering(call: Callable, breaker: Breaker, what: str):
+    """``call()``, waited out while the store does not answer (as ``breaker`` says, up to its
+    ``give_up_after_s``), so a worker starting in a brownout starts late rather than not at all; a refusal
+    of the credentials raises at once."""
+    from olmocr.pipeline.store import refused, store_errors
+
+    while True:
+        try:
+            return call()
+        except store_errors() as exc:
+            if refused(exc):
+                raise
+            log.warning("%s did not answer (%s: %s)", what, type(exc).__name__, exc)
+            time.sleep(max(breaker.failed(exc, what), 1.0))
 
 
 @dataclass
@@ -39,7 +97,8 @@ class WorkReport:
     done: int = 0  # items this process finished
     duplicates: int = 0  # finished here after another worker had already finished them
     lost: int = 0  # claims taken over while this process stalled (result dropped)
-    failed: int = 0  # the processor raised
+    failed: int = 0  # the processor raised: a failure of the item's own
+    unavailable: int = 0  # given back after a failure from outside the item
     taken_over: int = 0  # expired claims of other workers taken over
     released: int = 0  # claims given back on a signal
     counts: Counter = field(default_factory=Counter)
@@ -62,22 +121,40 @@ class _Progress:
                                  refresh=False)
 
 
-def _work(queue: WorkQueue, keeper: LeaseKeeper, process: Processor, stop: threading.Event, linger: bool,
-          poll_s: float, report: WorkReport, lock: threading.Lock, progress: _Progress,
-          errors: list[BaseException], wake: threading.Condition) -> None:
+@dataclass
+class _Shared:
+    """What the worker threads of a process share."""
+
+    keeper: LeaseKeeper
+    breaker: Breaker
+    stop: threading.Event
+    report: WorkReport
+    progress: _Progress
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    wake: threading.Condition = field(default_factory=threading.Condition)
+    errors: list[BaseException] = field(default_factory=list)
+
+
+def _work(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, poll_s: float) -> None:
     try:
-        _loop(queue, keeper, process, stop, linger, poll_s, report, lock, progress, wake)
-    except BaseException as exc:  # noqa: BLE001 - the store failed or the processor cannot go on: stop
-        # every worker; the caller raises it
-        errors.append(exc)
-        stop.set()
+        _loop(queue, process, shared, linger, poll_s)
+    except BaseException as exc:  # noqa: BLE001 - the processor cannot go on, or nothing could be done for
+        # too long: stop every worker; the caller raises it
+        shared.errors.append(exc)
+        shared.stop.set()
 
 
-def _loop(queue: WorkQueue, keeper: LeaseKeeper, process: Processor, stop: threading.Event, linger: bool,
-          poll_s: float, report: WorkReport, lock: threading.Lock, progress: _Progress,
-          wake: threading.Condition) -> None:
+def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, poll_s: float) -> None:
+    from olmocr.pipeline.store import store_errors
+
+    keeper, stop, report, lock, wake = shared.keeper, shared.stop, shared.report, shared.lock, shared.wake
     while not stop.is_set():
-        claim = queue.claim_next()
+        try:
+            claim = queue.claim_next()
+        except store_errors() as exc:
+            log.warning("the workspace did not answer (%s: %s)", type(exc).__name__, exc)
+            stop.wait(max(shared.breaker.failed(exc, "the workspace"), 1.0))
+            continue
         if claim is None:
             if not linger or queue.outstanding == 0:
                 return
@@ -92,25 +169,33 @@ def _loop(queue: WorkQueue, keeper: LeaseKeeper, process: Processor, stop: threa
         try:
             output = process(claim.item)
         except StopWork:
-            keeper.drop(claim)
-            queue.release(claim)
-            raise
+            raise  # the keeper gives the claim back with the others
         except Exception as exc:  # noqa: BLE001 - one item's failure must not end the worker
-            keeper.drop(claim)
             if stop.is_set():
-                return
-            log.warning("item %s failed (%s: %s); released for another attempt", claim.item.id,
-                        type(exc).__name__, exc)
-            queue.release(claim, error=f"{type(exc).__name__}: {exc}")
+                return  # failed as the worker stops: the keeper gives the claim back with the others
+            keeper.drop(claim)
+            outside = transient(exc)
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("item %s failed (%s); %s", claim.item.id, error,
+                        "back to the queue, not counted against it" if outside else "released for another attempt")
+            try:
+                queue.release(claim, error=error, transient=outside)
+            except store_errors() as release_error:
+                log.warning("giving item %s back failed (%s): its claim expires in its lease", claim.item.id,
+                            release_error)
             with lock:
-                report.failed += 1
+                report.failed += not outside
+                report.unavailable += outside
             with wake:
                 wake.notify_all()
+            if outside:
+                stop.wait(shared.breaker.failed(exc, f"item {claim.item.id}"))
             continue
-        try:
-            first = queue.complete(claim, output.result, output.counts)
-        finally:
-            keeper.drop(claim)
+        first = _finish(queue, claim, output, shared)
+        if first is None:
+            return  # stopped while the store did not answer: the keeper gives the claim back with the others
+        keeper.drop(claim)
+        shared.breaker.ok()
         with lock:
             report.taken_over += claim.took_over is not None
             if claim.taken:
@@ -121,37 +206,52 @@ def _loop(queue: WorkQueue, keeper: LeaseKeeper, process: Processor, stop: threa
             else:
                 report.duplicates += 1
         if first:
-            progress.update(report)
+            shared.progress.update(report)
         with wake:
             wake.notify_all()
 
 
+def _finish(queue: WorkQueue, claim, output: Output, shared: _Shared) -> bool | None:
+    """``queue.complete``, tried again while the store does not answer (the lease keeper renews the claim
+    meanwhile, once the store is back). None when the worker stops first."""
+    from olmocr.pipeline.store import store_errors
+
+    while True:
+        try:
+            return queue.complete(claim, output.result, output.counts)
+        except store_errors() as exc:
+            log.warning("writing the result of item %s failed (%s: %s); trying again", claim.item.id,
+                        type(exc).__name__, exc)
+            if shared.stop.wait(max(shared.breaker.failed(exc, "the workspace"), 1.0)):
+                return None
+
+
 def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, replica: int = 0,
-                lease_s: float = 300.0,
-                max_failures: int = 3, linger: bool = True, poll_s: float | None = None,
-                progress: bool = True) -> WorkReport:
+                lease_s: float = 300.0, max_failures: int = 3, retry_wait_s: float = 15.0,
+                retry_wait_max_s: float = 600.0, pause_after: int = 3, give_up_after_s: float = 900.0,
+                linger: bool = True, poll_s: float | None = None, progress: bool = True) -> WorkReport:
     """Work on ``workspace`` until every item is done (or given up). With ``linger``, a worker whose
     peers still hold items waits for them, and takes over any claim whose holder died; without it, it
     stops as soon as nothing is claimable."""
     if workers < 1:
         raise ValueError(f"workers: must be at least 1, got {workers}")
-    report, lock, stop, errors = WorkReport(), threading.Lock(), threading.Event(), []
-    wake = threading.Condition()
-    queues = [WorkQueue(workspace, f"replica{replica}@{worker_name()}/{i}", lease_s=lease_s, max_failures=max_failures)
-              for i in range(workers)]
-    remaining = queues[0].remaining()
+    report = WorkReport()
+    breaker = Breaker(pause_after, give_up_after_s, retry_wait_s, retry_wait_max_s)
+    queues = when_answering(lambda: [
+        WorkQueue(workspace, f"replica{replica}@{worker_name()}/{i}", lease_s=lease_s, max_failures=max_failures,
+                  retry_wait_s=retry_wait_s, retry_wait_max_s=retry_wait_max_s) for i in range(workers)],
+        breaker, "the workspace")
+    remaining = when_answering(queues[0].remaining, breaker, "the workspace")
     log.info("%s: %d worker thread(s) on %s, %d of %d items not done", queues[0].worker.rsplit("/", 1)[0], workers,
              workspace.root, remaining, len(queues[0].items))
-    bar = _Progress(remaining, progress)
-    keeper = LeaseKeeper(lease_s).start()
+    shared = _Shared(LeaseKeeper(lease_s).start(), breaker, threading.Event(), report, _Progress(remaining, progress))
     threads = [threading.Thread(target=_work, name=f"worker-{i}", daemon=True,
-                                args=(q, keeper, process, stop, linger, poll_s or min(lease_s / 4, 30.0), report,
-                                      lock, bar, errors, wake))
+                                args=(q, process, shared, linger, poll_s or min(lease_s / 4, 30.0)))
                for i, q in enumerate(queues)]
 
     def on_signal(signum, frame):
-        stop.set()
-        report.released = keeper.release_all()
+        shared.stop.set()
+        report.released = shared.keeper.release_all()
         log.warning("%s: gave back %d claim(s); stopping", signal.Signals(signum).name, report.released)
         raise SystemExit(128 + signum)
 
@@ -168,9 +268,9 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        keeper.release_all()
-        bar.bar.close()
-    if errors:
-        raise errors[0]
+        shared.keeper.release_all()
+        shared.progress.bar.close()
+    if shared.errors:
+        raise shared.errors[0]
     report.seconds = time.perf_counter() - start
     return report

@@ -7,6 +7,8 @@
       done/<id>.json                   the item is finished: who, when, and its counts (created once)
       results/output_<id>.jsonl        the item's output, written before its done marker
       markdown/…                       optional per-document markdown (page processing)
+      workers/<host>_<pid>.json        one per worker process started: where and when (and proof that
+                                       it could write here before it claimed anything)
 
 An item's id is the SHA-1 of its sorted PDF paths, so the same PDFs always make the same item.
 """
@@ -16,17 +18,21 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import random
+import socket
 import time
 from dataclasses import dataclass
 
 from olmocr.pipeline.inputs import group, sample_page_counts
 from olmocr.pipeline.store import Store, open_store
+from olmocr.utils.io import Access
 
 INDEX = "work_index.jsonl.gz"
 CLAIMS = "claims"
 DONE = "done"
 RESULTS = "results"
+WORKERS = "workers"
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,9 @@ class Added:
 
 
 class Workspace:
-    def __init__(self, root: str, endpoint_url: str | None = None, store: Store | None = None):
+    def __init__(self, root: str, access: Access | None = None, store: Store | None = None):
         self.root = root
-        self.store = store or open_store(root, endpoint_url)
+        self.store = store or open_store(root, access)
 
     @staticmethod
     def claim_name(item: str) -> str:
@@ -85,9 +91,25 @@ class Workspace:
     def items(self) -> list[Item]:
         return self.read_index()[0]
 
+    def check(self, writable: bool = False) -> None:
+        """That the workspace has work and, with ``writable``, that this process can write to it (it leaves
+        ``workers/<host>_<pid>.json``): ValueError saying what is wrong, before a server starts or an item is
+        claimed. The store's own errors (no credentials, unreachable) pass through."""
+        if not self.items():
+            raise ValueError(f"workspace: {self.root} has no work index (add PDFs: python -m olmocr.pipeline "
+                             f"workspace={self.root} pdfs=[…])")
+        if writable:
+            name = f"{WORKERS}/{socket.gethostname()}_{os.getpid()}.json"
+            data = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}).encode()
+            self.store.write(name, data)
+            found = self.store.read(name)
+            if found is None or found.data != data:
+                raise ValueError(f"workspace: {self.store.url(name)} did not read back as written")
+
     def add(self, pdfs: list[str], pages_per_group: int = 500, sample: int = 100, seed: int = 0,
-            max_attempts: int = 50) -> Added:
-        """Queue the PDFs not queued yet, grouped into items of about ``pages_per_group`` pages.
+            max_attempts: int = 50, pdf_access: Access | None = None) -> Added:
+        """Queue the PDFs not queued yet, grouped into items of about ``pages_per_group`` pages (page counts
+        sampled from PDFs read with ``pdf_access``).
 
         The index is replaced only if nobody changed it since it was read (created only if absent); on a
         conflict the PDFs are checked against the new index and the write is tried again, so two
@@ -103,7 +125,7 @@ class Workspace:
             if not new:
                 return Added(0, len(pdfs), 0, len(items), 0, 0, 0, attempt)
             if counts is None:  # sampled once: the PDFs do not change between attempts
-                counts = sample_page_counts(new, sample, seed)
+                counts = sample_page_counts(new, sample, seed, access=pdf_access)
             groups = [Item(item_id(paths), tuple(paths), pages)
                       for paths, pages in group(new, counts, pages_per_group)]
             body = gzip.compress("".join(json.dumps({"id": i.id, "pdfs": list(i.pdfs), "pages": i.pages}) + "\n"

@@ -6,6 +6,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import fsspec
 
@@ -16,24 +17,39 @@ def is_remote(path: str) -> bool:
     return str(path).startswith(REMOTE_PREFIXES)
 
 
-def filesystem(path: str):
-    """The fsspec filesystem for ``path``; S3 honours ``AWS_ENDPOINT_URL`` for MinIO-style endpoints."""
+@dataclass(frozen=True)
+class Access:
+    """How ``s3://`` paths are reached: a named AWS profile (its credentials, region and endpoint from
+    ``~/.aws/config``) and an S3 endpoint (MinIO, Ceph, …); either left out is the environment's
+    (``AWS_PROFILE``, ``AWS_ENDPOINT_URL``, the default credential chain). A pipeline reaches its workspace
+    and its PDFs with one each, as they often live in different accounts."""
+
+    profile: str | None = None
+    endpoint: str | None = None
+
+    def s3_options(self) -> dict:
+        options: dict = {"profile": self.profile} if self.profile else {}
+        endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL")  # else the profile's, if it names one
+        if endpoint:
+            options["client_kwargs"] = {"endpoint_url": endpoint}
+        return options
+
+
+def filesystem(path: str, access: Access | None = None):
+    """The fsspec filesystem for ``path``, reached with ``access`` (default: the environment's)."""
     protocol = fsspec.utils.get_protocol(str(path))
-    options = {}
-    if protocol == "s3" and os.environ.get("AWS_ENDPOINT_URL"):
-        options["client_kwargs"] = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}
-    return fsspec.filesystem(protocol, **options)
+    return fsspec.filesystem(protocol, **((access or Access()).s3_options() if protocol == "s3" else {}))
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, access: Access | None = None) -> bytes:
     if not is_remote(path):
         with open(path, "rb") as fh:
             return fh.read()
-    return filesystem(path).cat_file(path)
+    return filesystem(path, access).cat_file(path)
 
 
-def read_text(path: str) -> str:
-    return read_bytes(path).decode("utf-8")
+def read_text(path: str, access: Access | None = None) -> str:
+    return read_bytes(path, access).decode("utf-8")
 
 
 @contextlib.contextmanager

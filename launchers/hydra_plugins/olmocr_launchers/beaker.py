@@ -241,6 +241,9 @@ class BeakerLauncher(Launcher):
         # Each job's own config decides what it needs (a sweep over algo=…, say).
         needs = stage.launch(sweep_config) if stage is not None else Launch()
         self._check_needs(module, needs)
+        if needs.prepare is not None and not self.params["dry_run"]:
+            needs.prepare(sweep_config)
+        task_overrides = needs.job_overrides(task_overrides)
         shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
         spec = build_spec(script=self._script(self._command(stage, task_overrides, sweep_config, key), needs, key),
                           params=self.params, git_commit=commit, distributed=needs.distributed,

@@ -63,6 +63,14 @@ def one_task_per_node(params: dict) -> dict:
 
 
 class OlmocrSlurmLauncher(SubmititSlurmLauncher):
+    def _prepared(self, stage, overrides: list[str]) -> list[str]:
+        """A job's overrides once what its stage prepares before submitting is done (not in a dry run)."""
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        needs = stage.launch(config)
+        if needs.prepare is not None and not self.params.get("dry_run"):
+            needs.prepare(config)
+        return needs.job_overrides(overrides)
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         if not self.params.get("account"):
             fail("hydra.launcher.account: set the SLURM project to charge (SLURM_ACCOUNT or "
@@ -70,6 +78,8 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
         stage = getattr(self.task_function, "stage", None)  # what a declared stage needs (olmocr.cli)
         try:
             distributed = stage is None or stage.launch(self.config).distributed
+            if stage is not None:
+                job_overrides = [self._prepared(stage, list(overrides)) for overrides in job_overrides]
         except ValueError as exc:
             fail(str(exc))
         if not distributed:

@@ -1,0 +1,23 @@
+"""What goes wrong with a work item, by whose fault: the item's own (its processing raised; counted
+against it), or something outside it (:class:`Unavailable`, the store, a missing tool: never counted,
+tried again later), or something no item can get past (:class:`StopWork`: the run stops)."""
+
+from __future__ import annotations
+
+from olmocr.formats.pdf import MissingTool
+from olmocr.pipeline.store import store_errors
+
+
+class StopWork(RuntimeError):
+    """Raised by a processor that cannot go on with any item (its model server is gone): the claim is
+    given back without counting a failure against the item, every worker stops, the run fails."""
+
+
+class Unavailable(RuntimeError):
+    """What an item needs is not available now, for a reason outside the item (a PDF's storage, a server
+    answering 503, credentials): the item goes back to the queue as it was and is tried again later."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Is ``exc`` a failure from outside the item rather than of the item's own?"""
+    return isinstance(exc, (Unavailable, MissingTool, TimeoutError, *store_errors()))

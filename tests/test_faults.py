@@ -1,0 +1,308 @@
+"""The pipeline in bad weather: a fault-injecting proxy in front of a real S3 server (moto) — resets before
+and after the server did the request, 500s, 503 SlowDown, stalls, a full outage — a PDF server that is
+down or refuses the credentials, two S3 accounts reached by profile, given-up items put back, and the
+checks a worker makes before its first claim."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import write_pdf
+from olmocr.pipeline.stats import workspace_stats
+from olmocr.pipeline.workspace import Item, Workspace
+from olmocr.utils.faultproxy import FaultProxy
+from olmocr.utils.io import Access
+
+
+
+def s3(endpoint: str):
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False,
+                             client_kwargs={"endpoint_url": endpoint})
+
+
+def upload_pdfs(endpoint: str, bucket: str, count: int, tmp_path) -> list[str]:
+    """``count`` one-page PDFs at s3://bucket/pdfs/ (one file's bytes under many names)."""
+    fs = s3(endpoint)
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    data = open(write_pdf(str(tmp_path / "one.pdf"), ["One page"]), "rb").read()
+    keys = [f"{bucket}/pdfs/doc_{i:04d}.pdf" for i in range(count)]
+    fs.pipe({key: data for key in keys})
+    return [f"s3://{key}" for key in keys]
+
+
+def worker(root: str, run_dir, *extra: str, threads: int = 1) -> list[str]:
+    return [sys.executable, "-m", "olmocr.pipeline", f"workspace={root}", "work=inventory", f"workers={threads}",
+            "progress=false", f"hydra.run.dir={run_dir}", *extra]
+
+
+def check_every_pdf_once(ws: Workspace, pdfs: list[str]) -> dict:
+    """Every item done, with its result; every PDF in exactly one result line; nothing given up."""
+    items = {item.id for item in ws.items()}
+    done = {name[:-5] for name in ws.store.list("done")}
+    assert done == items, f"{len(items - done)} items lost"
+    results = ws.store.read_many([ws.result_name(i) for i in items])
+    assert len(results) == len(items), "done markers without their result"
+    sources = [json.loads(line)["source"] for data in results.values() for line in data.decode().splitlines()]
+    assert sorted(sources) == sorted(pdfs)  # none missing, none twice
+    stats = workspace_stats(ws)
+    assert (stats["given_up"], stats["active"], stats["expired"], stats["retrying"]) == (0, 0, 0, 0)
+    return stats
+
+
+def log_of(proc: subprocess.Popen) -> str:
+    run_dir = next(a.split("=", 1)[1] for a in proc.args if a.startswith("hydra.run.dir="))
+    return open(os.path.join(run_dir, "out.log")).read()
+
+
+CHAOS_ITEMS, CHAOS_PROCESSES, CHAOS_THREADS, OUTAGE_S = 300, 2, 4, 60
+
+
+@pytest.mark.slow
+def test_every_pdf_exactly_once_through_a_faulty_network_a_60s_outage_and_kills(tmp_path, s3_server):
+    """Two workspaces at once, each worked on by 8 workers (2 processes of 4 threads) over 300 one-PDF
+    items: one on S3 with its PDFs, and one local whose PDFs are on S3. Every request to S3 goes through a
+    proxy that faults 10% of them (any kind of request, creates and If-Match rewrites included). Once a
+    sixth of a workspace's items are done, one of its worker processes is SIGKILLed and another started;
+    once a third of the items of either are done, S3 is unreachable for 60 s."""
+    proxy = FaultProxy(s3_server, rate=0.1, stall_s=(1.0, 2.0), seed=0).start()
+    pdfs = upload_pdfs(s3_server, "corpus", CHAOS_ITEMS, tmp_path)
+    s3(s3_server).mkdir("work")
+    spaces = {"s3": Workspace("s3://work/ws", Access(endpoint=s3_server)), "local": Workspace(str(tmp_path / "ws"))}
+    for ws in spaces.values():
+        ws.add(pdfs, pages_per_group=1, sample=0)
+    through = [f"pdf_access.endpoint={proxy.endpoint}", f"workspace_access.endpoint={proxy.endpoint}"]
+    # Short leases and waits, so the test is quick; outlasting the outage needs give_up_after_s above it.
+    queue = ["queue.lease_s=10", "queue.poll_s=2", "queue.retry_wait_s=1", "queue.retry_wait_max_s=5",
+             f"queue.give_up_after_s={4 * OUTAGE_S}"]
+
+    def start(name: str, k: int) -> subprocess.Popen:
+        run = tmp_path / f"{name}{k}"
+        run.mkdir()
+        with open(run / "out.log", "w") as out:
+            return subprocess.Popen(worker(spaces[name].root, run, *through, *queue, threads=CHAOS_THREADS),
+                                    cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+
+    procs = {(name, k): start(name, k) for name in spaces for k in range(CHAOS_PROCESSES)}
+    begin, killed, outage_at = time.time(), set(), None
+    while outage_at is None:
+        assert time.time() - begin < 300 and all(p.poll() is None for p in procs.values()), [
+            log_of(p) for p in procs.values()]
+        time.sleep(2)  # listings of hundreds of markers hold up the workers' requests to the one-at-a-time server
+        done = {name: len(ws.store.list("done")) for name, ws in spaces.items()}
+        for name in spaces:
+            if name not in killed and done[name] >= CHAOS_ITEMS / 6:
+                procs.pop((name, 0)).kill()  # working: it has finished items, and holds four claims
+                procs[name, CHAOS_PROCESSES] = start(name, CHAOS_PROCESSES)
+                killed.add(name)
+        if max(done.values()) >= CHAOS_ITEMS / 3 and killed == set(spaces):
+            proxy.outage(OUTAGE_S)
+            outage_at = time.time() - begin
+    for proc in procs.values():
+        assert proc.wait(timeout=600) == 0, log_of(proc)
+    wall = time.time() - begin
+    proxy.stop()
+    for ws in spaces.values():
+        stats = check_every_pdf_once(ws, pdfs)
+        assert stats["counts"]["documents"] == CHAOS_ITEMS
+    reports = [json.load(open(tmp_path / f"{name}{k}" / "run_info.json"))["summary"]["work"] for name, k in procs]
+    faulted = proxy.faulted()
+    kinds = {kind for (fault, kind) in proxy.counts if fault not in ("ok", "outage")}
+    print(f"outage at {outage_at:.0f} s, finished after {wall:.0f} s; faults met: {dict(faulted)}; "
+          f"given back after faults: {sum(r['unavailable'] for r in reports)}, taken over: "
+          f"{sum(r['taken_over'] for r in reports)}, finished twice: {sum(r['duplicates'] for r in reports)}")
+    assert set(faulted) == {"reset_before", "reset_after", "internal_error", "slow_down", "stall", "outage"}
+    assert {"GET", "HEAD", "PUT", "PUT if-none-match", "PUT if-match"} <= kinds
+    assert sum(r["failed"] for r in reports) == 0  # no failure was counted against an item
+    assert sum(r["unavailable"] for r in reports) > 0  # the outage sent items back, to wait
+    assert sum(r["taken_over"] for r in reports) > 0  # the killed workers' claims, and those the outage let expire
+
+
+GIVE_UP_S = 6
+
+
+@pytest.mark.parametrize("trouble", ["server stopped", "credentials refused"])
+def test_a_worker_that_cannot_read_any_pdf_stops_with_the_cause_and_gives_nothing_up(tmp_path, monkeypatch, trouble):
+    """PDFs on an S3 server that is stopped, or that refuses this worker's credentials (403 at the proxy):
+    the worker pauses, then exits after queue.give_up_after_s with one line naming the cause; nothing is
+    given up or marked done. With the server back (the right credentials), a second run converts all."""
+    from olmocr.utils.s3server import S3Server
+
+    server = S3Server().start()
+    for key, value in server.environment().items():
+        monkeypatch.setenv(key, value)
+    # Two attempts per request, not botocore's five (~10 s against a stopped server): a quicker test.
+    env = {**os.environ, "AWS_MAX_ATTEMPTS": "2"}
+    pdfs = upload_pdfs(server.endpoint, "corpus", 3, tmp_path)
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.add(pdfs, pages_per_group=1, sample=0)
+    queue = ["queue.retry_wait_s=0.5", "queue.retry_wait_max_s=2", f"queue.give_up_after_s={GIVE_UP_S}"]
+    if trouble == "server stopped":
+        port = server._server.server_port
+        server.stop()
+        endpoint = server.endpoint
+    else:
+        proxy = FaultProxy(server.endpoint, rate=1.0, faults=("access_denied",)).start()
+        endpoint = proxy.endpoint
+    began = time.monotonic()
+    proc = subprocess.run(worker(ws.root, tmp_path / "run", f"pdf_access.endpoint={endpoint}", *queue, threads=2),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - began
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    cause = "Could not connect to the endpoint URL" if trouble == "server stopped" else "Forbidden"
+    assert line.startswith("error: nothing could be done for ") and f"queue.give_up_after_s={GIVE_UP_S}" in line
+    assert cause in line and line.endswith("(the items this worker held go back to the queue)"), line
+    assert took < GIVE_UP_S + 60, f"{took:.0f} s"  # start-up and the last attempt on top of the configured time
+    stats = workspace_stats(ws)
+    assert (stats["done"], stats["given_up"]) == (0, 0)
+    claims = [json.loads(data) for data in ws.store.read_many([ws.claim_name(i.id) for i in ws.items()]).values()]
+    assert claims and all(c["failures"] == 0 and c["transient_failures"] >= 1 for c in claims)
+    assert all(c["expires"] <= time.time() for c in claims)  # none left held: the next worker need not wait a lease
+    if trouble == "server stopped":
+        server = S3Server(port=port).start()  # back (moto keeps nothing across a restart: the PDFs again)
+        upload_pdfs(server.endpoint, "corpus", 3, tmp_path)
+    else:
+        proxy.stop()
+        endpoint = server.endpoint
+    proc = subprocess.run(worker(ws.root, tmp_path / "run2", f"pdf_access.endpoint={endpoint}", *queue, threads=2),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    check_every_pdf_once(ws, pdfs)
+    server.stop()
+
+
+def test_workspace_and_pdfs_in_two_accounts_each_reached_by_its_profile(tmp_path, monkeypatch):
+    """The workspace on one S3 server, the PDFs on another (two processes: moto keeps one set of buckets
+    per process), each named by a profile of ~/.aws/config with its own endpoint and keys; no endpoint or
+    keys in the environment."""
+    from olmocr.utils.s3server import S3Server
+
+    pdf_server = S3Server().start()
+    for key, value in pdf_server.environment().items():
+        monkeypatch.setenv(key, value)
+    pdfs = upload_pdfs(pdf_server.endpoint, "corpus", 2, tmp_path)
+    ws_server = subprocess.Popen([sys.executable, "-m", "olmocr.utils.s3server", "--port", "0", "--bucket", "work"],
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        ws_endpoint = dict(kv.split("=", 1) for kv in ws_server.stdout.readline().split())["AWS_ENDPOINT_URL"]
+        (tmp_path / "config").write_text(
+            f"[profile ws]\nendpoint_url = {ws_endpoint}\nregion = us-east-1\n\n"
+            f"[profile pdfs]\nendpoint_url = {pdf_server.endpoint}\nregion = us-east-1\n")
+        (tmp_path / "credentials").write_text("[ws]\naws_access_key_id = ws-key\naws_secret_access_key = ws-secret\n\n"
+                                              "[pdfs]\naws_access_key_id = pdf-key\naws_secret_access_key = pdf-secret\n")
+        for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+        access = ["workspace_access.profile=ws", "pdf_access.profile=pdfs"]
+        proc = subprocess.run(worker("s3://work/ws", tmp_path / "run", "pdfs=[s3://corpus/pdfs/*.pdf]", *access),
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        check_every_pdf_once(Workspace("s3://work/ws", Access(profile="ws")), pdfs)
+        from olmocr.utils.io import filesystem
+
+        assert not filesystem("s3://work", Access(profile="pdfs")).exists("work")  # nothing on the PDFs' server
+        stats = subprocess.run([sys.executable, "-m", "olmocr.pipeline.stats", "workspace=s3://work/ws",
+                                "workspace_access.profile=ws"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert "1 total: 1 done" in stats.stdout, stats.stderr  # both PDFs in one item (pages_per_group)
+        # The PDFs' profile does not reach the workspace: the worker says so before it claims anything.
+        proc = subprocess.run(worker("s3://work/ws", tmp_path / "run2", "workspace_access.profile=pdfs"),
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines()[-1].startswith("error: workspace: s3://work/ws has no work index")
+    finally:
+        ws_server.kill()
+        pdf_server.stop()
+
+
+def test_a_worker_checks_its_workspace_and_tools_before_it_starts_a_server_or_claims(tmp_path):
+    """Each one line, at once: a workspace with no work, a machine without poppler."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline", f"workspace={empty}", "progress=false",
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (f"error: workspace: {empty} has no work index (add PDFs: python -m "
+                                                    f"olmocr.pipeline workspace={empty} pdfs=[…])")
+    assert "starting" not in proc.stderr  # no server was started
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.add([write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1)
+    bare = tmp_path / "bin"  # a PATH without poppler's tools
+    bare.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline", f"workspace={ws.root}", "progress=false",
+                           f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PATH": str(bare)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == ("error: pdftoppm not found: install poppler-utils (Debian/Ubuntu: "
+                                                    "sudo apt-get install -y poppler-utils)")
+    assert "starting" not in proc.stderr and not ws.store.list("claims")
+
+
+def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_path):
+    from olmocr.pipeline.stats import describe
+    from olmocr.pipeline.worker import run_workers
+    from work_helpers import Failing, Slow
+
+    ws = Workspace(str(tmp_path / "ws"))
+    pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b")]
+    ws.add(pdfs, pages_per_group=1)
+    report = run_workers(ws, Failing(), max_failures=2, retry_wait_s=0.05, retry_wait_max_s=0.1, progress=False)
+    assert (report.done, report.failed) == (0, 4)
+    stats = workspace_stats(ws)
+    assert stats["given_up"] == 2
+    text = describe(stats)
+    for item in ws.items():
+        assert f"given up   {item.id} (1 PDFs, 2 failures): RuntimeError: cannot convert {item.pdfs[0]}" in text
+    assert f"put them back with python -m olmocr.pipeline.requeue workspace={ws.root}" in text
+    first = ws.items()[0].id
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}", f"items=[{first}]"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"1 given-up item(s) back in the queue of {ws.root}: {first}"
+    assert workspace_stats(ws)["given_up"] == 1
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().startswith("1 given-up item(s) back")
+    claim = json.loads(ws.store.read(ws.claim_name(first)).data)
+    assert claim["failures"] == 0 and claim["previous_error"].startswith("RuntimeError: cannot convert")
+    assert run_workers(ws, Slow(0), progress=False).done == 2
+    check_every_pdf_once(ws, pdfs)
+
+
+def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_server):
+    """Deleted since it was queued (its folder or bucket still there): a bad document, counted, the item
+    done. Its folder gone (an unmounted disk) or its storage refusing: the item goes back to the queue."""
+    from olmocr.pipeline.failures import Unavailable, transient
+    from olmocr.pipeline.inventory import Inventory
+
+    folder = tmp_path / "mnt"
+    folder.mkdir()
+    kept, deleted = (write_pdf(str(folder / f"{n}.pdf"), [n]) for n in ("kept", "deleted"))
+    [remote] = upload_pdfs(s3_server, "corpus", 1, tmp_path)
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.add([kept, deleted, remote], pages_per_group=10, sample=0)
+    [item] = ws.items()
+    os.remove(deleted)
+    s3(s3_server).rm("corpus/pdfs/doc_0000.pdf")
+    rows = [json.loads(line) for line in Inventory()(item).result.decode().splitlines()]
+    errors = {row["source"]: row.get("error") for row in rows}
+    assert errors[kept] is None
+    assert errors[deleted] == f"missing_pdf: {deleted} is gone (deleted since it was queued)"
+    assert errors[remote] == f"missing_pdf: {remote} is gone (deleted since it was queued)"
+    os.rename(folder, tmp_path / "unmounted")
+    with pytest.raises(Unavailable, match=r"mnt is not there \(an unmounted folder, a missing bucket\?\)") as caught:
+        Inventory()(item)
+    assert transient(caught.value)
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:  # the wrong credentials
+        with pytest.raises(Unavailable, match=r"s3://corpus/pdfs/doc_0000.pdf: PermissionError: Forbidden") as caught:
+            Inventory(Access(endpoint=proxy.endpoint))(Item("x", (remote,), 1))
+    assert transient(caught.value)
