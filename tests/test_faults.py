@@ -81,7 +81,7 @@ def test_every_pdf_exactly_once_through_a_faulty_network_a_60s_outage_and_kills(
         ws.add(pdfs, pages_per_group=1, sample=0)
     through = [f"pdf_access.endpoint={proxy.endpoint}", f"workspace_access.endpoint={proxy.endpoint}"]
     # Short leases and waits, so the test is quick; outlasting the outage needs give_up_after_s above it.
-    queue = ["queue.lease_s=10", "queue.poll_s=2", "queue.retry_wait_s=1", "queue.retry_wait_max_s=5",
+    queue = ["queue.lease_s=10", "queue.poll_s=2", "queue.retry_wait_s=1", "queue.retry_wait_max_s=3",
              f"queue.give_up_after_s={4 * OUTAGE_S}"]
 
     def start(name: str, k: int) -> subprocess.Popen:
@@ -126,7 +126,7 @@ def test_every_pdf_exactly_once_through_a_faulty_network_a_60s_outage_and_kills(
     assert sum(r["taken_over"] for r in reports) > 0  # the killed workers' claims, and those the outage let expire
 
 
-GIVE_UP_S = 6
+GIVE_UP_S = 3
 
 
 @pytest.mark.parametrize("trouble", ["server stopped", "credentials refused"])
