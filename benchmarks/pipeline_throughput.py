@@ -1,7 +1,8 @@
 """Pages per second of the batch pipeline itself: rendering, prompting, the client and writing, against a
 chat server that answers at once (so no model is measured), on real multi-page PDFs; and, in the same
 run against the same server, olmocr 0.4.27's pipeline (``--server`` pointed at it; installed into a
-throwaway venv here, skipped with a message when it cannot be).
+throwaway venv here, skipped with a message when it cannot be); and ours with ``filter=olmocr``, whose
+decision is also timed per document on its own.
 
     python benchmarks/pipeline_throughput.py [--pdfs 12] [--pages-per-pdf 10] [--runs 3]
                                              [--upstream-venv DIR] [--no-upstream]
@@ -97,10 +98,27 @@ def make_corpus(folder: str, pdfs: int, pages_per_pdf: int) -> int:
     return pdfs * pages_per_pdf
 
 
-def ours(corpus: str, workspace: str, url: str) -> list[str]:
+def ours(corpus: str, workspace: str, url: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "olmocr.pipeline", f"workspace={workspace}", f"pdfs=[{corpus}]", "work=ocr",
             "convert=default", "server=external", f"server.url={url}", "server.model_name=instant",
-            "progress=false", f"hydra.run.dir={workspace}-run"]
+            "progress=false", f"hydra.run.dir={workspace}-run", *extra]
+
+
+def filter_cost(corpus: str) -> tuple[int, float, float]:
+    """The pages of the documents filter=olmocr keeps, the first decision's seconds (the language models
+    load) and the median of the others."""
+    sys.path.insert(0, ROOT)
+    from olmocr.formats.pdf import pdf_info
+    from olmocr.pipeline.filter import DocumentFilter
+
+    decide, kept, times = DocumentFilter(), 0, []
+    for path in sorted(glob.glob(os.path.join(corpus, "*.pdf"))):
+        data = open(path, "rb").read()
+        start = time.perf_counter()
+        dropped = decide(path, data)
+        times.append(time.perf_counter() - start)
+        kept += 0 if dropped else pdf_info(path, data).num_pages
+    return kept, times[0], statistics.median(times[1:] or times)
 
 
 def theirs(python: str, corpus: str, workspace: str, url: str) -> list[str]:
@@ -138,21 +156,21 @@ def main() -> None:
 def run_all(args, scratch: str) -> None:
     pages = make_corpus(os.path.join(scratch, "corpus"), args.pdfs, args.pages_per_pdf)
     corpus = os.path.join(scratch, "corpus")
-    pipelines = {"ours": None}
-    python = upstream_or_skip(args.no_upstream, args.upstream_venv, scratch, UPSTREAM_DEPS, "olmocr.pipeline")
-    if python is not None:
-        pipelines["olmocr-0.4.27"] = python
+    kept_pages, first_s, each_s = filter_cost(corpus)
     server = InstantServer()
     env = {**os.environ, "PYTHONPATH": ROOT}
+    # name → (command for a workspace, where it runs, its environment, the pages it sends)
+    pipelines = {"ours": (lambda ws: ours(corpus, ws, server.url), ROOT, env, pages),
+                 "ours+filter": (lambda ws: ours(corpus, ws, server.url, "filter=olmocr"), ROOT, env, kept_pages)}
+    python = upstream_or_skip(args.no_upstream, args.upstream_venv, scratch, UPSTREAM_DEPS, "olmocr.pipeline")
+    if python is not None:
+        # From the scratch folder, where this checkout's olmocr package cannot shadow its own.
+        pipelines["olmocr-0.4.27"] = (lambda ws: theirs(python, corpus, ws, server.url), scratch,
+                                      {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, pages)
     results: dict[str, list[dict]] = {name: [] for name in pipelines}
     for run in range(args.runs):
-        for name, python in pipelines.items():
-            workspace = os.path.join(scratch, f"{name}-{run}")
-            command = ours(corpus, workspace, server.url) if python is None else theirs(python, corpus, workspace,
-                                                                                        server.url)
-            # Upstream runs from the scratch folder, where this checkout's olmocr package cannot shadow its own.
-            result = measure(command, server, pages, ROOT if python is None else scratch,
-                             env if python is None else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        for name, (command, cwd, environment, sent) in pipelines.items():
+            result = measure(command(os.path.join(scratch, f"{name}-{run}")), server, sent, cwd, environment)
             results[name].append(result)
             print(f"run {run} {name:<14} {result['pages_s']:6.2f} pages/s  (whole command {result['wall_s']:5.1f} s, "
                   f"{result['wall_pages_s']:.2f} pages/s)", flush=True)
@@ -164,7 +182,10 @@ def run_all(args, scratch: str) -> None:
         medians[name] = statistics.median(r["pages_s"] for r in rows)
         print(f"{name:<14} {medians[name]:8.2f} {statistics.median(r['wall_pages_s'] for r in rows):22.2f}")
     print(f"ours: {medians['ours'] / GPU_PAGES_S:.2f}x the ~{GPU_PAGES_S} pages/s one H100 reads")
-    if len(medians) == 2:
+    print(f"filter=olmocr: {each_s * 1000:.1f} ms per document (median; the first {first_s:.2f} s, loading the "
+          f"language models), {pages - kept_pages} of {pages} pages filtered out; "
+          f"pages/s with it on: {medians['ours+filter'] / medians['ours']:.2f}x off")
+    if "olmocr-0.4.27" in medians:
         print(f"pages/s: {medians['ours'] / medians['olmocr-0.4.27']:.2f}x olmocr 0.4.27's")
 
 

@@ -87,6 +87,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import
   echo "$want" > "$stamp"
 fi
 
+# The tests compare some decisions with the published olmocr package's own code (its document filter):
+# its wheel is kept beside the venv, never installed (its package name is this project's).
+if [ -n "$extras" ] && ! ls .venv/upstream/olmocr-0.4.27-*.whl >/dev/null 2>&1; then
+  echo "setup: fetching the olmocr 0.4.27 wheel the tests compare with"
+  .venv/bin/python -m pip download -q --disable-pip-version-check --no-deps olmocr==0.4.27 -d .venv/upstream ||
+    echo "setup: warning: olmocr 0.4.27 could not be fetched; the comparison tests will say so" >&2
+fi
+
 # The tests run DeepSpeed on CPU, which compiles a shared-memory communication op the first time (about a
 # minute on 2 cores): build it once into the venv, where the tests look for it (tests/conftest.py).
 extensions="$PWD/.venv/torch_extensions"

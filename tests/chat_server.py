@@ -44,11 +44,15 @@ class Request:
         self.body = body
         self.temperature = body["temperature"]
         parts = body["messages"][0]["content"]
+        if isinstance(parts, str):  # a text-only request (a server check), no page
+            parts = [{"type": "text", "text": parts}]
         self.text = next(p["text"] for p in parts if p["type"] == "text")
-        url = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
-        assert url.startswith("data:image/png;base64,")
-        self.image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
-        self.image.load()
+        url = next((p["image_url"]["url"] for p in parts if p["type"] == "image_url"), None)
+        self.image = None
+        if url is not None:
+            assert url.startswith("data:image/png;base64,")
+            self.image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
+            self.image.load()
 
 
 class ChatServer:

@@ -61,6 +61,7 @@ def test_pipeline_throughput_runs():
     assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
     assert "6 pages (2 PDFs x 3)" in proc.stdout
     assert re.search(r"^ours\s+[\d.]+\s+[\d.]+$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^filter=olmocr: [\d.]+ ms per document .* 0 of 6 pages filtered out", proc.stdout, re.M)
 
 
 def test_dpo_learning_runs():

@@ -296,8 +296,8 @@ def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_se
     rows = [json.loads(line) for line in Inventory()(item).result.decode().splitlines()]
     errors = {row["source"]: row.get("error") for row in rows}
     assert errors[kept] is None
-    assert errors[deleted] == f"missing_pdf: {deleted} is gone (deleted since it was queued)"
-    assert errors[remote] == f"missing_pdf: {remote} is gone (deleted since it was queued)"
+    assert errors[deleted] == f"missing_document: {deleted} is gone (deleted since it was queued)"
+    assert errors[remote] == f"missing_document: {remote} is gone (deleted since it was queued)"
     os.rename(folder, tmp_path / "unmounted")
     with pytest.raises(Unavailable, match=r"mnt is not there \(an unmounted folder, a missing bucket\?\)") as caught:
         Inventory()(item)

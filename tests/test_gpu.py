@@ -71,3 +71,28 @@ def test_bench_mode_through_vllm_serve_on_the_fp8_tiny_model(tmp_path, cache_dir
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert len(os.listdir(tmp_path / "candidates")) == 8
     assert "vllm serve" in (tmp_path / "run" / "server.log").read_text()
+
+
+def test_pipeline_through_vllm_serve_with_guided_decoding_on_a_mixed_folder(tmp_path, tiny):
+    """server=vllm convert.guided=true over PDFs, images and an archive: vLLM takes the structured_outputs
+    regex (its start-up check passes), and no answer of the random model is ever out of the page format:
+    an attempt is either read or cut off at max_tokens, never unparseable."""
+    pytest.importorskip("vllm")
+    import glob
+    import json
+
+    from mixed_inputs import build
+
+    build(str(tmp_path / "in"))
+    workspace = tmp_path / "ws"
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline", f"workspace={workspace}", f"pdfs=[{tmp_path}/in]",
+                           "server=vllm", "model=olmocr2_7b", f"model.name_or_path={tiny.path}", "work=ocr",
+                           "convert=default", "convert.guided=true", "convert.max_tokens=200",
+                           "convert.temperatures=[0.1,0.8]", "work.page_results=true", "server.max_model_len=4096",
+                           "server.gpu_memory_utilization=0.3", "progress=false", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    records = [json.loads(line) for path in glob.glob(f"{workspace}/pages/*.jsonl") for line in open(path)]
+    assert len(records) == 12
+    outcomes = {attempt["outcome"].split(":")[0] for r in records for attempt in r["attempts"]}
+    assert outcomes <= {"ok", "cut off at max_tokens=200", "page not upright", "no text layer"}, outcomes

@@ -146,6 +146,37 @@ def test_bad_options_fail_before_any_server_is_reached(tmp_path):
         ExternalServer("localhost:8000", "m")
 
 
+def test_guided_decoding_constrains_every_request_to_the_page_format(tmp_path):
+    """convert.guided=true: every request carries vLLM's structured_outputs regex of the page format; a
+    server that refuses it is one line at start (one check request, no page sent), and transformers serve,
+    which cannot constrain decoding, is refused before it is started."""
+    import re
+
+    from chat_server import GOOD
+
+    from olmocr.pipeline.convert import PAGE_REGEX
+    from olmocr.pipeline.server import TransformersServer
+
+    assert re.fullmatch(PAGE_REGEX, GOOD + "Text\n\nmore") and re.fullmatch(PAGE_REGEX, GOOD.rstrip("\n"))
+    assert not re.fullmatch(PAGE_REGEX, "no front matter") and not re.fullmatch(PAGE_REGEX, GOOD.replace(": 0", ": 45"))
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    with ChatServer([good("Read.")]) as server:
+        result = convert_page(converter(server, tmp_path, guided=True), pdf)
+    check, page = server.requests
+    assert check.image is None and page.image is not None and result.text == "Read."
+    assert check.body["structured_outputs"] == page.body["structured_outputs"] == {"regex": PAGE_REGEX}
+    with ChatServer([good("Read.")]) as server:
+        convert_page(converter(server, tmp_path), pdf)
+    assert [("structured_outputs" in r.body) for r in server.requests] == [False]
+    with ChatServer([answer("", status=400)]) as server:
+        with pytest.raises(ValueError, match=r"^convert.guided: the server at http://127.0.0.1:\d+/v1 refuses requests "
+                                             r"constrained to the page format \(structured_outputs\): HTTP 400"):
+            convert_page(converter(server, tmp_path, guided=True), pdf)
+        assert len(server.requests) == 1
+    with pytest.raises(ValueError, match=r"^convert.guided: transformers serve does not constrain decoding"):
+        PageConverter(TransformersServer(model=None), steps(), guided=True)
+
+
 def pipeline_overrides(server: ChatServer, workspace: str, run_dir, *extra: str) -> list[str]:
     return [f"workspace={workspace}", "server=external", f"server.url={server.url}", "server.model_name=scripted",
             "work=ocr", "convert=default", f"convert.steps.render.longest_side={SIDE}", "convert.max_tokens=100",

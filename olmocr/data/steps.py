@@ -1,7 +1,8 @@
 """Per-sample steps. Each is a small callable ``step(sample) -> sample`` configured by keyword arguments.
 
 A sample is a plain dict that the steps fill in: ``md_path``/``pdf_path`` (and ``page``, 1 when absent)
-to start with, then ``meta`` and ``text``, ``image``, ``anchor_text``, ``prompt``, ``target``,
+to start with (the batch pipeline's image documents come as ``image_bytes`` instead, ``pdf_path`` then
+naming the image), then ``meta`` and ``text``, ``image``, ``anchor_text``, ``prompt``, ``target``,
 ``messages`` and finally the model inputs. A step that cannot or should not produce a training example raises
 :class:`Reject` with a short reason; the dataset counts reasons and reports the rejected files.
 """
@@ -15,6 +16,7 @@ from olmocr.config import runtime
 from olmocr.data import text_rules
 from olmocr.data.prompts import build_prompt
 from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
+from olmocr.formats.image import ImageError, render_image
 from olmocr.formats.pdf import PdfError, anchor_text, pdf_info, pdf_page_size
 from olmocr.formats.render import RenderError, render_page
 from olmocr.utils.io import read_bytes, read_text
@@ -76,6 +78,10 @@ class CheckPdf(Step):
         if path is None:
             raise Reject("missing_pdf", f"{sample.get('md_path')} has no .pdf beside it")
         page = sample.get("page", 1)
+        if sample.get("image_bytes") is not None:  # an image document: its caller read its frames
+            if not 1 <= page <= sample["num_pages"]:
+                raise Reject("missing_page", f"{path} has no page {page} (it has {sample['num_pages']})")
+            return sample
         data, num_pages, size = sample.get("pdf_bytes"), sample.get("num_pages"), sample.get("page_size")
         try:
             if data is None or num_pages is None:
@@ -111,9 +117,13 @@ class RenderPage(Step):
 
     def __call__(self, sample):
         try:
-            sample["image"] = render_page(sample["pdf_path"], sample.get("page", 1), self.longest_side,
-                                          sample.get("page_size"), sample.get("pdf_bytes"))
-        except RenderError as exc:
+            if sample.get("image_bytes") is not None:
+                sample["image"] = render_image(sample["pdf_path"], sample["image_bytes"], sample.get("page", 1),
+                                               self.longest_side)
+            else:
+                sample["image"] = render_page(sample["pdf_path"], sample.get("page", 1), self.longest_side,
+                                              sample.get("page_size"), sample.get("pdf_bytes"))
+        except (RenderError, ImageError) as exc:
             raise Reject("render_failed", str(exc)) from None
         return sample
 
@@ -146,6 +156,10 @@ class AnchorText(Step):
         self.max_chars = max_chars
 
     def __call__(self, sample):
+        if sample.get("image_bytes") is not None:  # no text layer: the page's size is all there is
+            width, height = sample["page_size"]
+            sample["anchor_text"] = f"Page dimensions: {float(width):.1f}x{float(height):.1f}"
+            return sample
         try:
             sample["anchor_text"] = anchor_text(sample["pdf_path"], sample.get("page", 1), self.max_chars,
                                                 sample.get("pdf_bytes"))

@@ -11,18 +11,15 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from olmocr.formats.document import DocumentError
 from olmocr.utils.io import local_path, read_bytes
 
 # pypdf logs every recoverable oddity of real-world PDFs at WARNING; rejections are reported by us.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
-class PdfError(ValueError):
-    """A PDF that cannot serve as a training page; the message says why."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+class PdfError(DocumentError):
+    """A PDF that cannot serve as a page source; the message says why."""
 
 
 class MissingTool(RuntimeError):

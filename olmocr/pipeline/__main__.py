@@ -1,7 +1,7 @@
 """python -m olmocr.pipeline — queue PDFs in a shared workspace and work on them.
 
-``pdfs=[…]`` (paths, folders, globs, s3:// globs, text files listing them) are added to the workspace's
-index in items of about ``pages_per_group`` pages; adding is idempotent and safe from many machines at
+``pdfs=[…]`` (PDFs, images, tar archives of them; folders, globs, s3:// prefixes and globs, text files
+listing them) are added to the workspace's index in items of about ``pages_per_group`` pages; adding is idempotent and safe from many machines at
 once. Then ``workers`` threads claim items one at a time (exactly once, through conditional writes on
 the workspace: a local folder or s3://bucket/prefix, reached with ``workspace_access``; PDFs with
 ``pdf_access``), run ``work`` on each, and write ``results/output_<item>.jsonl`` and a done marker.
@@ -96,7 +96,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         if cfg.workers:
             server = build(cfg.server, model=build(cfg.model))
             work = build(cfg.work, converter=build(cfg.convert, server=server, log_dir=output_dir),
-                         workspace=workspace, progress=cfg.progress, pdf_access=pdf_access)
+                         workspace=workspace, progress=cfg.progress, pdf_access=pdf_access,
+                         filter=None if cfg.filter is None else build(cfg.filter))
         if pdfs:
             summary["added"] = add_pdfs(workspace, pdfs, cfg, pdf_access)
         if work is not None:

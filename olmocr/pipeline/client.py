@@ -58,9 +58,12 @@ class ChatClient:
         if self._client is not None:
             await self._client.aclose()
 
-    async def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int | None = None) -> Reply:
+    async def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int | None = None,
+                   regex: str | None = None) -> Reply:
+        """One chat completion; ``regex`` constrains the answer (vLLM's ``structured_outputs``)."""
         body = {"model": self.server.model, "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature, **({"seed": seed} if seed is not None else {})}
+                "temperature": temperature, **({"seed": seed} if seed is not None else {}),
+                **({"structured_outputs": {"regex": regex}} if regex is not None else {})}
         drops, busy_since, wait = 0, None, 1.0
         while True:
             seen = self.server.restarts

@@ -38,6 +38,11 @@ DIRECTIONS = ("clockwise", "counterclockwise")
 # PIL's transposes turn counter-clockwise; these are the clockwise turns.
 _CLOCKWISE = {90: Image.Transpose.ROTATE_270, 180: Image.Transpose.ROTATE_180, 270: Image.Transpose.ROTATE_90}
 FALLBACK_META = PageMeta(primary_language=None)
+# convert.guided: the page format as a regular expression (the front matter exactly as training writes it,
+# then any text), for servers that constrain decoding to one (vLLM's structured_outputs).
+PAGE_REGEX = (r"---\nprimary_language: (?:[a-z]{2}|null)\nis_rotation_valid: (?:True|False)\n"
+              r"rotation_correction: (?:0|90|180|270)\nis_table: (?:True|False)\nis_diagram: (?:True|False)\n"
+              r"---(?:\n[\s\S]*)?")
 
 
 def clockwise(degrees: int, direction: str) -> int:
@@ -142,7 +147,7 @@ class PageConverter:
     def __init__(self, server: Server, steps: dict[str, Any], temperatures: list[float] = TEMPERATURES,
                  max_tokens: int = 8000, rotation_direction: str = "clockwise", concurrency: int = 64,
                  timeout_s: float = 600.0, busy_s: float = 120.0, render_threads: int | None = None,
-                 log_dir: str = "."):
+                 guided: bool = False, log_dir: str = "."):
         if not temperatures:
             raise ValueError("convert.temperatures: give at least one (one attempt per temperature)")
         if any(t < 0 for t in temperatures):
@@ -156,6 +161,9 @@ class PageConverter:
             raise ValueError(f"convert.concurrency: must be at least 1, got {concurrency}")
         if render_threads is not None and render_threads < 1:
             raise ValueError(f"convert.render_threads: must be at least 1, got {render_threads}")
+        if guided and server.structured_outputs is False:
+            raise ValueError(f"convert.guided: {server.name} does not constrain decoding to a format "
+                             "(structured outputs); use server=vllm, or convert.guided=false")
         self.steps = build_pipeline(steps)
         if not any(isinstance(step, BuildMessages) for step in self.steps.steps.values()):
             raise ValueError("convert.steps: page conversion needs a 'messages' step (olmocr.data.steps.BuildMessages)")
@@ -165,6 +173,7 @@ class PageConverter:
         self.max_tokens = max_tokens
         self.rotation_direction = rotation_direction
         self.render_threads = render_threads or os.cpu_count() or 1
+        self.regex = PAGE_REGEX if guided else None
         self.log_dir = log_dir
         self.pool: ThreadPoolExecutor | None = None
         self._loop: EventLoop | None = None
@@ -172,6 +181,8 @@ class PageConverter:
 
     def __enter__(self) -> PageConverter:
         self.server.start(os.path.join(self.log_dir, "server.log"))
+        if self.regex is not None:
+            self.server.check_structured_outputs(self.regex)
         self.pool = ThreadPoolExecutor(self.render_threads, thread_name_prefix="render")
         self._loop = EventLoop()
         self._loop.run(self.client.open())
@@ -210,9 +221,10 @@ class PageConverter:
         except FrontMatterError as exc:
             return f"unparseable: {exc}"
 
-    async def convert(self, sample: dict, fallback_path: str, data: bytes | None = None) -> PageResult:
+    async def convert(self, sample: dict, fallback_path: str | None, data: bytes | None = None) -> PageResult:
         """``sample`` starts the steps (``pdf_path``, ``page``, and what the caller already knows of the
-        PDF); ``fallback_path`` is read for the text layer when every attempt fails."""
+        document); ``fallback_path`` is the PDF read for the text layer when every attempt fails (None: an
+        image, which has none)."""
         if self._slots is None:  # made on the loop that uses it
             self._slots = asyncio.Semaphore(self.client.concurrency)
         loop = asyncio.get_running_loop()
@@ -226,7 +238,8 @@ class PageConverter:
                 return await self._fall_back(result, fallback_path, data)
             rotation, answer, read_at = 0, None, 0
             for temperature in self.temperatures:
-                reply = await self.client.chat(chat_messages(messages, url), self.max_tokens, temperature)
+                reply = await self.client.chat(chat_messages(messages, url), self.max_tokens, temperature,
+                                               regex=self.regex)
                 result.input_tokens += reply.input_tokens
                 result.output_tokens += reply.output_tokens
                 judged = self.judge(reply)
@@ -263,11 +276,15 @@ class PageConverter:
         async with self._slots:
             _, messages, url = await loop.run_in_executor(self.pool, self._render, sample)
             replies = await asyncio.gather(*(self.client.chat(chat_messages(messages, url), self.max_tokens, temperature,
-                                                              None if seed is None else seed + k) for k in range(n)))
+                                                              None if seed is None else seed + k, self.regex)
+                                             for k in range(n)))
         return messages, list(replies)
 
-    async def _fall_back(self, result: PageResult, path: str, data: bytes | None) -> PageResult:
+    async def _fall_back(self, result: PageResult, path: str | None, data: bytes | None) -> PageResult:
         result.fallback = True
+        if path is None:
+            result.attempts.append({"outcome": "no text layer: an image"})
+            return result
         try:
             result.text = await asyncio.get_running_loop().run_in_executor(
                 self.pool, text_layer, path, result.page, data)

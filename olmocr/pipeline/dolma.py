@@ -17,15 +17,19 @@ SOURCE = "olmocr"
 def dolma_document(source: str, pages: list[PageResult], model: str, created: datetime.datetime | None = None,
                    now: datetime.datetime | None = None) -> dict | None:
     """One document: its pages' texts joined by newlines, each page's ``[start, end, page]`` span over
-    that text (a page without text has an empty span), its front-matter fields and whether it fell back
-    to the text layer; None when no page has any text."""
+    that text, its front-matter fields and whether it fell back to the text layer; None when the model
+    read every page as blank.
+
+    Offsets are olmOCR's own, so spans computed by its tools and these agree: a page the model read as
+    blank adds nothing (an empty span); a page that fell back to its text layer adds its text and its
+    newline even when the layer is empty."""
     text, spans = "", []
     for index, page in enumerate(pages):
         start = len(text)
-        if page.text:
+        if page.text or page.fallback:
             text += page.text + ("\n" if index < len(pages) - 1 else "")
         spans.append([start, len(text), page.page])
-    if not text:
+    if not text and not any(page.fallback for page in pages):
         return None
     now = now or datetime.datetime.now(datetime.UTC)
     return {
@@ -58,9 +62,11 @@ def dolma_document(source: str, pages: list[PageResult], model: str, created: da
 
 
 def mirror_path(source: str, suffix: str) -> str:
-    """Where a source PDF's copy goes inside a folder that mirrors the PDF tree: ``s3://bucket/a/b.pdf``
-    → ``bucket/a/b<suffix>``, ``/data/a/b.pdf`` → ``data/a/b<suffix>``; never above the folder."""
+    """Where a source document's copy goes inside a folder that mirrors the document tree:
+    ``s3://bucket/a/b.pdf`` → ``bucket/a/b<suffix>``, ``/data/a/b.pdf`` → ``data/a/b<suffix>``,
+    ``/data/a/b.png`` → ``data/a/b.png<suffix>``; never above the folder."""
     path = re.sub(r"^[a-z][a-z0-9+.-]*://", "", source)
-    parts = [part for part in path.split("/") if part not in ("", ".", "..")]
+    # An archive member's copy goes under a folder named as its archive: a.tar.gz::b/c.pdf → a.tar.gz/b/c.md
+    parts = [part for part in path.replace("::", "/").split("/") if part not in ("", ".", "..")]
     stem = posixpath.join(*parts) if parts else "document"
     return (stem[:-4] if stem.lower().endswith(".pdf") else stem) + suffix

@@ -57,9 +57,13 @@ def read_page_results(workspace, counts: Counter) -> dict[str, list[dict]]:
 
 
 def export_source(source: str, records: list[dict], out, counts: Counter, pdf_access=None) -> None:
-    """Write the training pages of one source PDF (read once, and only when a page is new)."""
-    from olmocr.formats.pdf import PdfError, single_page
-    from olmocr.utils.io import read_bytes
+    """Write the training pages of one source document (read once, and only when a page is new); an image's
+    page becomes a one-page PDF of its pixels."""
+    from olmocr.formats.document import IMAGE, DocumentError, kind_of
+    from olmocr.formats.image import image_page_pdf
+    from olmocr.formats.pdf import single_page
+    from olmocr.pipeline.failures import Unavailable
+    from olmocr.pipeline.inputs import read_documents
 
     data = None
     for record in sorted(records, key=lambda r: r["page"]):
@@ -77,9 +81,13 @@ def export_source(source: str, records: list[dict], out, counts: Counter, pdf_ac
             counts["kept"] += 1
             continue
         try:
-            data = read_bytes(source, pdf_access) if data is None else data
-            page_pdf = single_page(source, record["page"], data)
-        except (OSError, PdfError) as exc:
+            if data is None:
+                data = read_documents([source], pdf_access)[source]
+            if isinstance(data, DocumentError):
+                raise data
+            cut = image_page_pdf if kind_of(data) == IMAGE else single_page
+            page_pdf = cut(source, record["page"], data)
+        except (Unavailable, DocumentError) as exc:
             counts["unreadable_sources"] += 1
             log.warning("skipped %s page %d: %s", source, record["page"], exc)
             continue

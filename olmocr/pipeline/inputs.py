@@ -1,20 +1,26 @@
-"""What ``pdfs=[…]`` names: PDF paths, folders, globs (local or ``s3://``) and text files listing them;
-page counts sampled from them to size work items."""
+"""What ``pdfs=[…]`` names: documents (PDFs and images), tar archives of them, folders, globs (local or
+``s3://``) and text files listing them; reading a queued document's bytes; page counts sampled from them
+to size work items."""
 
 from __future__ import annotations
 
 import glob
 import os
 import random
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
+from olmocr.formats.document import IMAGE, PDF, DocumentError, has_document_suffix, kind_of
+from olmocr.pipeline.archives import SEPARATOR, is_archive, list_members, read_members, split_member
 from olmocr.utils.io import Access
 
 GLOB_CHARS = set("*?[")
 
 
-def _is_pdf(path: str) -> bool:
-    return path.lower().endswith(".pdf")
+def _is_input(path: str) -> bool:
+    """A document or an archive of documents, by its name (listing a folder of millions reads no bytes)."""
+    return has_document_suffix(path) or is_archive(path)
 
 
 def _expand_remote(entry: str, access: Access | None) -> list[str]:
@@ -24,20 +30,20 @@ def _expand_remote(entry: str, access: Access | None) -> list[str]:
     protocol = entry.split("://", 1)[0]
     if GLOB_CHARS & set(entry):
         found = fs.glob(entry)
-    elif _is_pdf(entry):
+    elif _is_input(entry):
         found = [entry] if fs.exists(entry) else []
-    else:  # a prefix: every PDF under it
-        found = [p for p in fs.find(entry) if _is_pdf(p)]
-    return sorted(f"{protocol}://{fs._strip_protocol(p)}" for p in found if _is_pdf(p))
+    else:  # a prefix: every document and archive under it
+        found = fs.find(entry)
+    return sorted(f"{protocol}://{fs._strip_protocol(p)}" for p in found if _is_input(p))
 
 
 def _expand_local(entry: str) -> list[str]:
     entry = os.path.expanduser(entry)
     if GLOB_CHARS & set(entry):
-        found = [p for p in glob.glob(entry, recursive=True) if _is_pdf(p) and os.path.isfile(p)]
+        found = [p for p in glob.glob(entry, recursive=True) if _is_input(p) and os.path.isfile(p)]
     elif os.path.isdir(entry):
         found = [os.path.join(folder, name) for folder, _, names in os.walk(entry) for name in names
-                 if _is_pdf(name)]
+                 if _is_input(name)]
     elif os.path.isfile(entry):
         found = [entry]
     else:
@@ -62,26 +68,51 @@ def _listed(entry: str, access: Access | None) -> list[str]:
     return out
 
 
-def expand(entries: list[str], access: Access | None = None) -> list[str]:
-    """Every PDF the entries name, once each, as absolute local paths or full ``s3://`` URLs (reached with
-    ``access``).
+def _sniffed_document(entry: str) -> bool:
+    """A local file named outright whose name does not say what it is: a document if its bytes are one."""
+    try:
+        with open(os.path.expanduser(entry), "rb") as fh:
+            return kind_of(fh.read(1024)) is not None
+    except OSError:
+        return False
 
-    A ``.pdf`` path is itself; a folder or prefix means every PDF under it; a glob is matched (``**``
-    crosses folders); any other existing file is a list of further entries. An entry that names no PDF
-    is an error naming it."""
+
+def expand(entries: list[str], access: Access | None = None, threads: int = 8) -> list[str]:
+    """Every document the entries name, once each, as absolute local paths or full ``s3://`` URLs (reached
+    with ``access``); an archive's documents as ``<archive>::<member>``.
+
+    A PDF, image or archive path is itself; a folder or prefix means every one under it; a glob is matched
+    (``**`` crosses folders); any other existing file is a document when its bytes say so, else a list of
+    further entries. An entry that names nothing is an error naming it. An archive that is damaged or
+    holds no document is queued whole besides what could be listed, so its worker reports it as bad."""
     seen: dict[str, None] = {}
     for entry in entries:
         entry = str(entry)
-        listed = not _is_pdf(entry) and not GLOB_CHARS & set(entry) and (
-            entry.endswith(".txt") or ("://" not in entry and os.path.isfile(entry)))
+        listed = not _is_input(entry) and not GLOB_CHARS & set(entry) and (
+            entry.endswith(".txt") or ("://" not in entry and os.path.isfile(entry) and not _sniffed_document(entry)))
         for sub in (_listed(entry, access) if listed else [entry]):
-            found = _expand_remote(sub, access) if "://" in sub else _expand_local(sub)
+            if "://" not in sub and os.path.isfile(os.path.expanduser(sub)) and not _is_input(sub):
+                found = [os.path.abspath(os.path.expanduser(sub))]  # sniffed above, or named in a list
+            else:
+                found = _expand_remote(sub, access) if "://" in sub else _expand_local(sub)
             if not found:
                 where = f" (listed in {entry})" if listed else ""
-                raise ValueError(f"pdfs: {sub!r}{where} names no PDF (expected a .pdf path, a folder, a glob "
-                                 "or a text file listing them)")
+                raise ValueError(f"pdfs: {sub!r}{where} names no document (expected a PDF, an image, a tar archive "
+                                 "of them, a folder, a glob or a text file listing them)")
             seen.update(dict.fromkeys(found))
-    return list(seen)
+    archives = [path for path in seen if is_archive(path)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        listings = dict(zip(archives, pool.map(lambda archive: list_members(archive, access), archives)))
+    documents: list[str] = []
+    for path in seen:
+        if path not in listings:
+            documents.append(path)
+            continue
+        members, damage = listings[path]
+        documents += members
+        if damage or not members:
+            documents.append(path)
+    return documents
 
 
 def _container(path: str) -> str:
@@ -94,16 +125,22 @@ def _container(path: str) -> str:
 
 def read_document(path: str, access: Access | None = None) -> bytes:
     """A queued document's bytes. A document that is gone (its folder or bucket is there, it is not: deleted
-    since it was queued) is bad: PdfError ``missing_pdf``. Anything else that stops the read is outside the
-    document and may pass (the storage, the credentials, the network, a folder that is not there, as a
-    mount that failed): :class:`Unavailable`, and the item is tried again later."""
-    from olmocr.formats.pdf import PdfError
+    since it was queued) is bad: DocumentError ``missing_document``. Anything else that stops the read is
+    outside the document and may pass (the storage, the credentials, the network, a folder that is not
+    there, as a mount that failed): :class:`Unavailable`, and the item is tried again later."""
+    from olmocr.utils.io import read_bytes
+
+    return _reading(path, access, lambda: read_bytes(path, access))
+
+
+def _reading(path: str, access: Access | None, read):
+    """``read()``, its failures sorted into the document's (DocumentError) and the storage's (Unavailable)."""
     from olmocr.pipeline.failures import Unavailable
     from olmocr.pipeline.store import store_errors
-    from olmocr.utils.io import filesystem, read_bytes
+    from olmocr.utils.io import filesystem
 
     try:
-        return read_bytes(path, access)
+        return read()
     except FileNotFoundError:
         container = _container(path)
         try:
@@ -111,29 +148,88 @@ def read_document(path: str, access: Access | None = None) -> bytes:
         except store_errors() as exc:
             raise Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
         if there:
-            raise PdfError("missing_pdf", f"{path} is gone (deleted since it was queued)") from None
+            raise DocumentError("missing_document", f"{path} is gone (deleted since it was queued)") from None
         raise Unavailable(f"{path}: {container} is not there (an unmounted folder, a missing bucket?)") from None
     except store_errors() as exc:
         raise Unavailable(f"{path}: {type(exc).__name__}: {exc}") from None
 
 
-def count_pages(path: str, access: Access | None = None) -> int | None:
-    """A PDF's page count, or None when it cannot be read (it is still queued; its worker reports it)."""
-    from olmocr.formats.pdf import PdfError, pdf_info
-    from olmocr.utils.io import read_bytes
+def read_documents(paths: list[str], access: Access | None = None, threads: int = 8, then=None) -> dict:
+    """Every queued document's bytes, or the DocumentError that makes it bad; an archive is read once for
+    all its members. Raises :class:`Unavailable` when the storage stops a read. ``then(path, found)``, when
+    given, runs on the reading thread and its result is kept instead of the bytes (a caller that only
+    needs a page count holds no more than a few documents at a time)."""
+    then = then or (lambda path, found: found)
+    by_archive: dict[str, set[str]] = defaultdict(set)
+    for path in paths:
+        if (parts := split_member(path)) is not None:
+            by_archive[parts[0]].add(parts[1])
 
-    try:
-        return pdf_info(path, read_bytes(path, access)).num_pages
-    except (PdfError, OSError):
-        return None
+    def read_one(path: str) -> dict[str, bytes | DocumentError]:
+        try:
+            if path in by_archive:
+                found = _reading(path, access, lambda: read_members(path, by_archive[path], access))
+                return {f"{path}{SEPARATOR}{name}": then(f"{path}{SEPARATOR}{name}", data)
+                        for name, data in found.items()}
+            if is_archive(path):  # queued whole: it could not be listed
+                members, damage = _reading(path, access, lambda: list_members(path, access))
+                raise DocumentError("unreadable_archive", f"{path}: {damage}") if damage else \
+                    DocumentError("empty_archive", f"{path} holds no PDF or image")
+            return {path: then(path, read_document(path, access))}
+        except DocumentError as exc:
+            return {path: then(path, exc)}
+
+    jobs = list(by_archive) + [path for path in paths if split_member(path) is None]
+    out: dict[str, bytes | DocumentError] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(jobs)))) as pool:
+        for found in pool.map(read_one, jobs):
+            out.update(found)
+    return {path: out[path] for path in paths}
+
+
+@dataclass(frozen=True)
+class Pages:
+    """What a document's pages are, from one parse of its bytes."""
+
+    kind: str  # "pdf" or "image"
+    sizes: list[tuple[float, float]]  # every page's displayed (width, height): PDF points, image pixels
+    created: object = None  # a PDF's creation date (datetime), when its metadata holds a valid one
+
+
+def document_pages(path: str, data: bytes) -> Pages:
+    """The document's kind (by its bytes) and its pages; DocumentError when it is neither a readable PDF
+    nor a readable image."""
+    from olmocr.formats.image import image_pages
+    from olmocr.formats.pdf import pdf_layout
+
+    kind = kind_of(data)
+    if kind == PDF:
+        layout = pdf_layout(path, data)
+        return Pages(PDF, layout.page_sizes, layout.created)
+    if kind == IMAGE:
+        return Pages(IMAGE, [(float(w), float(h)) for w, h in image_pages(path, data)])
+    if not data:
+        raise DocumentError("empty_document", f"{path} is zero bytes")
+    raise DocumentError("not_a_document", f"{path} is neither a PDF nor an image (it starts {data[:8]!r})")
 
 
 def sample_page_counts(paths: list[str], sample: int, seed: int = 0, threads: int = 8,
                        access: Access | None = None) -> dict[str, int | None]:
-    """Page counts of up to ``sample`` PDFs chosen at random (all of them when there are no more)."""
+    """Page counts of up to ``sample`` documents chosen at random (all of them when there are no more);
+    None for one that cannot be read (it is still queued; its worker reports it)."""
+    from olmocr.pipeline.failures import Unavailable
+
+    def count(path: str, found) -> int | None:
+        try:
+            return len(document_pages(path, found).sizes) if isinstance(found, bytes) else None
+        except DocumentError:
+            return None
+
     chosen = paths if len(paths) <= sample else random.Random(seed).sample(paths, sample)
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        return dict(zip(chosen, pool.map(lambda path: count_pages(path, access), chosen)))
+    try:
+        return read_documents(chosen, access, threads, then=count)
+    except Unavailable:
+        return dict.fromkeys(chosen)  # sizing is an estimate: the documents are queued all the same
 
 
 def group(paths: list[str], counts: dict[str, int | None], pages_per_group: int) -> list[tuple[list[str], int]]:

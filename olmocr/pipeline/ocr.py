@@ -1,34 +1,39 @@
-"""``work=ocr``: convert every page of an item's PDFs through the model server into Dolma documents.
+"""``work=ocr``: convert every page of an item's documents (PDFs, images, archive members) through the
+model server into Dolma documents.
 
 Documents of an item and pages of a document are converted concurrently (at most ``concurrency`` pages
-in flight); page order is kept. A PDF that is bad (corrupt, encrypted, no pages, deleted since it was
-queued) is counted and reported, never fatal; one that cannot be read for a reason outside it (storage,
-credentials, network) sends the whole item back to the queue, to be tried again later. A document whose share of text-layer pages exceeds ``max_page_error_rate`` is
-dropped and counted. The server is started when the work starts and stopped when it ends.
+in flight); page order is kept. A document that is bad (corrupt, encrypted, no pages, not a PDF or an
+image, deleted since it was queued) is counted and reported, never fatal; one that cannot be read for a
+reason outside it (storage, credentials, network) sends the whole item back to the queue, to be tried
+again later. A ``filter`` drops documents before any page is rendered; they are counted by reason and
+listed in ``filtered/<item>.jsonl``. A document whose share of text-layer pages exceeds
+``max_page_error_rate`` is dropped and counted. The server is started when the work starts and stopped
+when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import json
 import logging
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
 from olmocr.config import runtime
+from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of
 from olmocr.pipeline.dolma import dolma_document, mirror_path
-from olmocr.pipeline.inputs import read_document
+from olmocr.pipeline.filter import DocumentFilter
+from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
 from olmocr.pipeline.workspace import Item, Workspace
-from olmocr.utils.io import Access
+from olmocr.utils.io import Access, local_path
 
 log = logging.getLogger("olmocr.pipeline")
 MARKDOWN = "markdown"
 PAGES = "pages"
+FILTERED = "filtered"
 
 
 class PageBar:
@@ -51,32 +56,19 @@ class PageBar:
         self.bar.close()
 
 
-@contextlib.contextmanager
-def local_copy(source: str, data: bytes):
-    """A local file with the PDF's bytes (the source itself when it is local)."""
-    from olmocr.utils.io import is_remote
-
-    if not is_remote(source):
-        yield source
-        return
-    with tempfile.NamedTemporaryFile(suffix=".pdf") as tmp:
-        tmp.write(data)
-        tmp.flush()
-        yield tmp.name
-
-
 @dataclass
-class ConvertedPdf:
-    error: str | None = None  # why the PDF cannot be read
+class Converted:
+    error: str | None = None  # why the document cannot be read
+    filtered: tuple[str, str] | None = None  # (reason, detail) the filter gave for not converting it
     pages: list[PageResult] = field(default_factory=list)  # in page order
     created: datetime.datetime | None = None
 
 
-@runtime("converter", "workspace", "progress", "pdf_access")
+@runtime("converter", "workspace", "progress", "pdf_access", "filter")
 class OcrWork:
     def __init__(self, converter: PageConverter, max_page_error_rate: float = 0.004, markdown: bool = True,
                  page_results: bool = False, workspace: Workspace | None = None, progress: bool = True,
-                 pdf_access: Access | None = None):
+                 pdf_access: Access | None = None, filter: DocumentFilter | None = None):  # noqa: A002 - the group's name
         if not 0 <= max_page_error_rate <= 1:
             raise ValueError(f"work.max_page_error_rate: must be in [0, 1], got {max_page_error_rate}")
         self.converter = converter
@@ -86,6 +78,7 @@ class OcrWork:
         self.workspace = workspace
         self.progress = progress
         self.pdf_access = pdf_access
+        self.filter = filter
         self._bar: PageBar | None = None
 
     def __enter__(self) -> OcrWork:
@@ -111,13 +104,21 @@ class OcrWork:
     async def convert_item(self, item: Item) -> Output:
         counts = Counter(documents=0, pages=0, bad_documents=0, dropped_documents=0, fallback_pages=0,
                          input_tokens=0, output_tokens=0)
-        lines, page_lines, markdown = [], [], []
-        for source, converted in zip(item.pdfs, await all_of(self.convert_pdf(source) for source in item.pdfs)):
-            if converted.error:
+        lines, page_lines, markdown, filtered = [], [], [], []
+        found = await asyncio.to_thread(read_documents, list(item.pdfs), self.pdf_access)  # Unavailable: retried later
+        converted = await all_of(self.convert_document(source, found[source]) for source in item.pdfs)
+        for source, done in zip(item.pdfs, converted):
+            if done.error:
                 counts["bad_documents"] += 1
-                log.warning("skipped %s: %s", source, converted.error)
+                log.warning("skipped %s: %s", source, done.error)
                 continue
-            pages = converted.pages
+            if done.filtered:
+                reason, detail = done.filtered
+                counts["filtered_documents"] += 1
+                counts[f"filtered_{reason}"] += 1
+                filtered.append(json.dumps({"source": source, "reason": reason, "detail": detail}, ensure_ascii=False))
+                continue
+            pages = done.pages
             counts["pages"] += len(pages)
             fallback = sum(p.fallback for p in pages)
             counts["fallback_pages"] += fallback
@@ -129,39 +130,47 @@ class OcrWork:
                 log.warning("dropped %s: %d of its %d pages fell back to the text layer (more than "
                             "max_page_error_rate %g)", source, fallback, len(pages), self.max_page_error_rate)
                 continue
-            document = dolma_document(source, pages, self.converter.server.model, converted.created)
+            document = dolma_document(source, pages, self.converter.server.model, done.created)
             if document is None:
                 counts["empty_documents"] += 1
                 continue
             counts["documents"] += 1
             lines.append(json.dumps(document, ensure_ascii=False))
             markdown.append((mirror_path(source, ".md"), document["text"]))
-        await asyncio.to_thread(self._write_side_outputs, item, markdown, page_lines)
+        await asyncio.to_thread(self._write_side_outputs, item, markdown, page_lines, filtered)
         return Output("".join(line + "\n" for line in lines).encode("utf-8"), dict(counts))
 
-    def _write_side_outputs(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str]) -> None:
+    def _write_side_outputs(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str],
+                            filtered: list[str]) -> None:
         store = self.workspace.store
         if self.markdown:
             for path, text in markdown:
                 store.write(f"{MARKDOWN}/{path}", text.encode("utf-8"))
         if self.page_results:
             store.write(f"{PAGES}/output_{item.id}.jsonl", "".join(line + "\n" for line in page_lines).encode("utf-8"))
+        if filtered:
+            store.write(f"{FILTERED}/{item.id}.jsonl", "".join(line + "\n" for line in filtered).encode("utf-8"))
 
-    async def convert_pdf(self, source: str) -> ConvertedPdf:
-        from olmocr.formats.pdf import PdfError, pdf_layout
-
+    async def convert_document(self, source: str, data: bytes | DocumentError) -> Converted:
+        if isinstance(data, DocumentError):
+            return Converted(error=str(data))
         try:
-            data = await asyncio.to_thread(read_document, source, self.pdf_access)
-            layout = await asyncio.to_thread(pdf_layout, source, data)
-        except PdfError as exc:
-            return ConvertedPdf(error=str(exc))
-        with local_copy(source, data) as path:
+            layout = await asyncio.to_thread(document_pages, source, data)
+        except DocumentError as exc:
+            return Converted(error=str(exc))
+        if layout.kind == IMAGE:
+            return Converted(pages=await all_of(
+                self._page({"pdf_path": source, "page": n, "image_bytes": data, "num_pages": len(layout.sizes),
+                            "page_size": size}, None, None) for n, size in enumerate(layout.sizes, start=1)))
+        if self.filter is not None and (why := await asyncio.to_thread(self.filter, source, data)):
+            return Converted(filtered=why)
+        with local_path(source, data) as path:
             pages = await all_of(self._page({"pdf_path": path, "page": n, "pdf_bytes": data,
-                                             "num_pages": len(layout.page_sizes), "page_size": size}, path, data)
-                                 for n, size in enumerate(layout.page_sizes, start=1))
-        return ConvertedPdf(pages=pages, created=layout.created)
+                                             "num_pages": len(layout.sizes), "page_size": size}, path, data)
+                                 for n, size in enumerate(layout.sizes, start=1))
+        return Converted(pages=pages, created=layout.created)
 
-    async def _page(self, sample: dict, path: str, data: bytes) -> PageResult:
+    async def _page(self, sample: dict, path: str | None, data: bytes | None) -> PageResult:
         result = await self.converter.convert(sample, path, data)
         self._bar.page(result)
         return result

@@ -57,6 +57,7 @@ class PipelineConfig(StageConfig):
     # starts 16 worker jobs (a SLURM job array, 16 Beaker jobs); it names the workers in claims.
     replica: int = 0
     work: Any = MISSING  # what a worker does with an item (conf/work/)
+    filter: Any = None  # documents work=ocr does not convert (conf/filter/); null: every readable one
     convert: Any = MISSING  # how work=ocr turns a page into text (conf/convert/)
     server: Any = MISSING  # the model server page conversion talks to (conf/server/)
     model: Any = MISSING  # what a started server serves (conf/model/)

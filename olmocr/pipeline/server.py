@@ -9,6 +9,7 @@ outright (SIGKILL runs no cleanup). Its output goes to a log file whose path eve
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -62,9 +63,13 @@ class Server:
 
     url: str
     model: str
+    name = "the server"
     # Control tokens the server leaves in its answers and the client drops, so every server answers as
     # vLLM does (it decodes with skip_special_tokens).
     special_tokens: tuple[str, ...] = ()
+    # Whether requests may constrain decoding to a regular expression (vLLM's ``structured_outputs``):
+    # True, False, or None when only asking the server tells.
+    structured_outputs: bool | None = True
 
     def headers(self) -> dict[str, str]:
         return {}
@@ -74,6 +79,23 @@ class Server:
 
     def recover(self, seen_restarts: int) -> int:
         raise NotImplementedError
+
+    def check_structured_outputs(self, regex: str) -> None:
+        """ValueError in one line when the server refuses a request constrained to ``regex`` (a short
+        text-only one, sent once at start), rather than a failed attempt on every page."""
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "Say nothing."}],
+                           "max_tokens": 1, "temperature": 0.0, "structured_outputs": {"regex": regex}}).encode()
+        request = urllib.request.Request(self.url + "/chat/completions", data=body, method="POST",
+                                         headers={"Content-Type": "application/json", **self.headers()})
+        try:
+            urllib.request.urlopen(request, timeout=120).close()
+        except urllib.error.HTTPError as exc:
+            if 400 <= exc.code < 500 and exc.code not in (401, 403, 429):
+                detail = exc.read().decode(errors="replace").strip().replace("\n", " ")[:200]
+                raise ValueError(f"convert.guided: {self.name} at {self.url} refuses requests constrained to the "
+                                 f"page format (structured_outputs): HTTP {exc.code} {detail}") from None
+        except (urllib.error.URLError, OSError):
+            pass  # not answering now: the pages find out, and wait for it
 
     @property
     def restarts(self) -> int:
@@ -215,6 +237,7 @@ class TransformersServer(ManagedServer):
     """``transformers serve <model>``: any transformers model, on CPU or GPU; the embedded default."""
 
     name = "transformers serve"
+    structured_outputs = False
 
     def __init__(self, model, device: str = "cpu", dtype: str = "auto", continuous_batching: bool = False,
                  host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 300.0,
@@ -262,7 +285,8 @@ class VllmServer(ManagedServer):
                  data_parallel_size: int = 1, max_num_seqs: int | None = None, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 900.0,
                  max_restarts: int = 3):
-        super().__init__(host, port, startup_timeout_s, max_restarts)
+        # One OpenMP thread: several servers on one multi-GPU node otherwise fight over every core.
+        super().__init__(host, port, startup_timeout_s, max_restarts, {"OMP_NUM_THREADS": "1"})
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"server.gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization}")
         self.source = model
@@ -283,7 +307,10 @@ class VllmServer(ManagedServer):
         command = [executable("vllm"), "serve", self.source.path, "--served-model-name", self.served_model_name,
                    "--host", self.host, "--port", str(self.port),
                    "--tensor-parallel-size", str(self.tensor_parallel_size),
-                   "--data-parallel-size", str(self.data_parallel_size), "--disable-log-requests"]
+                   "--data-parallel-size", str(self.data_parallel_size), "--disable-log-requests",
+                   # One page image per request and never a video: the memory vLLM would reserve for the
+                   # largest multimodal request goes to the KV cache instead.
+                   "--limit-mm-per-prompt", json.dumps({"image": 1, "video": 0})]
         revision = self.source.pretrained_kwargs().get("revision")
         optional = {"--revision": revision, "--max-model-len": self.max_model_len,
                     "--gpu-memory-utilization": self.gpu_memory_utilization, "--max-num-seqs": self.max_num_seqs}
@@ -299,6 +326,8 @@ class VllmServer(ManagedServer):
 class ExternalServer(Server):
     """Any OpenAI-compatible endpoint that runs elsewhere. Its API key is read from the environment
     variable ``api_key_env`` names, so it never appears in a config or a log."""
+
+    structured_outputs = None  # asked at start when convert.guided is on
 
     def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: float = 300.0):
         if not url.startswith(("http://", "https://")):

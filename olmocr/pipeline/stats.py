@@ -98,6 +98,13 @@ def _duration(seconds: float | None) -> str:
 GIVEN_UP_LISTED = 10
 
 
+def _filtered(counts: dict) -> str:
+    reasons = sorted(((k.removeprefix("filtered_"), v) for k, v in counts.items()
+                      if k.startswith("filtered_") and k != "filtered_documents"), key=lambda kv: (-kv[1], kv[0]))
+    detail = f" ({', '.join(f'{reason} {n}' for reason, n in reasons)})" if reasons else ""
+    return f"{counts.get('filtered_documents', 0)} filtered{detail}"
+
+
 def describe(stats: dict) -> str:
     def rate(value):
         return "-" if value is None else f"{value:.2f}"
@@ -109,7 +116,7 @@ def describe(stats: dict) -> str:
         f"{stats['expired']} claims expired, {stats['retrying']} waiting to be tried again after a failure, "
         f"{stats['given_up']} given up, {stats['waiting']} waiting",
         f"documents  {c.get('documents', 0)} done, {c.get('bad_documents', 0)} unreadable, "
-        f"{c.get('dropped_documents', 0)} dropped (too many fallback pages)",
+        f"{c.get('dropped_documents', 0)} dropped (too many fallback pages), {_filtered(c)}",
         f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
         f"~{stats['pages_remaining_estimated']} to go",
         f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",

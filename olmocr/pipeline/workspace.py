@@ -1,4 +1,4 @@
-"""A workspace: the shared place where any number of workers on any number of machines convert PDFs.
+"""A workspace: the shared place where any number of workers on any number of machines convert documents.
 
     <workspace>/                       a local folder or s3://bucket/prefix
       work_index.jsonl.gz              the work items: {"id", "pdfs": [...], "pages": estimated}
@@ -7,6 +7,7 @@
       done/<id>.json                   the item is finished: who, when, and its counts (created once)
       results/output_<id>.jsonl        the item's output, written before its done marker
       markdown/…                       optional per-document markdown (page processing)
+      filtered/<id>.jsonl              documents work=ocr's filter kept from the model, and why
       workers/<host>_<pid>.json        one per worker process started: where and when (and proof that
                                        it could write here before it claimed anything)
 

@@ -54,9 +54,10 @@ def read_text(path: str, access: Access | None = None) -> str:
 
 @contextlib.contextmanager
 def local_path(path: str, data: bytes | None = None) -> Iterator[str]:
-    """A local file path for ``path``: itself when local, else a temporary copy (of ``data`` when the
-    caller already holds the bytes, so nothing is fetched twice)."""
-    if not is_remote(path):
+    """A local file path for ``path``: itself when it is a local file, else a temporary copy (of ``data``
+    when the caller already holds the bytes, so nothing is fetched twice; a document read out of an
+    archive has nothing else)."""
+    if not is_remote(path) and (data is None or os.path.isfile(path)):
         yield path
         return
     suffix = os.path.splitext(path)[1]
