@@ -172,7 +172,7 @@ def read_documents(paths: list[str], access: Access | None = None, threads: int 
                 return {f"{path}{SEPARATOR}{name}": then(f"{path}{SEPARATOR}{name}", data)
                         for name, data in found.items()}
             if is_archive(path):  # queued whole: it could not be listed
-                members, damage = _reading(path, access, lambda: list_members(path, access))
+                _, damage = _reading(path, access, lambda: list_members(path, access))
                 raise DocumentError("unreadable_archive", f"{path}: {damage}") if damage else \
                     DocumentError("empty_archive", f"{path} holds no PDF or image")
             return {path: then(path, read_document(path, access))}
