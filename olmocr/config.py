@@ -155,11 +155,25 @@ def _schema_for_object(obj, reward: bool = False) -> type:
 class PathsConfig:
     cache: str = "${olmocr.expand:${oc.env:OLMOCR_CACHE,'~/.cache/olmocr'}}"
     sample_data: str = "${olmocr.root:}/data/sample"
-    olmocr_mix: str = "${oc.env:OLMOCR_MIX_DIR,/data/olmOCR-mix-1025}"
-    synthmix: str = "${oc.env:OLMOCR_SYNTHMIX_DIR,/data/olmOCR-synthmix-1025}"
+    # Where python -m olmocr.datasets puts the published datasets, and where training and bench read them.
+    datasets: str = "${olmocr.expand:${oc.env:OLMOCR_DATASETS,${paths.cache}/datasets}}"
+    olmocr_mix: str = "${oc.env:OLMOCR_MIX_DIR,${paths.datasets}/olmOCR-mix-1025}"
+    olmocr_mix_0225: str = "${paths.datasets}/olmOCR-mix-0225"
+    olmocr_bench: str = "${oc.env:OLMOCR_BENCH_DIR,${paths.datasets}/olmOCR-bench}"
+    synthmix: str = "${oc.env:OLMOCR_SYNTHMIX_DIR,${paths.datasets}/olmOCR-synthmix-1025}"
     # Where a pipeline run without workspace= converts the bundled eval PDFs; stats, export and the viewer
     # read it by default.
     sample_workspace: str = "outputs/pipeline/sample"
+
+
+@dataclass
+class AccessConfig:
+    """How s3:// paths are reached (a workspace, PDFs, a dataset snapshot); null: the environment's (AWS_PROFILE,
+    AWS_ENDPOINT_URL, the default credentials). An explicit endpoint, then AWS_ENDPOINT_URL, then the
+    profile's own endpoint_url, in that order."""
+
+    profile: str | None = None  # a named profile of ~/.aws/config and ~/.aws/credentials
+    endpoint: str | None = None  # an S3 API endpoint: MinIO, Ceph, …
 
 
 @dataclass

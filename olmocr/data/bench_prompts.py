@@ -16,6 +16,7 @@ import os
 from collections import OrderedDict
 
 from olmocr.bench.records import load_tests
+from olmocr.data.cache import localize
 from olmocr.data.pipeline import Pipeline, RejectReport, build_pipeline
 from olmocr.data.steps import BuildMessages, CheckPdf, Reject
 
@@ -83,10 +84,12 @@ class PromptRenderer:
         return {key: [r[key] for r in rows] for key in rows[0]}
 
 
-def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = None, **runtime):
+def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = None, local_cache: str | None = None,
+                         **runtime):
     """A Hugging Face dataset of bench pages that renders each page when read.
 
-    ``benches`` maps a name to ``{root, types, files, reference}``. Pages whose PDF fails the structural
+    ``benches`` maps a name to ``{root, types, files, reference}``; a remote root is read from its copy in
+    ``local_cache`` (:func:`olmocr.data.cache.localize`). Pages whose PDF fails the structural
     check (missing, empty, encrypted, no such page) are skipped and written to ``report_path``.
     """
     from datasets import Dataset
@@ -100,7 +103,7 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
     report = RejectReport(report_path)
     rows = []
     for name, bench in benches.items():
-        pages, problems = bench_pages(bench["root"], bench.get("types"), bench.get("files"),
+        pages, problems = bench_pages(localize(bench["root"], local_cache), bench.get("types"), bench.get("files"),
                                        bench.get("reference", True))
         for line in problems:
             log.warning("bench %s: %s", name, line)

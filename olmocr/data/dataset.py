@@ -95,10 +95,17 @@ def held_out(record: PairRecord, root: str, fraction: float) -> bool:
 
 def sources(data: Mapping) -> tuple[dict, dict]:
     """(train sources, eval sources) of a ``data`` config: named maps, or the ``data=folder`` form
-    (``roots``, then ``eval_roots`` or a held-out ``eval_fraction`` of the same roots)."""
+    (``roots``, then ``eval_roots`` or a held-out ``eval_fraction`` of the same roots). With
+    ``local_cache``, remote roots are replaced by their local copies, made or brought up to date here."""
+    from olmocr.data.cache import localize
+
+    def local(roots) -> list[str]:
+        return [localize(root, data.get("local_cache")) for root in roots]
+
     if "roots" not in data:
-        return dict(data["train"]), dict(data["eval"])
-    roots, eval_roots, fraction = list(data["roots"]), list(data.get("eval_roots") or []), data["eval_fraction"]
+        return ({name: {**src, "roots": local(src["roots"])} for name, src in data["train"].items()},
+                {name: {**src, "roots": local(src["roots"])} for name, src in data["eval"].items()})
+    roots, eval_roots, fraction = local(data["roots"]), local(data.get("eval_roots") or []), data["eval_fraction"]
     if eval_roots:
         return {"folder": {"roots": roots}}, {"folder": {"roots": eval_roots}}
     if not 0 < fraction < 1:

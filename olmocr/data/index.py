@@ -123,7 +123,8 @@ def index_root(root: str, cache_dir: str | None = None) -> DatasetIndex:
         listing = _list_remote(root)
     else:
         if not os.path.isdir(root):
-            raise ValueError(f"data root {root!r} is not a directory")
+            raise ValueError(f"data root {root!r} is not a directory (the published datasets are laid out by "
+                         "python -m olmocr.datasets dataset=…)")
         listing = _list_local(root)
 
     by_stem: dict[str, dict[str, str]] = {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -31,6 +31,7 @@ class DataConfig:
     train: dict[str, Any] = field(default_factory=dict)
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
+    local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class FolderDataConfig:
     eval_roots: list[str] = field(default_factory=list)
     eval_fraction: float = 0.05
     steps: dict[str, Any] = field(default_factory=dict)
+    local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class BenchDataConfig:
     train: dict[str, Any] = field(default_factory=dict)
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
+    local_cache: Optional[str] = None  # copy remote bench roots here before reading them
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import MISSING
 
 import olmocr.models.schema  # noqa: F401 - the model group a started server serves (model=…)
-from olmocr.config import StageConfig, store
+from olmocr.config import AccessConfig, StageConfig, store
 
 
 @dataclass
@@ -27,16 +27,6 @@ class QueueConfig:
     give_up_after_s: float = 900.0
     linger: bool = True  # wait while other workers hold items, to take over the claims of any that die
     poll_s: float | None = None  # how often a lingering worker looks again; null: a quarter lease, ≤30 s
-
-
-@dataclass
-class AccessConfig:
-    """How the workspace's or the PDFs' s3:// paths are reached; null: the environment's (AWS_PROFILE,
-    AWS_ENDPOINT_URL, the default credentials). An explicit endpoint, then AWS_ENDPOINT_URL, then the
-    profile's own endpoint_url, in that order."""
-
-    profile: str | None = None  # a named profile of ~/.aws/config and ~/.aws/credentials
-    endpoint: str | None = None  # an S3 API endpoint: MinIO, Ceph, …
 
 
 @dataclass

@@ -1,0 +1,186 @@
+"""Reading a dataset snapshot (local folder, ``s3://`` prefix, or a Hub download) and writing the prepared
+tree so that a killed run can always continue: files appear whole (written aside, then renamed), a file
+already holding the same bytes is left alone, and each finished unit of work leaves a marker with its
+rejections beside it."""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+from collections.abc import Iterable
+
+from olmocr.utils.io import Access, filesystem, is_remote
+
+STATE = ".prepare"  # markers and per-unit rejections, inside the output folder
+
+
+class Snapshot:
+    """The files of a dataset as published (the Hub repo's layout), under a local folder or an s3:// prefix."""
+
+    def __init__(self, root: str, access: Access | None = None):
+        self.remote = is_remote(root)
+        self.root = root.rstrip("/") if self.remote else os.path.abspath(os.path.expanduser(root))
+        if self.remote:
+            self.fs = filesystem(self.root, access)
+            if not self.fs.exists(self.root):
+                raise ValueError(f"source {root}: nothing there (expected a snapshot of the dataset's files)")
+        elif not os.path.isdir(self.root):
+            raise ValueError(f"source {root}: not a folder (expected a snapshot of the dataset's files)")
+
+    def glob(self, pattern: str) -> list[str]:
+        """Paths relative to the root matching ``pattern`` (``*`` within a folder, ``**`` across), sorted."""
+        if self.remote:
+            found = self.fs.glob(f"{self.root}/{pattern}")
+            prefix = self.root.split("://", 1)[1] + "/"
+            rels = [p.split("://", 1)[-1][len(prefix):] for p in found]
+        else:
+            found = glob.glob(os.path.join(glob.escape(self.root), pattern), recursive=True)
+            rels = [os.path.relpath(p, self.root).replace(os.sep, "/") for p in found if os.path.isfile(p)]
+        return sorted(rels)
+
+    def open(self, rel: str):
+        return self.fs.open(f"{self.root}/{rel}", "rb") if self.remote else open(os.path.join(self.root, rel), "rb")
+
+    def read(self, rel: str) -> bytes:
+        with self.open(rel) as fh:
+            return fh.read()
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.exists(f"{self.root}/{rel}") if self.remote else os.path.isfile(os.path.join(self.root, rel))
+
+
+def matches(rel: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
+
+
+def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: str) -> tuple[str, str]:
+    """Download the files of ``repo_id`` at ``revision`` that match ``patterns`` into ``local_dir``
+    (resumable: files already there are not fetched again). Returns (folder, commit). The token is the
+    environment's (``HF_TOKEN``), never a config value."""
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        commit = HfApi().dataset_info(repo_id, revision=revision).sha
+        folder = snapshot_download(repo_id=repo_id, repo_type="dataset", revision=commit,
+                                   allow_patterns=patterns, local_dir=local_dir)
+    except GatedRepoError:
+        raise ValueError(f"dataset {repo_id}: access refused; accept its terms on the Hub and set HF_TOKEN") from None
+    except RevisionNotFoundError:
+        raise ValueError(f"dataset {repo_id}: no revision {revision!r} (dataset.revision)") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"dataset {repo_id}: not found on the Hub, or private without HF_TOKEN set") from None
+    except OSError as exc:  # requests' and httpx's connection errors are OSErrors
+        raise ValueError(f"dataset {repo_id}: the Hub cannot be reached ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); give source=<a local snapshot "
+                         "folder or s3:// prefix>") from None
+    return folder, commit
+
+
+def write_atomic(path: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` whole; leave a file that already holds it untouched. True if written."""
+    try:
+        if os.path.getsize(path) == len(data):
+            with open(path, "rb") as fh:
+                if fh.read() == data:
+                    return False
+    except OSError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+    return True
+
+
+def safe_relative(name: str) -> str | None:
+    """``name`` as a path inside the output folder, or None when it would leave it (absolute, ``..``)."""
+    name = name.replace("\\", "/")
+    while name.startswith("./"):
+        name = name[2:]
+    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in name.split("/")):
+        return None
+    return name
+
+
+class State:
+    """Finished units of work of one output folder: ``<out>/.prepare/<unit>.json`` (what the unit found)
+    and ``<out>/.prepare/<unit>.rejected.jsonl`` (what it could not convert, and why)."""
+
+    def __init__(self, out: str):
+        self.out = out
+        self.dir = os.path.join(out, STATE)
+
+    def _path(self, unit: str, suffix: str) -> str:
+        return os.path.join(self.dir, unit.replace("/", "__") + suffix)
+
+    def done(self, unit: str) -> dict | None:
+        try:
+            with open(self._path(unit, ".json")) as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            return None
+
+    def finish(self, unit: str, info: dict, rejected: list[dict]) -> None:
+        """Record a unit as done: its rejections first, its marker last (the marker is what counts)."""
+        lines = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rejected)
+        write_atomic(self._path(unit, ".rejected.jsonl"), lines.encode())
+        write_atomic(self._path(unit, ".json"), json.dumps({**info, "unit": unit}, indent=1, sort_keys=True).encode())
+
+    def markers(self) -> dict[str, dict]:
+        """Every finished unit of the folder (this run's and earlier runs'), by name."""
+        found = {}
+        for name in sorted(os.listdir(self.dir)) if os.path.isdir(self.dir) else []:
+            if name.endswith(".json"):
+                with open(os.path.join(self.dir, name)) as fh:
+                    info = json.load(fh)
+                found[info["unit"]] = info
+        return found
+
+    def rejected(self) -> list[dict]:
+        """Every finished unit's rejections, in the order of the units' names."""
+        out = []
+        for name in sorted(os.listdir(self.dir)) if os.path.isdir(self.dir) else []:
+            if name.endswith(".rejected.jsonl") and os.path.isfile(os.path.join(self.dir, name[:-15] + ".json")):
+                with open(os.path.join(self.dir, name)) as fh:
+                    out += [json.loads(line) for line in fh if line.strip()]
+        return out
+
+class Source:
+    """Where a dataset's files come from: the Hub (``spec`` None: ``repo_id`` at ``revision``, downloaded
+    into ``download_dir`` only as far as a step needs them), or a local snapshot folder or s3:// prefix."""
+
+    def __init__(self, spec: str | None, repo_id: str, revision: str, download_dir: str, access: Access | None = None):
+        self.spec, self.repo_id, self.revision, self.download_dir = spec, repo_id, revision, download_dir
+        self.commit: str | None = None
+        self.snapshot = Snapshot(spec, access) if spec is not None else None
+
+    def fetch(self, patterns: list[str]) -> Snapshot:
+        """The snapshot, holding at least the files matching ``patterns``."""
+        if self.snapshot is not None:
+            return self.snapshot
+        folder, self.commit = hub_snapshot(self.repo_id, self.commit or self.revision, patterns, self.download_dir)
+        return Snapshot(folder)
+
+    def describe(self) -> dict:
+        if self.spec is not None:
+            return {"source": self.spec}
+        return {"source": f"hf://datasets/{self.repo_id}", "revision": self.revision, "commit": self.commit}
+
+
+def covers(done_limit: int | None, limit: int | None) -> bool:
+    """Whether work done with ``done_limit`` rows per part holds what ``limit`` asks for."""
+    return done_limit is None or (limit is not None and done_limit >= limit)
+
+
+def remove(path: str, root: str) -> None:
+    """Remove ``path`` and the folders it leaves empty, up to ``root``."""
+    if os.path.isfile(path):
+        os.remove(path)
+    folder = os.path.dirname(path)
+    while os.path.abspath(folder).startswith(os.path.abspath(root) + os.sep) and not os.listdir(folder):
+        os.rmdir(folder)
+        folder = os.path.dirname(folder)

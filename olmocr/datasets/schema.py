@@ -1,0 +1,27 @@
+"""Schema of ``python -m olmocr.datasets``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from olmocr.config import AccessConfig, StageConfig, store
+
+
+@dataclass
+class DatasetsConfig(StageConfig):
+    dataset: Any = MISSING  # a release (conf/dataset/): its Hub repo, pinned revision and file names
+    out: str = MISSING  # where the layout goes; each dataset's default is the path training or bench reads
+    # null: the Hub (HF_TOKEN from the environment); else a local snapshot folder or an s3:// prefix
+    source: Optional[str] = None
+    source_access: AccessConfig = field(default_factory=AccessConfig)
+    subsets: Optional[list[str]] = None  # null: all (a bench's subsets are its test files)
+    splits: Optional[list[str]] = None  # null: all
+    limit: Optional[int] = None  # rows (pages) per subset/split, or pages per test file: a small slice
+    workers: int = 8  # tarballs read, files fetched and PDFs checked at once
+    download_dir: str = "${out}/.download"  # Hub downloads (resumable; delete it once the layout is done)
+
+
+store("datasets_schema", DatasetsConfig)
