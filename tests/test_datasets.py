@@ -259,7 +259,9 @@ def test_the_hub_as_source(tmp_path, monkeypatch):
     assert (out / ".download" / "02_loc_transcripts_train.parquet").exists()
 
     def unreachable(*args, **kwargs):
-        raise ConnectionError("Failed to resolve 'huggingface.co'")
+        import httpx
+
+        raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution")
 
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
     with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub cannot be reached .*source="):

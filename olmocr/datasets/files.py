@@ -59,8 +59,9 @@ def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: st
     """Download the files of ``repo_id`` at ``revision`` that match ``patterns`` into ``local_dir``
     (resumable: files already there are not fetched again). Returns (folder, commit). The token is the
     environment's (``HF_TOKEN``), never a config value."""
+    import httpx
     from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         commit = HfApi().dataset_info(repo_id, revision=revision).sha
@@ -72,7 +73,11 @@ def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: st
         raise ValueError(f"dataset {repo_id}: no revision {revision!r} (dataset.revision)") from None
     except RepositoryNotFoundError:
         raise ValueError(f"dataset {repo_id}: not found on the Hub, or private without HF_TOKEN set") from None
-    except OSError as exc:  # requests' and httpx's connection errors are OSErrors
+    except HfHubHTTPError as exc:  # a refused token (401), the Hub down (5xx)
+        status = exc.response.status_code if exc.response is not None else "an error"
+        raise ValueError(f"dataset {repo_id}: the Hub answered {status}"
+                         + (" (HF_TOKEN refused)" if status == 401 else "") + f": {str(exc).splitlines()[0]}") from None
+    except (OSError, httpx.HTTPError) as exc:  # no connection, a timeout, a full disk under local_dir
         raise ValueError(f"dataset {repo_id}: the Hub cannot be reached ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}); give source=<a local snapshot "
                          "folder or s3:// prefix>") from None
