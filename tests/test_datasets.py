@@ -258,12 +258,20 @@ def test_the_hub_as_source(tmp_path, monkeypatch):
     assert summary["parts"]["02_loc_transcripts/train"]["pages"] == 1
     assert (out / ".download" / "02_loc_transcripts_train.parquet").exists()
 
+    bench_snapshot(str(snap))
+    bench_out = tmp_path / "bench"
+    bench = prepare(tmp_path, "dataset=olmocr_bench", f"out={bench_out}")
+    assert bench["parts"]["synth"]["pages"] == 8 and "bench_data/pdfs/synth_s0_01000.pdf" in fetched
+
     def unreachable(*args, **kwargs):
         import httpx
 
         raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution")
 
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
+    # Finished folders need no Hub: re-runs are no-ops offline.
+    assert prepare(tmp_path, f"out={out}", "subsets=[02_loc_transcripts]", "splits=[train]", "limit=1") == summary
+    assert prepare(tmp_path, "dataset=olmocr_bench", f"out={bench_out}") == bench
     with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub cannot be reached .*source="):
         prepare(tmp_path, f"out={tmp_path / 'other'}")
 

@@ -52,7 +52,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     write_atomic(listing,
                  "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rejected).encode())
     held = {unit.split("/", 1)[1]: {k: info[k] for k in ("limit", "pages", "bytes", "rejected")}
-            for unit, info in state.markers().items() if not unit.startswith("tarball/")}
+            for unit, info in state.markers().items() if unit.startswith(("part/", "tests/"))}
     reasons = Counter(r["reason"] for r in rejected)
     origin = source.describe()
     previous = _read_json(os.path.join(out, "prepared.json")) or {}

@@ -35,10 +35,16 @@ class BenchRelease:
         if splits:
             raise ValueError(f"splits: {self.repo_id} has no splits; choose test files with subsets=[…]")
         state = State(out)
-        listing = source.fetch([f"{self.folder}/*.jsonl"])
-        files = {os.path.basename(rel)[:-6]: rel for rel in listing.glob(f"{self.folder}/*.jsonl")}
-        if not files:
-            raise ValueError(f"{listing.root}: no test files {self.folder}/*.jsonl; is it a snapshot of {self.repo_id}?")
+        # The release's test files, as listed by the first run: a re-run over a finished folder needs no source.
+        known = state.done("listing")
+        if known is None:
+            snapshot = source.fetch([f"{self.folder}/*.jsonl"])
+            files = {os.path.basename(rel)[:-6]: rel for rel in snapshot.glob(f"{self.folder}/*.jsonl")}
+            if not files:
+                raise ValueError(f"{snapshot.root}: no test files {self.folder}/*.jsonl; is it a snapshot of {self.repo_id}?")
+            state.finish("listing", {"files": files}, [])
+        else:
+            files = known["files"]
         for name in subsets or []:
             if name not in files:
                 raise ValueError(f"subsets: {self.repo_id} has no test file {name!r} (it has {', '.join(sorted(files))})")
@@ -49,14 +55,14 @@ class BenchRelease:
                 log.info("%s: done before (%d pages), left as it is", name, done["pages"])
                 results[name] = done
                 continue
-            results[name] = self._prepare_file(source, listing, state, name, files[name], out, limit, workers)
+            results[name] = self._prepare_file(source, state, name, files[name], out, limit, workers)
         return results
 
-    def _prepare_file(self, source: Source, listing, state: State, name: str, rel: str, out: str,
+    def _prepare_file(self, source: Source, state: State, name: str, rel: str, out: str,
                       limit: int | None, workers: int) -> dict:
         from olmocr.bench.records import parse_test
 
-        raw = listing.read(rel)
+        raw = source.fetch([rel]).read(rel)
         rejected, order, kept_lines = [], [], []
         for number, line in enumerate(raw.decode("utf-8").splitlines(keepends=True), start=1):
             if not line.strip():

@@ -96,9 +96,9 @@ def page_of(row: dict) -> tuple[PageMeta, str, dict]:
         fields = {name: row[name] for name in FIELDS if name in row}
     else:
         raise BadResponse(f"neither a response nor the columns {', '.join(FIELDS)}")
-    extras = {} if _missing(row.get("extras")) else _json_object("extras", row["extras"])
-    if isinstance(row.get("extras"), str) and not row["extras"].strip():
-        extras = {}
+    raw_extras = row.get("extras")
+    blank = _missing(raw_extras) or (isinstance(raw_extras, str) and not raw_extras.strip())
+    extras = {} if blank else _json_object("extras", raw_extras)
     fields.update({k: v for k, v in extras.items() if k in FIELDS})
     text = fields.get("natural_text")
     if not _missing(text) and not isinstance(text, str):
