@@ -120,7 +120,11 @@ def test_a_slice_and_a_selection(tmp_path):
     assert sorted(summary["parts"]) == ["00_documents/train", "01_books/train"]
     assert all(p["pages"] == 1 and p["limit"] == 1 for p in summary["parts"].values())
     assert sorted(os.listdir(out / "00_documents" / "train")) == ["synth_s0_00000-0.md", "synth_s0_00000-0.pdf"]
+    # A kill while a file was written leaves it half-written aside; the next run clears it away.
+    stray = out / "00_documents" / "train" / "synth_s0_00001-1.pdf.4242.1.partial"
+    stray.write_bytes(b"%PDF-1.4 cut short")
     full = prepare(tmp_path, f"source={snap}", f"out={out}", "subsets=[00_documents]", "splits=[train]")
+    assert not stray.exists()
     assert full["parts"]["00_documents/train"]["pages"] == 3  # a slice is not taken for the whole
     with pytest.raises(ValueError, match="subsets: allenai/olmOCR-mix-1025 has no subset 'nope'"):
         prepare(tmp_path, f"source={snap}", f"out={out}", "subsets=[nope]")
@@ -173,6 +177,18 @@ def test_a_killed_run_resumes_to_the_same_tree_and_s3_gives_the_local_one(tmp_pa
     assert 1 <= len(markers) < 4 and not (resumed / "prepared.json").exists()
     prepare(tmp_path, *common, f"out={resumed}")
     assert tree(resumed) == tree(straight)
+
+
+def test_a_source_refusing_the_credentials_is_one_line(tmp_path, s3_server, monkeypatch):
+    from olmocr.utils.faultproxy import FaultProxy
+
+    mix_1025(str(tmp_path / "snap"), rows=1)
+    filesystem("s3://hub").mkdir("hub")
+    _upload(tmp_path / "snap", "s3://hub/mix")
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(ValueError, match=r"^source s3://hub/mix → .*: PermissionError: .*run again to continue$"):
+            prepare(tmp_path, "source=s3://hub/mix", f"out={tmp_path / 'out'}")
 
 
 def _truth_candidates(bench_dir, folder) -> None:

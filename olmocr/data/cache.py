@@ -45,7 +45,7 @@ def _sync(root: str, dest: str, threads: int) -> None:
     start = time.perf_counter()
     try:
         listing = fs.find(root, detail=True)
-    except (OSError, PermissionError) as exc:
+    except OSError as exc:
         raise ValueError(f"data.local_cache: cannot list {root}: {type(exc).__name__}: {exc}") from None
     if not listing:
         raise ValueError(f"data root {root}: no files there")

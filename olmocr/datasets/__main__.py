@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import Counter
 
 from omegaconf import DictConfig
 
@@ -28,7 +27,8 @@ log = logging.getLogger("olmocr.datasets")
 
 @stage("datasets")
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from olmocr.datasets.files import STATE, Source, State, write_atomic
+    from olmocr.datasets.files import STATE, Source, State, by_reason, reasons_text, write_atomic
+    from olmocr.pipeline.store import store_errors
     from olmocr.utils.io import Access, is_remote
     from olmocr.utils.runinfo import write_run_info
 
@@ -39,35 +39,41 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                          "train with data.local_cache")
     release = build(cfg.dataset)
     out = os.path.abspath(os.path.expanduser(cfg.out))
-    source = Source(cfg.source, release.repo_id, release.revision, os.path.abspath(cfg.download_dir),
-                    Access(**cfg.source_access))
     os.makedirs(out, exist_ok=True)
-    parts = release.prepare(source, out, list(cfg.subsets) if cfg.subsets else None,
-                            list(cfg.splits) if cfg.splits else None, cfg.limit, cfg.workers)
+    state = State(out)
+    if state.clear_partial():
+        log.info("removed the half-written files of a killed run; its unfinished work is redone")
+    try:
+        source = Source(cfg.source, release.repo_id, release.revision, os.path.abspath(cfg.download_dir),
+                        Access(**cfg.source_access))
+        parts = release.prepare(source, out, list(cfg.subsets) if cfg.subsets else None,
+                                list(cfg.splits) if cfg.splits else None, cfg.limit, cfg.workers)
+    except store_errors() as exc:  # a source that stops answering or refuses the credentials, a full disk
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise ValueError(f"source {cfg.source or release.repo_id} → {out}: {type(exc).__name__}: {detail}; "
+                         "finished parts are kept, run again to continue") from None
 
     # The folder may hold parts prepared by earlier runs with another selection: the summary is of all.
-    state = State(out)
     rejected = state.rejected()
     listing = os.path.join(out, STATE, "rejected.jsonl")  # not beside a bench's test files: it would be read as one
     write_atomic(listing,
                  "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rejected).encode())
     held = {unit.split("/", 1)[1]: {k: info[k] for k in ("limit", "pages", "bytes", "rejected")}
             for unit, info in state.markers().items() if unit.startswith(("part/", "tests/"))}
-    reasons = Counter(r["reason"] for r in rejected)
+    reasons = by_reason(rejected)
     origin = source.describe()
     previous = _read_json(os.path.join(out, "prepared.json")) or {}
     if "commit" in origin and origin["commit"] is None:  # nothing fetched this time: the folder's commit stands
         origin["commit"] = previous.get("commit")
     summary = {"dataset": release.repo_id, **origin, "parts": held,
                "pages": sum(p["pages"] for p in held.values()), "bytes": sum(p["bytes"] for p in held.values()),
-               "rejected": dict(sorted(reasons.items()))}
+               "rejected": reasons}
     write_atomic(os.path.join(out, "prepared.json"), json.dumps(summary, indent=1, sort_keys=True).encode())
     write_run_info(output_dir, summary=summary)
     lines = [f"{key}: {p['pages']} pages" for key, p in parts.items()]
     log.info("%s → %s: %s; %d pages, %.1f MB in all; %d rejected%s", release.repo_id, out, ", ".join(lines),
              summary["pages"], summary["bytes"] / 1e6, len(rejected),
-             f" ({', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))}), listed in "
-             f"{listing}" if reasons else "")
+             f"{reasons_text(reasons)}, listed in {listing}" if reasons else "")
     return summary
 
 

@@ -114,15 +114,9 @@ class BenchRelease:
         write_atomic(path, text)
         pages, unreadable = check_bench_file(path, out, workers)
         rejected += unreadable
-        counts: dict[str, int] = {}
         for r in rejected:
-            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
             r["subset"] = name
-        info = {"limit": limit, "pages": pages, "bytes": size + len(text), "rejected": counts}
-        state.finish(f"tests/{name}", info, rejected)
-        log.info("%s: %d pages, %d rejected%s", name, pages, len(rejected),
-                 f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else "")
-        return info
+        return state.finish_part(f"tests/{name}", name, limit, pages, size + len(text), rejected)
 
     def _reference(self, pdf: str) -> str:
         folder, stem = os.path.dirname(pdf), os.path.basename(pdf)[:-4]

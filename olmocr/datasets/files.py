@@ -5,15 +5,19 @@ rejections beside it."""
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import json
+import logging
 import os
-from collections.abc import Iterable
+import threading
+from collections import Counter
 
 from olmocr.utils.io import Access, filesystem, is_remote
 
 STATE = ".prepare"  # markers and per-unit rejections, inside the output folder
+PARTIAL = ".partial"  # a file being written; one left over was cut short by a kill
+
+log = logging.getLogger("olmocr.datasets")
 
 
 class Snapshot:
@@ -49,10 +53,6 @@ class Snapshot:
 
     def exists(self, rel: str) -> bool:
         return self.fs.exists(f"{self.root}/{rel}") if self.remote else os.path.isfile(os.path.join(self.root, rel))
-
-
-def matches(rel: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(rel, p) for p in patterns)
 
 
 def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: str) -> tuple[str, str]:
@@ -94,7 +94,7 @@ def write_atomic(path: str, data: bytes) -> bool:
     except OSError:
         pass
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}{PARTIAL}"
     with open(tmp, "wb") as fh:
         fh.write(data)
     os.replace(tmp, path)
@@ -134,6 +134,25 @@ class State:
         lines = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rejected)
         write_atomic(self._path(unit, ".rejected.jsonl"), lines.encode())
         write_atomic(self._path(unit, ".json"), json.dumps({**info, "unit": unit}, indent=1, sort_keys=True).encode())
+
+    def finish_part(self, unit: str, label: str, limit: int | None, pages: int, size: int, rejected: list[dict]) -> dict:
+        """Record a part of the dataset (a subset/split, a test file) as done, and say what it holds."""
+        counts = by_reason(rejected)
+        info = {"limit": limit, "pages": pages, "bytes": size, "rejected": counts}
+        self.finish(unit, info, rejected)
+        log.info("%s: %d pages (%.1f MB), %d rejected%s", label, pages, size / 1e6, len(rejected), reasons_text(counts))
+        return info
+
+    def clear_partial(self) -> int:
+        """Remove the half-written files a killed run left (the units they belonged to are redone)."""
+        removed = 0
+        for folder, dirs, files in os.walk(self.out):
+            dirs[:] = [d for d in dirs if d != ".download"]  # the Hub client's own resumable downloads
+            for name in files:
+                if name.endswith(PARTIAL):
+                    os.remove(os.path.join(folder, name))
+                    removed += 1
+        return removed
 
     def markers(self) -> dict[str, dict]:
         """Every finished unit of the folder (this run's and earlier runs'), by name."""
@@ -189,3 +208,12 @@ def remove(path: str, root: str) -> None:
     while os.path.abspath(folder).startswith(os.path.abspath(root) + os.sep) and not os.listdir(folder):
         os.rmdir(folder)
         folder = os.path.dirname(folder)
+
+
+def by_reason(rejected: list[dict]) -> dict[str, int]:
+    return dict(sorted(Counter(r["reason"] for r in rejected).items()))
+
+
+def reasons_text(counts: dict[str, int]) -> str:
+    """`` (bad_response 2, row_without_pdf 1)``, or nothing when there are none."""
+    return f" ({', '.join(f'{k} {v}' for k, v in counts.items())})" if counts else ""

@@ -177,7 +177,7 @@ class MixRelease:
             snapshot = source.fetch(sorted({p.parquet for p in pending}))
             for part in pending:
                 self._read_ids(snapshot, part, limit)
-            tarball_patterns = self._tarball_patterns(pending, limit, snapshot)
+            tarball_patterns = self._tarball_patterns(pending, limit)
             snapshot = source.fetch(tarball_patterns)
             self._unpack(snapshot, state, pending, tarball_patterns, limit, workers, every=len(pending) == sum(
                 len(s) for s in self.parts.values()))
@@ -201,7 +201,7 @@ class MixRelease:
                 part.tarballs = sorted({r.split(":", 1)[0] for r in relpaths if isinstance(r, str) and ":" in r})
         part.wanted = set(part.ids[:limit] if limit is not None else part.ids)
 
-    def _tarball_patterns(self, parts: list[Part], limit: int | None, snapshot) -> list[str]:
+    def _tarball_patterns(self, parts: list[Part], limit: int | None) -> list[str]:
         if limit is not None and all(p.tarballs for p in parts):
             return sorted({t for p in parts for t in p.tarballs})
         return sorted({self.tarball_pattern(p) for p in parts})
@@ -280,37 +280,26 @@ class MixRelease:
         """Rows → .md beside their PDFs, the side file of URLs, then the pairs checked."""
         import pyarrow.parquet as pq
 
-        rejected, urls, seen, pages = [], [], set(), 0
-        keep = set(part.ids[:limit]) if limit is not None else None
+        rejected, urls, seen = [], [], set()
         with snapshot.open(part.parquet) as fh, tqdm(total=len(part.wanted), desc=part.key, unit="row") as bar:
             pf = pq.ParquetFile(fh)
             column = id_column(pf.schema_arrow.names, pf.schema_arrow.pandas_metadata, part.parquet)
             for batch in pf.iter_batches(batch_size=1024):
                 for row in batch.to_pylist():
                     pid = str(row[column])
-                    if keep is not None and pid not in keep:
+                    if pid not in part.wanted:
                         continue
                     bar.update(1)
                     reason = self._convert_row(row, pid, part, seen, urls)
                     if reason is not None:
                         rejected.append({"reason": reason[0], "id": pid, "detail": reason[1]})
-                    else:
-                        pages += 1
         lines = "".join(json.dumps(u, ensure_ascii=False, sort_keys=True) + "\n" for u in urls)
         write_atomic(os.path.join(out, "urls", f"{part.subset}_{part.split}.jsonl"), lines.encode())
         checked = check_pairs(part.dir, workers)
-        for bad in checked["rejected"]:
-            rejected.append(bad)
-        counts: dict[str, int] = {}
-        for r in rejected:
-            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
+        rejected += checked["rejected"]
         for r in rejected:
             r.update(subset=part.subset, split=part.split)
-        info = {"limit": limit, "pages": checked["pages"], "bytes": checked["bytes"], "rejected": counts}
-        state.finish(f"part/{part.key}", info, rejected)
-        log.info("%s: %d pages (%.1f MB), %d rejected%s", part.key, info["pages"], info["bytes"] / 1e6,
-                 len(rejected), f" ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if counts else "")
-        return info
+        return state.finish_part(f"part/{part.key}", part.key, limit, checked["pages"], checked["bytes"], rejected)
 
     @staticmethod
     def _convert_row(row: dict, pid: str, part: Part, seen: set, urls: list) -> tuple[str, str] | None:
