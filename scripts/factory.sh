@@ -28,15 +28,16 @@ step "synthetic pages: training pages, and a held-out bench (another seed, other
   $PY -m olmocr.synth num_pages="$BENCH_PAGES" seed=2 first_index=100000 out_dir="$OUT/pages/bench" \
     hydra.run.dir="$OUT/runs/synth_bench"
 
-step "SFT of the tiny model on the training pages"
+step "SFT of the tiny model on the training pages, scored on the held-out bench at each eval"
 $PY -m olmocr.train data=folder "data.roots=[$OUT/pages/train/pdfs]" trainer.max_duration.value="$SFT_STEPS" \
-  run_name=factory_sft hydra.run.dir="$OUT/sft"
+  eval.bench.root="$OUT/pages/bench" run_name=factory_sft hydra.run.dir="$OUT/sft"
 [ -e "$OUT/release/sft" ] ||
   $PY -m olmocr.prepare "sources=[$OUT/sft]" output="$OUT/release/sft" hydra.run.dir="$OUT/runs/prepare_sft"
 
 step "GRPO: two seeds from the SFT model, rewarded by the training pages' unit tests"
 $PY -m olmocr.train -m +experiment=grpo_tiny seed=1,2 "${AS_FOLDER[@]}" model.name_or_path="$OUT/release/sft" \
-  data.train.synth.root="$OUT/pages/train" trainer.max_duration.value="$GRPO_STEPS" hydra.sweep.dir="$OUT/grpo" \
+  data.train.synth.root="$OUT/pages/train" eval.bench.root="$OUT/pages/bench" trainer.max_duration.value="$GRPO_STEPS" \
+  hydra.sweep.dir="$OUT/grpo" \
   'hydra.sweep.subdir=seed${seed}'
 
 step "soup of the seeds, FP8, and how closely FP8 decodes like the soup"

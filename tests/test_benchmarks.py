@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 
 def test_bench_throughput_runs():
     proc = subprocess.run([sys.executable, "benchmarks/bench_throughput.py", "--pages", "12", "--repeats", "1",
@@ -70,3 +72,15 @@ def test_dpo_learning_runs():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"^seed 0 lr 0 +0\.000 +\| 0\.00$", proc.stdout, re.M), proc.stdout  # lr 0: policy == reference
     assert "median over seeds, last window: margin" in proc.stdout
+
+
+def test_bench_eval_cost_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/bench_eval.py", "--repeats", "1", "--steps", "2",
+                           "--eval-interval", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    parts = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(decode|score|total|train step)\s+([\d.]+)", proc.stdout, re.M)}
+    assert set(parts) == {"decode", "score", "total", "train step"} and parts["total"] > 0, proc.stdout
+    assert re.search(r"^eval per page: [\d.]+x a training sample$", proc.stdout, re.M)
+    walls = dict(re.findall(r"^(with the eval|without)\s+([\d.]+)$", proc.stdout, re.M))
+    share = float(re.search(r"^share of the run's wall time: (-?[\d.]+)%$", proc.stdout, re.M).group(1))
+    assert share == pytest.approx(100 * (1 - float(walls["without"]) / float(walls["with the eval"])), abs=0.2)

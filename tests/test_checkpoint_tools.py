@@ -30,7 +30,8 @@ def grpo_runs(tmp_path_factory, cache_dir):
     for seed in (1, 2):
         out = str(root / f"seed{seed}")
         run(compose("train", ["+experiment=grpo_tiny", f"seed={seed}", "trainer.max_duration.value=3",
-                              "trainer.save_interval=1"]), out)
+                              "trainer.save_interval=1", "trainer.eval_interval=null",
+                              "trainer.keep_best=null", "callbacks.plots=null"]), out)
         runs.append(out)
     return runs
 

@@ -230,6 +230,10 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     for callback in cfg.callbacks.values():
         build(callback, run_config=resolved, output_dir="/tmp")
+    # Every recipe scores a held-out bench at its evals (built here; the bench folder is read when a run starts).
+    assert cfg.trainer.eval_interval and cfg.trainer.keep_best == "eval/bench/overall"
+    bench_eval = build(cfg.eval.bench, output_dir="/tmp")
+    assert bench_eval.steps["render"]["longest_side"] == cfg.data.steps.render.longest_side
     steps = OmegaConf.to_container(cfg.data.steps, resolve=True)
     pipeline = build_pipeline(steps, processor=processor).steps
     assert cfg.run_name == experiment

@@ -40,7 +40,9 @@ def dpo(tmp_path, overrides: list[str], name: str = "run"):
 
     out = str(tmp_path / name)
     pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
-    return run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", *overrides]), out), out
+    # dpo_tiny's bench evals run through the same trainer bridge as GRPO's (tested there)
+    return run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", "trainer.eval_interval=null",
+                                 "trainer.keep_best=null", *overrides]), out), out
 
 
 def rows(out: str) -> dict[int, dict]:

@@ -1,5 +1,6 @@
 """Tests that need a CUDA device; conftest skips them elsewhere."""
 
+import json
 import os
 import subprocess
 import sys
@@ -15,10 +16,29 @@ pytestmark = pytest.mark.gpu
 
 def test_tiny_trains_on_cuda_in_bf16(tmp_path, cache_dir):
     result, out = train(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.max_duration.value=6",
-                                   "trainer.save_interval=3"])
+                                   "trainer.save_interval=3", "trainer.eval_interval=3",
+                                   "trainer.keep_best=eval/bench/overall"])
     got = losses(out)
     assert sorted(got) == list(range(1, 7)) and all(torch.isfinite(torch.tensor(v)) for v in got.values())
     assert os.path.exists(os.path.join(result["checkpoint"], "model", "model.safetensors"))
+    evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"eval"' in line]
+    assert [r["step"] for r in evals] == [3, 6] and all(0 <= r["eval/bench/overall"] <= 1 for r in evals)
+    assert result["best"]["step"] in (3, 6)
+
+
+def test_grpo_bench_eval_decodes_with_the_colocated_vllm_engine(tmp_path, cache_dir):
+    """algo.generation=vllm_colocate: the bench eval pushes the current weights to trl's vLLM engine and decodes
+    the held-out pages with it (engine=vllm insists on it)."""
+    pytest.importorskip("vllm")
+    from test_grpo import EVALS, grpo
+
+    result, out = grpo(tmp_path, [*EVALS, "trainer.device=cuda", "trainer.precision=bf16", "trainer.max_duration.value=2",
+                                  "algo.generation=vllm_colocate", "algo.vllm_gpu_memory_utilization=0.2",
+                                  "eval.bench.engine=vllm"])
+    evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"eval"' in line]
+    assert [r["step"] for r in evals] == [2] and 0 <= evals[0]["eval/bench/overall"] <= 1
+    pages = [json.loads(line) for line in open(os.path.join(out, "bench_eval", "step_000002", "pages.jsonl"))]
+    assert len(pages) == 8 and all(p["output_tokens"] > 0 for p in pages)
 
 
 def test_qwen25_vl_7b_benchmark_reports_mfu(tmp_path):

@@ -1,6 +1,7 @@
 """GRPO on the tiny model, on CPU: real generations scored by the rewards, real updates, resume. (A sweep over
 seeds, souped: tests/test_factory.py.)"""
 
+import glob
 import json
 import os
 
@@ -22,11 +23,16 @@ def recording(completions, completion_ids=None, tests=None, reference=None, page
     return [len(ids) / 48 for ids in completion_ids]
 
 
+NO_EVALS = ["trainer.eval_interval=null", "trainer.keep_best=null"]
+EVALS = ["trainer.eval_interval=2", "trainer.keep_best=eval/bench/overall"]
+
+
 def grpo(tmp_path, overrides, name="run"):
     from olmocr.train.__main__ import run
 
     out = str(tmp_path / name)
-    cfg = compose("train", ["+experiment=grpo_tiny"] + overrides)
+    # Bench evals and plots where they are the point (they are grpo_tiny's own: trainer.eval_interval=2).
+    cfg = compose("train", ["+experiment=grpo_tiny", "callbacks.plots=null", *NO_EVALS] + overrides)
     return run(cfg, out), out
 
 
@@ -83,7 +89,7 @@ def test_rewards_see_real_generations_and_parameters_change(tmp_path, cache_dir,
 
 
 def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir):
-    overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2", "rewards=all"]
+    overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2", "rewards=all", *EVALS]  # evals: RNG kept
     full, full_out = grpo(tmp_path, overrides, "full")
     first, out = grpo(tmp_path, overrides + ["trainer.hard_stop.value=2"], "split")
     assert first["state"]["step"] == 2
@@ -98,14 +104,49 @@ def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
-def test_eval_benches_report_rewards(tmp_path, cache_dir):
-    result, out = grpo(tmp_path, ["trainer.max_duration.value=2", "trainer.eval_interval=2",
-                                  "trainer.save_interval=null", "+data.eval.synth.types=[present,absent]"])
+def test_each_eval_scores_the_held_out_bench_and_reports_eval_benches_rewards(tmp_path, cache_dir):
+    result, out = grpo(tmp_path, [*EVALS, "trainer.max_duration.value=2", "trainer.save_interval=null",
+                                  f"+data.eval.synth.root={SAMPLE}/eval", "+data.eval.synth.types=[present,absent]",
+                                  "callbacks.plots={_target_:olmocr.train.callbacks.Plots}"])
     evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     evals = [r for r in evals if r["kind"] == "eval"]
-    assert [r["step"] for r in evals] == [2]
-    assert {"eval/reward", "eval/rewards/bench/mean", "eval/rewards/eos/mean"} <= set(evals[0])
-    assert set(k for k in evals[0] if k.startswith("eval/bench/")) == {"eval/bench/present", "eval/bench/absent"}
+    assert [r["step"] for r in evals] == [2, 2]  # the bench eval, then trl's eval of the rewards
+    bench, rewards = evals
+    assert {"eval/bench/overall", "eval/bench/category/synth", "eval/bench/type/present", "eval/bench/parsed"} <= set(bench)
+    candidates = glob.glob(os.path.join(out, "bench_eval", "step_000002", "candidates", "*_pg1_repeat1.md"))
+    assert len(candidates) == 8
+    assert {"eval/reward", "eval/rewards/bench/mean", "eval/rewards/eos/mean"} <= set(rewards)
+    assert set(k for k in rewards if k.startswith("eval/bench/")) == {"eval/bench/present", "eval/bench/absent"}
+    # The eval's step is saved as the best (keep_best), though saves were off; the record is in the checkpoint.
+    best = json.load(open(os.path.join(out, "checkpoints", "checkpoint-2", "best.json")))
+    assert best == {"metric": "eval/bench/overall", "step": 2, "value": bench["eval/bench/overall"]}
+    check_plots(out)
+
+
+def check_plots(rl: str) -> None:
+    """The GRPO run's curves: every reward's mean, the rollouts' and the held-out eval's pass rates per test type,
+    KL, completion length; drawn again on demand."""
+    import subprocess
+    import sys
+
+    from test_reports import expected, figure_series
+
+    rows = [json.loads(line) for line in open(os.path.join(rl, "metrics.jsonl"))]
+    rewards = figure_series(os.path.join(rl, "plots", "rewards.png"))
+    assert {k for k in rewards if k.startswith("train/rewards/")} == \
+        {k for k in rows[0] if k.startswith("train/rewards/") and k.endswith("/mean")}
+    assert all(rewards[k] == expected(rows, "train", k) for k in rewards)
+    bench = figure_series(os.path.join(rl, "plots", "bench.png"))
+    assert {"eval/bench/type/present", "eval/bench/present"} <= set(bench)  # held-out eval's; the reward eval's
+    assert any(k.startswith("train/bench/") for k in bench)  # the rollouts'
+    assert all(bench[k] == expected(rows, "eval" if k.startswith("eval/") else "train", k) for k in bench)
+    for panel, key in (("kl", "train/kl"), ("completion_length", "train/completions/mean_length")):
+        assert figure_series(os.path.join(rl, "plots", f"{panel}.png"))[key] == expected(rows, "train", key)
+    os.remove(os.path.join(rl, "plots", "kl.png"))
+    proc = subprocess.run([sys.executable, "-m", "olmocr.report.plots", f"run_dir={rl}"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
 
 
 def test_config_errors_come_before_any_work(tmp_path):
@@ -188,7 +229,7 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
     assert args.vllm_importance_sampling_correction and args.vllm_importance_sampling_mode == "sequence_mask"
     assert args.vllm_importance_sampling_clip_max == 3.0 and args.dataloader_drop_last
     assert (args.vllm_mode, args.vllm_max_model_length, args.max_completion_length) == ("server", 16384, 8000)
-    assert args.deepspeed and args.bf16 and (args.save_steps, args.save_total_limit) == (25, 30)
+    assert args.deepspeed and args.bf16 and (args.save_steps, r["trainer"]["keep_last"]) == (25, 30)
     assert not args.cast_lm_head_to_fp32
     assert (r["optimizer"]["lr"], r["scheduler"]["_target_"], r["scheduler"]["warmup"]) == (
         2e-6, "olmocr.train.schedules.linear", 100)

@@ -117,6 +117,7 @@ def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny):
     from olmocr.train.__main__ import run
 
     result = run(compose("train", ["+experiment=dpo_tiny", f"model.cache_dir={os.path.dirname(tiny.path)}",
-                                   f"data.train=[{run_dir / 'pairs.jsonl'}]", "trainer.max_duration.value=2"]),
+                                   f"data.train=[{run_dir / 'pairs.jsonl'}]", "trainer.max_duration.value=2",
+                                   "trainer.eval_interval=null", "trainer.keep_best=null", "callbacks.plots=null"]),
                  str(tmp_path / "dpo"))
     assert result["state"]["step"] == 2

@@ -438,29 +438,6 @@ def test_a_server_that_never_starts_is_one_line_with_its_log(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_mode_outputs_are_scored_by_the_bench(tmp_path, tiny):
-    candidates = tmp_path / "candidates"
-    args = [f"candidates={candidates}", f"model.cache_dir={os.path.dirname(tiny.path)}", "repeats=2",
-            "progress=false", f"hydra.run.dir={tmp_path}/convert"]
-    code, log = stage("olmocr.pipeline.bench", args, tmp_path)
-    assert code == 0, log
-    pdfs = sorted(os.path.basename(p)[:-4] for p in glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
-    assert sorted(os.listdir(candidates)) == sorted(f"{p}_pg1_repeat{r}.md" for p in pdfs for r in (1, 2))
-    records = [json.loads(line) for line in open(tmp_path / "convert" / "pages.jsonl")]
-    assert len(records) == 16 and all(len(r["attempts"]) == 2 and r["fallback"] for r in records)
-    code, log = stage("olmocr.bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}",
-                                       f"hydra.run.dir={tmp_path}/score"], tmp_path)
-    assert code == 0, log
-    results = json.load(open(tmp_path / "score" / "results.json"))
-    tests = sum(1 for _ in open(f"{SAMPLE}/eval/synth.jsonl"))
-    assert results["tests"] == tests and results["missing_pages"] == [] and 0 <= results["overall"] <= 1
-    # Run again: every file is there, nothing is converted and no server is started.
-    code, log = stage("olmocr.pipeline.bench", [*args[:-1], f"hydra.run.dir={tmp_path}/again"], tmp_path)
-    assert code == 0, log
-    summary = json.load(open(tmp_path / "again" / "run_info.json"))["summary"]
-    assert (summary["kept"], summary["written"]) == (16, 0) and not (tmp_path / "again" / "server.log").exists()
-
-
 def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index(tmp_path):
     pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
     workspace = str(tmp_path / "ws")

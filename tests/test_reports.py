@@ -113,6 +113,7 @@ def test_two_candidates_compared_list_exactly_the_flipped_tests(tmp_path, browse
     assert len(first.find_elements("css selector", "div.markdown")) == 2  # both outputs side by side
 
 
+# Training runs' plots: tests/test_bench_eval.py (SFT), tests/test_grpo.py (GRPO).
 def figure_series(png: str) -> dict:
     from PIL import Image
 
@@ -123,38 +124,6 @@ def figure_series(png: str) -> dict:
 def expected(rows: list[dict], kind: str, key: str) -> list[list]:
     points = {r["step"]: r[key] for r in rows if r["kind"] == kind and key in r}
     return [sorted(points), [points[s] for s in sorted(points)]]
-
-
-def test_sft_and_grpo_runs_end_with_plots_of_their_metrics(tmp_path, cache_dir):
-    from test_grpo import grpo
-    from test_train import train
-
-    _, sft = train(tmp_path, ["trainer.max_duration.value=4", "trainer.eval_interval=2", "trainer.save_interval=null"],
-                   name="sft")
-    _, rl = grpo(tmp_path, ["trainer.max_duration.value=2"], name="grpo")
-    sft_rows = [json.loads(line) for line in open(os.path.join(sft, "metrics.jsonl"))]
-    rl_rows = [json.loads(line) for line in open(os.path.join(rl, "metrics.jsonl"))]
-    assert {"loss.png", "lr.png", "grad_norm.png", "tokens_per_s.png"} <= set(os.listdir(os.path.join(sft, "plots")))
-    loss = figure_series(os.path.join(sft, "plots", "loss.png"))
-    assert loss["train/loss"] == expected(sft_rows, "train", "train/loss") and len(loss["train/loss"][0]) == 4
-    evals = [k for k in loss if k.startswith("eval/")]
-    assert evals and all(loss[k] == expected(sft_rows, "eval", k) for k in evals)
-    assert figure_series(os.path.join(sft, "plots", "lr.png"))["train/lr"] == expected(sft_rows, "train", "train/lr")
-    assert not os.path.exists(os.path.join(sft, "plots", "rewards.png"))  # no GRPO panels for SFT
-    rewards = figure_series(os.path.join(rl, "plots", "rewards.png"))
-    assert {k for k in rewards if k.startswith("train/rewards/")} == \
-        {k for k in rl_rows[0] if k.startswith("train/rewards/") and k.endswith("/mean")}
-    assert all(rewards[k] == expected(rl_rows, "train", k) for k in rewards)
-    bench = figure_series(os.path.join(rl, "plots", "bench.png"))
-    assert bench and all(bench[k] == expected(rl_rows, "train", k) for k in bench)
-    for panel, key in (("kl", "train/kl"), ("completion_length", "train/completions/mean_length")):
-        assert figure_series(os.path.join(rl, "plots", f"{panel}.png"))[key] == expected(rl_rows, "train", key)
-    # On demand, for any run dir: the same figures again.
-    os.remove(os.path.join(rl, "plots", "kl.png"))
-    proc = subprocess.run([sys.executable, "-m", "olmocr.report.plots", f"run_dir={rl}"], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
 
 
 def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_marked(tmp_path, browser, monkeypatch):

@@ -108,6 +108,8 @@ def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
         out, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, err[-3000:]
     rows = [json.loads(line) for line in open(tmp_path / "replica0" / "metrics.jsonl")]
+    assert [r["step"] for r in rows if r["kind"] == "eval"] == [2]  # the bench eval, the pages shared by both trainers
+    rows = [r for r in rows if r["kind"] == "train"]
     # one job: each step takes a page per trainer (two of 32), and only rank 0 (on the leader) writes
     assert [round(r["train/epoch"], 4) for r in rows] == [0.0625, 0.125]
     assert not (tmp_path / "replica1" / "metrics.jsonl").exists()

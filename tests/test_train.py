@@ -12,7 +12,8 @@ import torch
 from olmocr.config import PROJECT_ROOT, compose
 
 EXPECTED = os.path.join(os.path.dirname(__file__), "expected", "tiny_sft_losses.json")
-FAST = ["data.steps.render.longest_side=256", "trainer.eval_interval=null", "trainer.batch_size=2"]
+# Plots are drawn where they are the point (test_bench_eval, test_grpo).
+FAST = ["data.steps.render.longest_side=256", "trainer.eval_interval=null", "trainer.batch_size=2", "callbacks.plots=null"]
 
 
 def train(tmp_path, overrides, name="run"):
@@ -73,8 +74,10 @@ def test_padding_batch_equals_two_single_batches(processor, tiny):
 
 
 def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir):
+    """Also with bench evals (their decoding leaves the training RNG streams alone) and the saves keep_best adds."""
     common = ["trainer.max_duration.value=10", "trainer.save_interval=5", "optimizer=muon", "optimizer.lr=0.01",
-              "optimizer.adam_lr=1e-3", "finetune.freeze_vision=true"]
+              "optimizer.adam_lr=1e-3", "finetune.freeze_vision=true", "trainer.eval_interval=4",
+              "trainer.keep_best=eval/bench/overall"]
     _, straight = train(tmp_path, common, "straight")
     # hard_stop halts at step 5 with the schedule of a 10-step run, as a killed job would.
     first, resumed = train(tmp_path, common + ["trainer.hard_stop.value=5"], "resumed")
@@ -85,6 +88,13 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir):
     assert sorted(b) == list(range(1, 11))
     for step in range(1, 11):
         assert b[step] == pytest.approx(a[step], abs=1e-6), step
+    evals = {run: {r["step"]: r for r in map(json.loads, open(os.path.join(run, "metrics.jsonl"))) if r["kind"] == "eval"}
+             for run in (straight, resumed)}
+    assert sorted(evals[straight]) == sorted(evals[resumed]) == [4, 8]
+    for step in (4, 8):
+        assert evals[resumed][step]["eval/bench/overall"] == evals[straight][step]["eval/bench/overall"]
+    best = [json.load(open(os.path.join(run, "checkpoints", "step_000010", "best.json"))) for run in (straight, resumed)]
+    assert best[0] == best[1] and best[0]["step"] in (4, 8)
 
 
 def test_resume_false_refuses_to_overwrite(tmp_path, cache_dir):
@@ -147,16 +157,17 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cache_dir):
+def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cache_dir, tiny):
     """One torchrun job of two processes runs a sweep: each strategy stops at step 2 (hard_stop, as a killed
     job would) and resumes to step 4 in the same job dir, all in the same process group. Replicated (DDP),
     sharded (FSDP2) and partitioned (DeepSpeed ZeRO-2) training give the same losses; the checkpoints hold
-    the full, gathered weights."""
+    the full, gathered weights. The bench eval at step 4, each rank decoding half the pages (FSDP's ranks
+    in step), gives what one process gives on the same weights, output for output."""
     env = dict(os.environ, OLMOCR_CACHE=cache_dir, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
          "-m", "olmocr.train", "-m", "trainer.strategy=ddp,fsdp,deepspeed", "trainer.hard_stop.value=2,null", *FAST,
-         "trainer.max_duration.value=4", "trainer.save_interval=2", "trainer.batch_size=1",
+         "trainer.max_duration.value=4", "trainer.save_interval=2", "trainer.batch_size=1", "trainer.eval_interval=4",
          f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -181,6 +192,23 @@ def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cach
     for strategy in ("fsdp", "deepspeed"):
         a, b = weights["ddp"], weights[strategy]
         assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-4) for k in a), strategy
+    from transformers import AutoProcessor
+
+    from olmocr.config import build
+
+    evals = {s: [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl")) if '"eval"' in line]
+             for s, run in runs.items()}
+    assert all([r["step"] for r in rows] == [4] and "eval/bench/overall" in rows[0] for rows in evals.values())
+    cfg = compose("train", [*FAST, "trainer.batch_size=1"])
+    one = build(cfg.eval.bench, output_dir=str(tmp_path / "one")).load()
+    folder = os.path.join(runs["ddp"], "checkpoints", "step_000004", "model")
+    alone = one.evaluate(one.decoder(tiny.load_model(path=folder), AutoProcessor.from_pretrained(folder), torch.device("cpu")), 4)
+    together = evals["ddp"][0]
+    assert {k: v for k, v in alone.items() if k.startswith("eval/")} == \
+        {k: v for k, v in together.items() if k.startswith("eval/bench/")}
+    for path in glob.glob(str(tmp_path / "one" / "bench_eval" / "step_000004" / "candidates" / "*.md")):
+        twin = os.path.join(runs["ddp"], "bench_eval", "step_000004", "candidates", os.path.basename(path))
+        assert open(path).read() == open(twin).read()
 
 
 def test_deepspeed_in_one_process(tmp_path, cache_dir):

@@ -1,6 +1,7 @@
 """Where the checkpoint stages find a model, and how they write one.
 
-    <run>/                          a training run dir: its newest complete checkpoint (or ``step=N``)
+    <run>/                          a training run dir: its newest complete checkpoint (or ``step=N``, or
+                                    ``step=best``: the best by trainer.keep_best, which its newest names)
     <run>/checkpoints/              the same
     <run>/checkpoints/step_N/       an SFT checkpoint: its ``model/`` folder
     <run>/checkpoints/checkpoint-N/ a GRPO (Hugging Face Trainer) checkpoint: the folder itself
@@ -20,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from olmocr.utils.io import filesystem, is_remote
-from olmocr.utils.sync import MARKERS
+from olmocr.utils.sync import BEST, MARKERS
 
 CHECKPOINT_DIR = re.compile(r"^(?:step_|checkpoint-)(\d+)$")
 # Training state that never belongs in a released model (weights are handled on their own).
@@ -148,8 +149,25 @@ def expand(sources: list[str]) -> list[str]:
     return out
 
 
-def resolve(given: str, step: int | None = None, key: str = "source") -> Checkpoint:
+def best_step(fs, given: str, checkpoints: dict[int, str], key: str) -> int:
+    """The step the newest checkpoint names as the run's best (trainer.keep_best)."""
+    newest = checkpoints[max(checkpoints)]
+    try:
+        with fs.open(join(newest, BEST), "r") as fh:
+            record = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"{key}: step=best, but {given} records no best checkpoint ({newest} has no {BEST}: "
+                         "train with trainer.keep_best=eval/bench/overall)") from None
+    if record["step"] not in checkpoints:
+        raise ValueError(f"{key}: {given}'s best checkpoint, step {record['step']} ({record['metric']} "
+                         f"{record['value']:.4f}), is not there (removed by hand?)")
+    return record["step"]
+
+
+def resolve(given: str, step: int | str | None = None, key: str = "source") -> Checkpoint:
     """The model folder ``given`` names (see the module docstring); ``key`` names it in errors."""
+    if not (step is None or step == "best" or (isinstance(step, int) and not isinstance(step, bool))):
+        raise ValueError(f"step: expected a step number, best or null (the newest), got {step!r}")
     path = given if is_remote(given) else os.path.abspath(os.path.expanduser(given))
     path = path.rstrip("/") or "/"
     fs = filesystem(path)
@@ -173,6 +191,8 @@ def resolve(given: str, step: int | None = None, key: str = "source") -> Checkpo
                          "step_N/ or checkpoint-N/, or a run dir with complete checkpoints in checkpoints/)")
     if step is None:
         step = max(checkpoints)
+    elif step == "best":
+        step = best_step(fs, given, checkpoints, key)
     elif step not in checkpoints:
         raise ValueError(f"{key}: {given} has no complete checkpoint at step {step} (it has "
                          f"{', '.join(map(str, sorted(checkpoints)))})")

@@ -23,7 +23,8 @@ class PrepareConfig(StageConfig):
     sources: list[str] = MISSING  # run dirs, checkpoints or Hugging Face folders; local or s3://
     output: str = MISSING  # a Hugging Face folder to write; local or s3://
     weights: list[float] | None = None  # one per source (soup); null: plain mean
-    step: int | None = None  # the checkpoint of every run dir source; null: its newest
+    # The checkpoint of every run dir source: a step, best (trainer.keep_best's), or null: its newest.
+    step: Any = None
     base: str | None = None  # the base model of LoRA sources; null: as their adapter_config.json says
     processor: str | None = None  # where to take processor files from when the sources have none
     overwrite: bool = False
@@ -33,7 +34,7 @@ class PrepareConfig(StageConfig):
 class CompressConfig(StageConfig):
     source: str = MISSING  # as a prepare source: run dir, checkpoint or Hugging Face folder; local or s3://
     output: str = MISSING
-    step: int | None = None
+    step: Any = None  # as prepare's: a step, best, or null
     scheme: str = "FP8_DYNAMIC"  # an llmcompressor preset; static-activation ones (FP8) calibrate on pages
     ignore: list[str] = field(default_factory=list)
     calibration: PagesConfig = field(default_factory=PagesConfig)

@@ -142,6 +142,20 @@ def page_text(document: str) -> str:
         return document
 
 
+def read_answer(text: str, finish_reason: str | None, max_tokens: int) -> tuple[PageMeta, str] | str:
+    """A model's answer to a page: its front matter and text, or why it is none (cut off at ``max_tokens``,
+    stopped for another reason, no front matter that parses). The pipeline and training's bench eval judge
+    answers by this one rule, so their scores agree."""
+    if finish_reason == "length":
+        return f"cut off at max_tokens={max_tokens}"
+    if finish_reason not in (None, "stop"):
+        return f"finish_reason {finish_reason}"
+    try:
+        return parse_document(text)
+    except FrontMatterError as exc:
+        return f"unparseable: {exc}"
+
+
 def write_document(meta: PageMeta, text: str) -> str:
     return meta.to_front_matter() + (text.strip("\n") + "\n" if text.strip() else "")
 

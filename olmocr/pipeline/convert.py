@@ -25,7 +25,7 @@ from PIL import Image
 from olmocr.config import runtime
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.steps import BuildMessages, Reject
-from olmocr.formats.frontmatter import FrontMatterError, PageMeta, parse_document
+from olmocr.formats.frontmatter import PageMeta, read_answer
 from olmocr.formats.pdf import PdfError, text_layer
 from olmocr.pipeline.client import ChatClient, Reply
 from olmocr.pipeline.server import Server
@@ -210,16 +210,7 @@ class PageConverter:
 
     def judge(self, reply: Reply) -> tuple[PageMeta, str] | str:
         """The answer's front matter and text, or why the attempt failed."""
-        if reply.error:
-            return reply.error
-        if reply.finish_reason == "length":
-            return f"cut off at max_tokens={self.max_tokens}"
-        if reply.finish_reason not in (None, "stop"):
-            return f"finish_reason {reply.finish_reason}"
-        try:
-            return parse_document(reply.text)
-        except FrontMatterError as exc:
-            return f"unparseable: {exc}"
+        return reply.error or read_answer(reply.text, reply.finish_reason, self.max_tokens)
 
     async def convert(self, sample: dict, fallback_path: str | None, data: bytes | None = None) -> PageResult:
         """``sample`` starts the steps (``pdf_path``, ``page``, and what the caller already knows of the

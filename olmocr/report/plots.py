@@ -1,8 +1,9 @@
 """python -m olmocr.report.plots run_dir=… — a training run's curves as PNG files, for people without wandb.
 
 Reads ``<run dir>/metrics.jsonl`` (SFT or GRPO) and writes ``<run dir>/plots/<panel>.png``: loss with
-the eval losses, learning rate, gradient norm, tokens/s; for GRPO also the mean of every reward, bench
-pass rates per test type, KL and completion length; for DPO the reward margin and accuracy. Panels with no data are not drawn. Each PNG carries
+the eval losses, learning rate, gradient norm, tokens/s; the held-out bench eval's overall and per-category
+scores, pages parsed, pass rates per test type and output length; for GRPO also the mean of every reward,
+the rollouts' bench pass rates per test type, KL and completion length; for DPO the reward margin and accuracy. Panels with no data are not drawn. Each PNG carries
 the series it shows (x and y of every line, read back from the figure) in its ``olmocr:series`` text
 chunk. Training writes them at the end of every run; this command draws them for any run dir, at any
 time (a run still going included).
@@ -26,12 +27,17 @@ PANELS = [
     ("grad_norm", "Gradient norm", "norm", ["train:train/grad_norm"]),
     ("tokens_per_s", "Throughput", "tokens/s", ["train:perf/tokens_per_s"]),
     ("rewards", "Rewards (mean per step)", "reward", ["train:train/rewards/*/mean", "train:train/reward"]),
+    ("completion_length", "Completion length", "tokens", ["train:train/completions/mean_length",
+                                                          "eval:eval/bench/output_tokens"]),
+    ("bench_eval", "Held-out bench: overall, per category, pages parsed", "share",
+     ["eval:eval/bench/overall", "eval:eval/bench/overall_score", "eval:eval/bench/category/*",
+      "eval:eval/bench/parsed"]),
+    # what is left of eval/bench/*: the held-out eval's type/<type>, GRPO's reward eval's <type>
     ("bench", "Bench pass rate per test type", "pass rate", ["train:train/bench/*", "eval:eval/bench/*"]),
     ("kl", "KL to the reference", "KL", ["train:train/kl"]),
     ("preference", "DPO: reward margin and accuracy", "value",
      ["train:train/rewards/margins", "train:train/rewards/accuracies", "eval:eval/rewards/margins",
       "eval:eval/rewards/accuracies"]),
-    ("completion_length", "Completion length", "tokens", ["train:train/completions/mean_length"]),
 ]
 
 

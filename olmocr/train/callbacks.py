@@ -91,6 +91,7 @@ class MetricsFile(Callback):
         self._write(trainer, "eval", metrics)
 
 
+@runtime("output_dir")
 class Plots(Callback):
     """The run's curves as PNG in ``<run dir>/plots`` when training ends (rank 0)."""
 
@@ -135,9 +136,9 @@ class Console(Callback):
             log.info("step %d/%d %s", trainer.state.step, trainer.stop_step, shown)
 
     def on_eval_end(self, trainer, metrics):
-        if trainer.rank == 0:
-            log.info("eval at step %d: %s", trainer.state.step,
-                     ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k.endswith("/loss")))
+        shown = [f"{k} {v:.4f}" for k, v in metrics.items() if k.endswith("/loss") or k == "eval/bench/overall"]
+        if trainer.rank == 0 and shown:
+            log.info("eval at step %d: %s", trainer.state.step, ", ".join(shown))
 
     def on_save(self, trainer, path):
         log.info("saved %s", path)

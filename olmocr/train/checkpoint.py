@@ -5,11 +5,13 @@ Layout of one checkpoint, written to a temporary name and renamed when complete:
     checkpoints/step_000040/
         model/                    save_pretrained output (full weights, or the LoRA adapter) + processor
         trainer_state.pt          optimizer, scheduler, step, data position, RNG states
+        best.json                 (trainer.keep_best) the best eval so far: metric, step, value
         deepspeed/                (strategy=deepspeed) the partitioned optimizer state, DeepSpeed format
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -19,8 +21,69 @@ import numpy as np
 import torch
 
 from olmocr.models.source import save_model
+from olmocr.utils.sync import BEST, MARKERS
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
+CHECKPOINT_DIR = re.compile(r"^(?:step_|checkpoint-)(\d+)$")  # ours, and the Hugging Face Trainer's
+
+
+def complete_checkpoints(root: str) -> dict[int, str]:
+    """Checkpoints under ``root`` whose trainer finished writing them (its marker is there), by step."""
+    found = {}
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            match = CHECKPOINT_DIR.match(name)
+            path = os.path.join(root, name)
+            if match and any(os.path.exists(os.path.join(path, marker)) for marker in MARKERS):
+                found[int(match.group(1))] = path
+    return found
+
+
+def prune(checkpoints: dict[int, str], keep_last: int | None, keep: int | None = None) -> None:
+    """Remove all but the newest ``keep_last`` checkpoints and the one of step ``keep`` (the best)."""
+    if keep_last is None:
+        return
+    for step in sorted(checkpoints)[:-keep_last]:
+        if step != keep:
+            shutil.rmtree(checkpoints[step], ignore_errors=True)
+
+
+class BestCheckpoint:
+    """The run's best eval by ``metric`` (``trainer.keep_best``: higher is better, lower for a loss). A new
+    best is saved at once and never pruned; every checkpoint carries the best known when it was written
+    (``best.json``), so the newest one names the run's best, also after a resume."""
+
+    def __init__(self, metric: str | None):
+        self.metric = metric
+        self.record: dict | None = None
+
+    @property
+    def step(self) -> int | None:
+        return self.record["step"] if self.record else None
+
+    def offer(self, step: int, metrics: dict) -> bool:
+        """Whether the eval of ``step`` is a new best (metrics without the metric: no)."""
+        if self.metric is None or self.metric not in metrics:
+            return False
+        value = float(metrics[self.metric])
+        lower = self.metric.endswith("loss")
+        if self.record is not None and not (value < self.record["value"] if lower else value > self.record["value"]):
+            return False
+        self.record = {"metric": self.metric, "step": step, "value": value}
+        return True
+
+    def write(self, folder: str) -> None:
+        if self.record is not None:
+            with open(os.path.join(folder, BEST), "w") as fh:
+                json.dump(self.record, fh)
+
+    def restore(self, checkpoint: str | None) -> None:
+        """The record of the checkpoint a run resumes from (one for another metric is not this run's best)."""
+        path = os.path.join(checkpoint, BEST) if checkpoint else ""
+        if self.metric and os.path.exists(path):
+            with open(path) as fh:
+                record = json.load(fh)
+            self.record = record if record.get("metric") == self.metric else None
 
 
 def model_dir(checkpoint: str) -> str:
@@ -51,21 +114,15 @@ def set_rng_state(state: dict) -> None:
 
 
 class CheckpointManager:
-    def __init__(self, root: str, keep_last: int | None = 3):
+    def __init__(self, root: str, keep_last: int | None = 3, best: BestCheckpoint | None = None):
         if keep_last is not None and keep_last < 1:
             raise ValueError(f"trainer.keep_last must be at least 1 (or null to keep all), got {keep_last}")
         self.root = root
         self.keep_last = keep_last
+        self.best = best or BestCheckpoint(None)
 
     def steps(self) -> list[int]:
-        if not os.path.isdir(self.root):
-            return []
-        found = []
-        for name in os.listdir(self.root):
-            match = STEP_DIR.match(name)
-            if match and os.path.exists(os.path.join(self.root, name, "trainer_state.pt")):
-                found.append(int(match.group(1)))
-        return sorted(found)
+        return sorted(complete_checkpoints(self.root))
 
     def path(self, step: int) -> str:
         return os.path.join(self.root, f"step_{step:06d}")
@@ -87,12 +144,11 @@ class CheckpointManager:
     def commit(self, step: int, model, processor, state: dict, model_state: dict | None = None) -> str:
         staging, final = self.staging(step), self.path(step)
         save_model(model, processor, os.path.join(staging, "model"), model_state)
+        self.best.write(staging)
         torch.save({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))
         shutil.rmtree(final, ignore_errors=True)
         os.rename(staging, final)
-        if self.keep_last is not None:
-            for old in self.steps()[: -self.keep_last]:
-                shutil.rmtree(self.path(old), ignore_errors=True)
+        prune({s: self.path(s) for s in self.steps()}, self.keep_last, self.best.step)
         return final
 
     @staticmethod

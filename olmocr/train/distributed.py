@@ -86,6 +86,8 @@ def shutdown() -> None:
 class Replicated:
     """One process, or DDP across several."""
 
+    shards_weights = False  # whether ranks must run forward passes together (generation included)
+
     def __init__(self, info: DistInfo, find_unused_parameters: bool = False):
         self.info = info
         self.find_unused_parameters = find_unused_parameters
@@ -132,6 +134,8 @@ class Replicated:
 
 class Sharded(Replicated):
     """FSDP2: every block the model lists in ``_no_split_modules`` is its own shard unit, then the root."""
+
+    shards_weights = True
 
     def __init__(self, info: DistInfo, reshard_after_forward: bool = True, precision: str = "fp32"):
         self.info = info

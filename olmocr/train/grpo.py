@@ -19,7 +19,7 @@ import os
 import trl
 from omegaconf import DictConfig
 
-from olmocr.train.hf import HFRecipe, KeepLoadedWeights
+from olmocr.train.hf import HFRecipe, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
 
@@ -89,7 +89,7 @@ def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = 
     return trl.GRPOConfig(**args)
 
 
-class GRPOTrainer(KeepLoadedWeights, trl.GRPOTrainer):
+class GRPOTrainer(RunCheckpoints, trl.GRPOTrainer):
     """trl's GRPO trainer, resuming with the weights our loader brought back."""
 
 

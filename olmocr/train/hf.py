@@ -12,14 +12,29 @@ from olmocr.train.recipe import Recipe
 log = logging.getLogger("olmocr.train")
 
 
-class KeepLoadedWeights:
+class RunCheckpoints:
     """For a Trainer subclass whose model came through our loader, checkpoint weights included (the
     Trainer's own reload misses checkpoints saved with transformers' key conversion, Qwen2.5-VL, and
     would silently keep the initial weights); optimizer, scheduler, RNG and data position are still
-    restored by the Trainer."""
+    restored by the Trainer. Checkpoints are kept as our own loop keeps them: each carries ``best.json``
+    (written before the Trainer's marker), and ``keep_last`` prunes all but the newest and the best."""
+
+    keep: tuple = (None, None)  # (keep_last, olmocr.train.checkpoint.BestCheckpoint), set by the recipe
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         pass
+
+    def _save_checkpoint(self, model, trial):
+        from olmocr.train.checkpoint import complete_checkpoints, prune
+
+        keep_last, best = self.keep
+        if self.args.should_save and best is not None:
+            folder = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            best.write(folder)
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            prune(complete_checkpoints(self.args.output_dir), keep_last, best.step if best else None)
 
 
 def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, use_cpu: bool,
@@ -37,7 +52,6 @@ def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, u
         dataloader_num_workers=t["num_workers"], deepspeed=deepspeed, torch_compile=t["compile"],
         ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
-        save_total_limit=t["keep_last"],
         eval_strategy="steps" if evaluate and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
         logging_steps=1, report_to=[], disable_tqdm=True, remove_unused_columns=False,
     )
@@ -48,9 +62,10 @@ class HFRecipe(Recipe):
     ``checkpoints/checkpoint-<step>/``."""
 
     def latest_checkpoint(self) -> str | None:
-        from transformers.trainer_utils import get_last_checkpoint
+        from olmocr.train.checkpoint import complete_checkpoints
 
-        return get_last_checkpoint(self.checkpoints_dir) if os.path.isdir(self.checkpoints_dir) else None
+        found = complete_checkpoints(self.checkpoints_dir)
+        return found[max(found)] if found else None
 
     def checkpoint_step(self, checkpoint: str) -> int:
         return int(os.path.basename(checkpoint).rsplit("-", 1)[1])  # checkpoint-<step>
@@ -78,16 +93,17 @@ class HFRecipe(Recipe):
     def fit(self, callbacks: list) -> dict:
         """Train (resuming from the newest checkpoint) with our console in place of the Trainer's printer."""
         from transformers import PrinterCallback
-        from transformers.trainer_utils import get_last_checkpoint
 
         from olmocr.train.trl_callbacks import HFTrainerBridge
 
-        trainer = self.trainer([HFTrainerBridge(callbacks, self.dist.device)])
+        bridge = HFTrainerBridge(callbacks, self.dist.device, self.bench_eval, self.best, self.settings.eval_interval)
+        trainer = self.trainer([bridge])
+        trainer.keep = (self.settings.keep_last, self.best)
+        bridge.trainer = trainer  # the bench eval decodes with GRPO's colocated vLLM engine where it runs one
         trainer.remove_callback(PrinterCallback)  # our console callback reports steps
         if self.resume_from:
             log.info("resuming from %s", self.resume_from)
         trainer.train(resume_from_checkpoint=self.resume_from)
         # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
-        out = trainer.args.output_dir
-        final = get_last_checkpoint(out) if os.path.isdir(out) else None
+        final = self.latest_checkpoint()
         return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "log": trainer.state.log_history}

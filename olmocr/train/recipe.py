@@ -69,12 +69,29 @@ def resume_point(latest: str | None, resume: bool, checkpoints: str) -> str | No
     return latest
 
 
+def check_keep_best(metric: str | None, eval_interval: int | None, bench_eval) -> None:
+    if metric is None:
+        return
+    if not eval_interval:
+        raise ValueError(f"trainer.keep_best={metric} needs evals: set trainer.eval_interval (or trainer.keep_best=null)")
+    if not metric.startswith("eval/"):
+        raise ValueError(f"trainer.keep_best: expected an eval metric (eval/bench/overall, eval/<name>/loss, …), "
+                         f"got {metric!r}")
+    if metric.startswith("eval/bench/"):
+        if bench_eval is None:
+            raise ValueError(f"trainer.keep_best={metric}: this run has no bench eval (eval.bench is null; "
+                             "eval=sample_bench or eval=olmocr_bench adds one, trainer.keep_best=null keeps none)")
+        if metric not in bench_eval.metric_names():
+            raise ValueError(f"trainer.keep_best: the bench eval logs no {metric}; it logs "
+                             f"{', '.join(bench_eval.metric_names())}")
+
+
 def build_callbacks(configured: DictConfig, run_config: dict, output_dir: str) -> list:
-    """The ``callbacks`` group's callbacks, then the ones every run has: metrics.jsonl and the plots."""
-    from olmocr.train.callbacks import MetricsFile, Plots
+    """The configured callbacks, then the one every run has: metrics.jsonl."""
+    from olmocr.train.callbacks import MetricsFile
 
     built = [build(c, run_config=run_config, output_dir=output_dir) for c in configured.values() if c is not None]
-    return [*built, MetricsFile(output_dir), Plots(output_dir)]
+    return [*built, MetricsFile(output_dir)]
 
 
 class Recipe:
@@ -87,20 +104,27 @@ class Recipe:
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         self.settings = OmegaConf.to_object(cfg.trainer)  # olmocr.train.schema.TrainerConfig
         self.checkpoints_dir = os.path.join(output_dir, "checkpoints")
+        self.bench_eval = None
 
     def run(self) -> dict:
         from olmocr.models.tuning import trainable_summary
+        from olmocr.train.checkpoint import BestCheckpoint
         from olmocr.train.distributed import init_distributed, shutdown
         from olmocr.utils.runinfo import write_run_info
 
         self.dist = init_distributed(self.settings.device)
         self.check()
+        if self.cfg.eval.bench is not None and self.settings.eval_interval:
+            self.bench_eval = build(self.cfg.eval.bench, output_dir=self.output_dir).load()
+        check_keep_best(self.settings.keep_best, self.settings.eval_interval, self.bench_eval)
+        self.best = BestCheckpoint(self.settings.keep_best)
         seed_everything(self.cfg.seed + self.dist.rank)
         self.source = build(self.cfg.model)
         self.before_loading()
         if self.dist.rank == 0:
             write_run_info(self.output_dir)
         self.resume_from = resume_point(self.latest_checkpoint(), self.settings.resume, self.checkpoints_dir)
+        self.best.restore(self.resume_from)
         finished = self.finished_at()
         if finished is not None:
             log.info("%s already reached step %d, where this run stops: nothing to train", self.resume_from, finished)
@@ -115,6 +139,9 @@ class Recipe:
                  trainable / 1e6, total / 1e6, len(self.train_data), self.unit, self.length.total, self.per_step)
         callbacks = build_callbacks(self.cfg.callbacks, self.resolved, self.output_dir)
         result = self.fit(callbacks)
+        if self.dist.rank == 0:
+            result["best"] = self.best.record
+            self.write_summary(result)
         shutdown()
         return {**result, "total_steps": self.length.total}
 
@@ -171,6 +198,20 @@ class Recipe:
             return None
         step = self.checkpoint_step(self.resume_from)
         return step if step >= min(int(d.value) for d in durations) else None
+
+    def write_summary(self, result: dict) -> None:
+        """run_info.json with the best checkpoint's step and score; the bench eval's HTML report of that step
+        (of the best bench eval when keep_best follows another metric)."""
+        from olmocr.utils.runinfo import write_run_info
+
+        report = None
+        if self.bench_eval is not None:
+            metric = self.best.metric or ""
+            report = self.bench_eval.write_report(self.best.step if metric.startswith("eval/bench/") else None)
+        if self.best.record:
+            log.info("best checkpoint: step %d, %s %.4f", self.best.step, self.best.metric, self.best.record["value"])
+        write_run_info(self.output_dir, summary={"step": result["state"]["step"], "best": self.best.record,
+                                                 "bench_report": report})
 
     def optimizer_and_scheduler(self, model):
         optimizer = build(self.cfg.optimizer, model=model)

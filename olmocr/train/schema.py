@@ -100,6 +100,9 @@ class TrainerConfig:
     eval_max_batches: int | None = None
     save_interval: int | None = 500
     keep_last: int | None = 3
+    # An eval metric (eval/bench/overall, eval/<name>/loss, …): its best checkpoint is saved when reached and
+    # kept besides the newest keep_last ones; null: none kept for its score.
+    keep_best: str | None = None
     num_workers: int = 0
     activation_checkpointing: bool = False
     compile: bool = False
@@ -113,6 +116,13 @@ class TrainerConfig:
 
 
 @dataclass
+class EvalConfig:
+    # Held-out bench scores at every trainer.eval_interval (olmocr.train.bench_eval.BenchEval, conf/eval/);
+    # null: none.
+    bench: Any = None
+
+
+@dataclass
 class TrainConfig(StageConfig):
     algo: Any = MISSING  # SFTAlgoConfig, GRPOAlgoConfig or DPOAlgoConfig, by the algo group
     model: Any = MISSING
@@ -122,6 +132,7 @@ class TrainConfig(StageConfig):
     optimizer: Any = MISSING
     scheduler: Any = MISSING
     callbacks: dict[str, Any] = field(default_factory=dict)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     run_name: str = "tiny_sft"

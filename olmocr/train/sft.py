@@ -27,7 +27,7 @@ class SFT(Recipe):
     def latest_checkpoint(self) -> str | None:
         from olmocr.train.checkpoint import CheckpointManager
 
-        self.checkpoints = CheckpointManager(self.checkpoints_dir, self.settings.keep_last)
+        self.checkpoints = CheckpointManager(self.checkpoints_dir, self.settings.keep_last, self.best)
         return self.checkpoints.latest()
 
     def checkpoint_step(self, checkpoint: str) -> int:
@@ -80,7 +80,7 @@ class SFT(Recipe):
         trainer = Trainer(model, self.processor, optimizer, scheduler, self.train_data, self.eval_data,
                           Collator(self.processor.tokenizer.pad_token_id), self.checkpoints, callbacks, t,
                           stop_step=self.length.stop, seed=self.cfg.seed, dist=self.dist, resume_from=self.resume_from,
-                          strategy=strategy)
+                          strategy=strategy, bench_eval=self.bench_eval)
         state = trainer.fit()
         rejected = dict(self.report.file_counts())
         if rejected:

@@ -35,7 +35,8 @@ class Trainer:
 
     def __init__(self, model, processor, optimizer, scheduler, train_data, eval_data: dict, collator,
                  checkpoints: CheckpointManager, callbacks: list, settings: TrainerConfig, *, stop_step: int,
-                 seed: int, dist: DistInfo | None = None, resume_from: str | None = None, strategy=None):
+                 seed: int, dist: DistInfo | None = None, resume_from: str | None = None, strategy=None,
+                 bench_eval=None):
         self.model, self.processor = model, processor
         self.optimizer, self.scheduler = optimizer, scheduler
         self.train_data, self.eval_data, self.collator = train_data, eval_data, collator
@@ -46,6 +47,7 @@ class Trainer:
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp32": None}[settings.precision]
         self.resume_from = resume_from
         self.strategy = strategy or Replicated(dist)
+        self.bench_eval = bench_eval  # olmocr.train.bench_eval.BenchEval, or None
         self.state = TrainState()
         self.data_wait = 0.0
         self._clock = (time.perf_counter(), 0.0)
@@ -60,9 +62,9 @@ class Trainer:
             window = next(windows)
             metrics = self.train_step(window)
             self._emit("on_step_end", metrics)
-            if self._due(self.settings.eval_interval):
-                self.evaluate()
-            if self._due(self.settings.save_interval) or self.state.step == self.stop_step:
+            evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
+            new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
+            if new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step:
                 self.save()
         self._emit("on_fit_end")
         return self.state
@@ -124,6 +126,10 @@ class Trainer:
             tokens = self._global_sum(tokens)
             metrics[f"eval/{name}/loss"] = self._global_sum(loss).item() / max(tokens, 1)
             metrics[f"eval/{name}/tokens"] = tokens
+        if self.bench_eval is not None:
+            decoder = self.bench_eval.decoder(self.model, self.processor, self.device, autocast_dtype=self.autocast_dtype,
+                                              synced=self.strategy.shards_weights)
+            metrics.update(self.bench_eval.evaluate(decoder, self.state.step, self.rank, self.world_size))
         self._emit("on_eval_end", metrics)
         return metrics
 

@@ -13,11 +13,15 @@ from olmocr.train.callbacks import Callback
 
 class HFTrainerBridge(TrainerCallback):
     """Runs our callbacks inside a Hugging Face Trainer (trl's GRPO): each training log is a step's
-    metrics (``train/<name>``), each eval log an eval's (``eval/<name>``). Also makes the last step save
-    a checkpoint, as our own loop does."""
+    metrics (``train/<name>``), each eval log an eval's (``eval/<name>``). Runs the bench eval every
+    ``eval_interval`` steps, before the Trainer's own eval and save of the step; an eval that is the best
+    by ``trainer.keep_best`` saves the step. Also makes the last step save a checkpoint, as our own loop does."""
 
-    def __init__(self, callbacks: list[Callback], device: torch.device):
+    def __init__(self, callbacks: list[Callback], device: torch.device, bench_eval=None, best=None,
+                 eval_interval: int | None = None):
         self.callbacks = callbacks
+        self.bench_eval, self.best, self.eval_interval = bench_eval, best, eval_interval
+        self.trainer = None  # the Hugging Face trainer, once built (GRPO's vLLM engine lives there)
         # What our callbacks read from a trainer.
         self.view = types.SimpleNamespace(state=types.SimpleNamespace(step=0), stop_step=0, rank=0, device=device)
 
@@ -29,15 +33,31 @@ class HFTrainerBridge(TrainerCallback):
         self.view.state.step, self.view.stop_step, self.view.rank = state.global_step, state.max_steps, args.process_index
         self._call("on_fit_start")
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if state.global_step >= state.max_steps and args.save_strategy != "no":
+            control.should_save = True
+        if self.bench_eval is not None and self.eval_interval and state.global_step % self.eval_interval == 0:
+            self.view.state.step = state.global_step
+            decoder = self.bench_eval.decoder(model, processing_class, self.view.device,
+                                              autocast_dtype=torch.bfloat16 if args.bf16 else None, trainer=self.trainer)
+            training = model.training
+            model.eval()
+            metrics = self.bench_eval.evaluate(decoder, state.global_step, args.process_index, args.world_size)
+            model.train(training)
+            self._eval_end(state.global_step, metrics, control)
+
+    def _eval_end(self, step: int, metrics: dict, control) -> None:
+        self._call("on_eval_end", metrics)
+        if self.best is not None and self.best.offer(step, metrics):
             control.should_save = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         self.view.state.step = state.global_step
         numbers = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
         if any(key.startswith("eval_") for key in numbers):
-            self._call("on_eval_end", {f"eval/{k[5:]}": v for k, v in numbers.items() if k.startswith("eval_")})
+            # logged inside the Trainer's eval, which its save of the step follows
+            self._eval_end(state.global_step, {f"eval/{k[5:]}": v for k, v in numbers.items() if k.startswith("eval_")},
+                           control)
         elif "loss" in numbers:
             self._call("on_step_end", {_metric_name(k): v for k, v in numbers.items()})
 

@@ -25,6 +25,8 @@ import time
 from olmocr.utils.io import filesystem
 
 MARKERS = ("trainer_state.pt", "trainer_state.json")
+# In every checkpoint: the run's best eval when it was written (metric, step, value; trainer.keep_best).
+BEST = "best.json"
 CHECKPOINTS = "checkpoints"
 
 

@@ -1,0 +1,149 @@
+"""Held-out bench scores inside training: the pages chosen, the figures equal to olmocr.bench on the saved
+outputs and to pipeline.bench + olmocr.bench on the saved weights, the best checkpoint kept and released.
+(Exact resume with bench evals: tests/test_train.py; two processes: the gloo test there; GRPO: test_grpo.py.)"""
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import SAMPLE, write_pdf
+from olmocr.config import compose
+
+
+def bench_folder(root, categories: dict[str, int]) -> str:
+    """A bench folder with ``n`` one-page PDFs per category (test file), one present test each."""
+    os.makedirs(os.path.join(root, "pdfs"), exist_ok=True)
+    for category, n in categories.items():
+        with open(os.path.join(root, f"{category}.jsonl"), "w") as fh:
+            for i in range(n):
+                write_pdf(os.path.join(root, "pdfs", f"{category}_{i}.pdf"), [f"Page {i} of {category}"])
+                fh.write(json.dumps({"pdf": f"{category}_{i}.pdf", "page": 1, "id": f"{category}_{i}", "type": "present",
+                                     "text": f"Page {i}"}) + "\n")
+    return str(root)
+
+
+PLOTS = "{_target_:olmocr.train.callbacks.Plots}"
+
+
+def check_plots(out: str, rows: list[dict]) -> None:
+    """The SFT run's curves: loss with the eval losses, lr; the held-out bench eval's overall, per category and
+    pages parsed; per test type; output length. What each PNG draws is the run's metrics."""
+    from test_reports import expected, figure_series
+
+    plots = os.path.join(out, "plots")
+    assert {"loss.png", "lr.png", "grad_norm.png", "tokens_per_s.png"} <= set(os.listdir(plots))
+    assert not os.path.exists(os.path.join(plots, "rewards.png"))  # no GRPO panels for SFT
+    loss = figure_series(os.path.join(plots, "loss.png"))
+    assert loss["train/loss"] == expected(rows, "train", "train/loss") and len(loss["train/loss"][0]) == 4
+    assert loss["eval/synth/loss"] == expected(rows, "eval", "eval/synth/loss")
+    assert figure_series(os.path.join(plots, "lr.png"))["train/lr"] == expected(rows, "train", "train/lr")
+    held_out = figure_series(os.path.join(plots, "bench_eval.png"))
+    assert {"eval/bench/overall", "eval/bench/category/synth", "eval/bench/parsed"} <= set(held_out)
+    assert all(held_out[k] == expected(rows, "eval", k) and held_out[k][0] == [2, 4] for k in held_out)
+    types = figure_series(os.path.join(plots, "bench.png"))
+    assert {"eval/bench/type/present", "eval/bench/type/absent"} <= set(types)
+    assert all(types[k] == expected(rows, "eval", k) for k in types)
+    length = figure_series(os.path.join(plots, "completion_length.png"))
+    assert length["eval/bench/output_tokens"] == expected(rows, "eval", "eval/bench/output_tokens")
+
+
+def score(candidates, out) -> dict:
+    from olmocr.bench.__main__ import run
+
+    os.makedirs(out)
+    return run(compose("bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", "html=false"]), str(out))
+
+
+def bench_eval(root, tmp_path, **kwargs):
+    from olmocr.config import build
+
+    cfg = compose("train", [f"eval.bench.root={root}", *(f"eval.bench.{k}={v}" for k, v in kwargs.items())])
+    return build(cfg.eval.bench, output_dir=str(tmp_path)).load()
+
+
+def test_a_fixed_sample_spread_over_every_category_and_errors_in_one_line(tmp_path):
+    from olmocr.train.recipe import check_keep_best
+
+    root = bench_folder(tmp_path / "bench", {"tables": 6, "math": 1, "scans": 3})
+    chosen = bench_eval(root, tmp_path, count=4, seed=3)
+    assert len(chosen.pages) == 4 and {pdf.split("_")[0] for pdf, _ in chosen.pages} == {"tables", "math", "scans"}
+    assert bench_eval(root, tmp_path, count=4, seed=3).pages == chosen.pages  # fixed
+    assert {(t.pdf, t.page) for _, t in chosen.bench.tests} == set(chosen.pages)  # only the sampled pages are scored
+    assert len(bench_eval(root, tmp_path, count="null").pages) == 10
+    assert "eval/bench/category/math" in chosen.metric_names() and "eval/bench/type/present" in chosen.metric_names()
+    with pytest.raises(ValueError, match=r"^eval.bench.root: .*nowhere is not a folder"):
+        bench_eval(tmp_path / "nowhere", tmp_path)
+    with pytest.raises(ValueError, match="eval.bench.count: must be at least 1"):
+        bench_eval(root, tmp_path, count=0)
+    with pytest.raises(ValueError, match="the bench eval logs no eval/bench/category/tabels; it logs .*category/tables"):
+        check_keep_best("eval/bench/category/tabels", 10, chosen)
+    with pytest.raises(ValueError, match="this run has no bench eval"):
+        check_keep_best("eval/bench/overall", 10, None)
+    with pytest.raises(ValueError, match="needs evals: set trainer.eval_interval"):
+        check_keep_best("eval/bench/overall", None, chosen)
+
+
+@pytest.mark.slow
+def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoint_is_kept_and_released(tmp_path,
+                                                                                                         cache_dir):
+    from olmocr.prepare import run as prepare
+    from test_pipeline_ocr import stage
+    from test_train import train
+
+    result, out = train(tmp_path, ["trainer.max_duration.value=4", "trainer.eval_interval=2", "trainer.save_interval=1",
+                                   "trainer.keep_last=1", "trainer.keep_best=eval/bench/overall",
+                                   "eval.bench.fallback=true", f"callbacks.plots={PLOTS}"])
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    check_plots(out, rows)
+    evals = {r["step"]: r for r in rows if r["kind"] == "eval"}
+    assert sorted(evals) == [2, 4]
+    tests = sum(1 for _ in open(f"{SAMPLE}/eval/synth.jsonl"))
+    for step, row in evals.items():
+        assert {"eval/bench/overall", "eval/bench/overall_score", "eval/bench/category/synth", "eval/bench/parsed",
+                "eval/bench/output_tokens", "eval/bench/type/present", "eval/bench/type/absent"} <= set(row)
+        # The saved outputs, scored by olmocr.bench: the same figures.
+        candidates = os.path.join(out, "bench_eval", f"step_{step:06d}", "candidates")
+        summary = score(candidates, tmp_path / f"score_{step}")
+        assert summary["tests"] == tests and summary["missing_pages"] == []
+        assert row["eval/bench/overall"] == summary["overall"]
+        assert all(row[f"eval/bench/type/{t}"] == v["pass_rate"] for t, v in summary["types"].items())
+    # Steps 1-4 saved, keep_last=1: the newest, and the best (the first eval: the later one is no better).
+    best = json.load(open(os.path.join(out, "checkpoints", "step_000004", "best.json")))
+    assert best["step"] == 2 and best["value"] == evals[2]["eval/bench/overall"]
+    assert sorted(os.listdir(os.path.join(out, "checkpoints"))) == ["step_000002", "step_000004"]
+    assert json.load(open(os.path.join(out, "run_info.json")))["summary"]["best"] == best
+    assert os.path.getsize(os.path.join(out, "bench_eval", "report.html")) > 1000
+    os.makedirs(tmp_path / "prepare")
+    record = prepare(compose("prepare", [f"sources=[{out}]", f"output={tmp_path}/best", "step=best"]),
+                     str(tmp_path / "prepare"))
+    assert record["sources"][0]["step"] == 2
+    with pytest.raises(ValueError, match="step: expected a step number, best or null"):
+        prepare(compose("prepare", [f"sources=[{out}]", f"output={tmp_path}/x", "step=worst"]), str(tmp_path / "p2"))
+
+    # pipeline.bench at temperature 0 on the step-4 weights, pages rendered as the eval rendered them, each page
+    # twice: the eval's outputs, byte for byte, and so its figures.
+    candidates = tmp_path / "candidates"
+    args = [f"candidates={candidates}", "model=olmocr2_7b", "model.dtype=float32", "model.image_min_pixels=3136",
+            "model.image_max_pixels=65536", f"model.name_or_path={out}/checkpoints/step_000004/model",
+            "convert.temperatures=[0]", "convert.max_tokens=48", "convert.steps.render.longest_side=256", "repeats=2",
+            "progress=false", f"hydra.run.dir={tmp_path}/convert"]
+    code, log = stage("olmocr.pipeline.bench", args, tmp_path)
+    assert code == 0, log
+    pdfs = sorted(os.path.basename(p)[:-4] for p in glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
+    assert sorted(os.listdir(candidates)) == sorted(f"{p}_pg1_repeat{r}.md" for p in pdfs for r in (1, 2))
+    ours = os.path.join(out, "bench_eval", "step_000004", "candidates")
+    for name in os.listdir(ours):
+        expected = open(os.path.join(ours, name), encoding="utf-8").read()
+        for repeat in (1, 2):
+            assert open(candidates / name.replace("_repeat1", f"_repeat{repeat}"), encoding="utf-8").read() == expected
+    summary = score(candidates, tmp_path / "score_pipeline")
+    assert summary["overall"] == evals[4]["eval/bench/overall"]
+    # Run again: every file is there, nothing is converted and no server is started.
+    code, log = stage("olmocr.pipeline.bench", [*args[:-1], f"hydra.run.dir={tmp_path}/again"], tmp_path)
+    assert code == 0, log
+    again = json.load(open(tmp_path / "again" / "run_info.json"))["summary"]
+    assert (again["kept"], again["written"]) == (16, 0) and not (tmp_path / "again" / "server.log").exists()
+    shutil.rmtree(tmp_path / "best")
