@@ -5,9 +5,18 @@ import shutil
 import sys
 
 import pytest
-import torch
 
-from olmocr.config import CONF_DIR, PROJECT_ROOT
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+# One share of the cores per xdist worker, set before torch starts its thread pool and inherited by every
+# subprocess a test starts: two workers each running torch on every core fight over them (measured on 2
+# cores: test_train + test_grpo took 225 s with 2 threads per worker, 125 s with 1).
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, CORES // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+import torch  # noqa: E402
+
+from olmocr.config import CONF_DIR, PROJECT_ROOT  # noqa: E402
 
 SAMPLE = os.path.join(PROJECT_ROOT, "data", "sample")
 # DeepSpeed's CPU communication op, built into the venv by scripts/setup.sh --dev (else on first use).
@@ -16,7 +25,7 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_ex
 # other CPUs and libraries agree to well within 2e-3). A run stopped early with trainer.hard_stop.value
 # keeps the schedule of its 30 steps, and so these losses.
 STORED_RUN = ["data.steps.render.longest_side=256", "trainer.eval_interval=null", "trainer.batch_size=2",
-              "trainer.max_duration.value=30"]
+              "trainer.max_duration.value=30", "callbacks.plots=null"]
 
 
 def stored_losses() -> dict[int, float]:
@@ -24,6 +33,15 @@ def stored_losses() -> dict[int, float]:
 
     with open(os.path.join(os.path.dirname(__file__), "expected", "tiny_sft_losses.json")) as fh:
         return {int(step): loss for step, loss in json.load(fh).items()}
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: a worker more than there are cores. The tests spend a good part of their time waiting on the
+    processes and servers they start (2 cores, two workers: 163% CPU and 676 s; three workers: 178% and 585 s).
+    PYTEST_XDIST_AUTO_NUM_WORKERS still sets the number."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return CORES + 1
 
 
 def pytest_collection_modifyitems(config, items):

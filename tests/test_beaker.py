@@ -290,7 +290,7 @@ def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
                                    "hydra.launcher.preemptible=false", f"hydra.launcher.result_path={tmp_path / 'results'}",
                                    "trainer.max_duration.value=2", "trainer.eval_interval=null",
-                                   "trainer.save_interval=2", "data.steps.render.longest_side=256"],
+                                   "trainer.save_interval=2", "data.steps.render.longest_side=256", "callbacks.plots=null"],
            module="olmocr.train")
     (spec,) = specs(tmp_path).values()
     command = spec["tasks"][0]["command"]

@@ -42,7 +42,7 @@ def lora_run(tmp_path_factory, cache_dir):
 
     out = str(tmp_path_factory.mktemp("lora") / "run")
     run(compose("train", ["finetune=lora", "optimizer.lr=1e-2", "trainer.max_duration.value=2",
-                          "trainer.save_interval=null", "trainer.eval_interval=null",
+                          "trainer.save_interval=null", "trainer.eval_interval=null", "callbacks.plots=null",
                           "data.steps.render.longest_side=256"]), out)
     return out
 

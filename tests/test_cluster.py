@@ -100,7 +100,8 @@ def test_two_task_job_trains_through_submitits_local_executor(tmp_path, cache_di
     """The SLURM job path without a scheduler: two tasks join one torch.distributed group from the job's
     environment and train data-parallel (each step sees both ranks' samples)."""
     proc = stage(["cluster=submitit_local", "hydra.launcher.tasks_per_node=2", "trainer.max_duration.value=3",
-                  "trainer.eval_interval=null", "trainer.save_interval=3", "data.steps.render.longest_side=256"],
+                  "trainer.eval_interval=null", "trainer.save_interval=3", "data.steps.render.longest_side=256",
+                  "callbacks.plots=null"],
                  tmp_path, module="olmocr.train", env={"OLMOCR_CACHE": cache_dir}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = [d for d in os.listdir(tmp_path / "sweep") if not d.startswith(".") and d != "multirun.yaml"]

@@ -16,7 +16,7 @@ from olmocr.config import PROJECT_ROOT
 
 
 # Smaller than the script's defaults: every stage still runs on real pages, for fewer of them and fewer steps.
-SIZES = {"TRAIN_PAGES": 12, "BENCH_PAGES": 4, "SFT_STEPS": 16, "GRPO_STEPS": 2, "COMPARE_PAGES": 2}
+SIZES = {"TRAIN_PAGES": 8, "BENCH_PAGES": 3, "SFT_STEPS": 8, "GRPO_STEPS": 2, "COMPARE_PAGES": 2}
 
 
 def factory(out) -> subprocess.CompletedProcess:

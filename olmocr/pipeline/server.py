@@ -9,6 +9,7 @@ outright (SIGKILL runs no cleanup). Its output goes to a log file whose path eve
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -255,13 +256,20 @@ class TransformersServer(ManagedServer):
         return self.source.path
 
     def start(self, log_path: str) -> None:
-        from transformers import AutoTokenizer
-
         # transformers serve keeps special tokens in Qwen-family answers (its response parser reads the
         # raw decode): a sampled <|image_pad|> would reach Dolma text and, in a DPO pair, become an
         # image placeholder with no image behind it. Read once the server has loaded the model, so a
-        # folder that is no model fails with the server's own error.
-        super().start(log_path)
+        # folder that is no model fails with the server's own error; transformers (seconds to import) is
+        # imported meanwhile, while the server loads, rather than before it starts.
+        importing = threading.Thread(target=importlib.import_module,
+                                     args=("transformers.models.auto.tokenization_auto",), daemon=True)
+        importing.start()
+        try:
+            super().start(log_path)
+        finally:
+            importing.join()
+        from transformers import AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(self.source.path)
         self.special_tokens = tuple(sorted({t for t in tokenizer.all_special_tokens if t}, key=len, reverse=True))
 

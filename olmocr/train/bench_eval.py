@@ -9,7 +9,8 @@ that parses gets its text layer, as the pipeline's fallback gives it. So the fig
 weights and pages, and ``eval/bench/parsed`` says how many pages the model read itself.
 
 Each eval writes ``<run>/bench_eval/step_N/``: the outputs as bench candidates (``candidates/``), what
-happened to every page (``pages.jsonl``) and the bench's ``results.json`` and ``report.md``. Under data
+happened to every page (``pages.jsonl``: parsed or why not, output tokens, and what the model wrote
+where the text layer took its place) and the bench's ``results.json`` and ``report.md``. Under data
 parallelism every rank decodes a share of the pages; rank 0 gathers, writes and scores them, and every
 rank gets the figures (a save decided on them is a collective). The training RNG streams are left as
 they were, so a resumed run trains exactly as an uninterrupted one.
@@ -301,7 +302,8 @@ class BenchEval:
             if not self.text_layer:
                 return {"pdf": pdf, "page": page, "text": answer.text, "parsed": False, "outcome": judged,
                         "output_tokens": answer.tokens}
-            return self.fallback(pdf, page, judged, answer.tokens)
+            # The candidate is the text layer; what the model wrote stays in pages.jsonl, to look at.
+            return {**self.fallback(pdf, page, judged, answer.tokens), "answer": answer.text}
         return {"pdf": pdf, "page": page, "text": judged[1], "parsed": True, "outcome": "ok",
                 "output_tokens": answer.tokens}
 

@@ -23,7 +23,7 @@ POLL_S = 0.5
 
 
 def session_members() -> list[int]:
-    """The other processes of this session (read from /proc; this process's group elsewhere)."""
+    """The other live processes of this session (read from /proc; this process's group elsewhere)."""
     sid, me = os.getsid(0), os.getpid()
     if not os.path.isdir("/proc"):
         return []
@@ -36,7 +36,8 @@ def session_members() -> list[int]:
                 fields = fh.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
         except OSError:
             continue  # gone meanwhile
-        if int(fields[3]) == sid:  # state, ppid, pgrp, session
+        # state, ppid, pgrp, session; a zombie has ended (only its exit status is left for its parent to read)
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
             members.append(int(entry))
     return members
 
