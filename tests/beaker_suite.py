@@ -4,16 +4,17 @@ follows it and reads its result back.
 
 Run by tests/test_beaker_suite.py in a fresh process: the suites assume no Hydra app in the process
 has chosen a version_base yet, which other tests of a session do (Hydra's BasicLauncher fails them
-too after such a test)."""
+too after such a test). It runs in a temporary folder of the parent test, where its results go."""
 
-import tempfile
+import os
 
 import pytest
 from hydra.test_utils.launcher_common_tests import BatchedSweeperTestSuite, LauncherTestSuite
 
 from test_beaker import FakeBeaker
 
-RESULTS = tempfile.mkdtemp(prefix="beaker-results-")
+RESULTS = os.path.abspath("beaker-results")
+os.makedirs(RESULTS, exist_ok=True)
 OVERRIDES = ["hydra.launcher.workspace=ai2/olmocr", "hydra.launcher.budget=ai2/oe-base",
              "hydra.launcher.image=me/olmocr", "hydra.launcher.require_clean_git=false", "hydra.launcher.follow=true",
              f"hydra.launcher.result_path={RESULTS}"]

@@ -56,6 +56,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def temp_under_basetemp(tmp_path_factory):
+    """Temporary files of the tests and of the processes they start (torchrun's log dirs, wandb's staging) go
+    under pytest's base temp, which pytest prunes, instead of staying in /tmp after every run."""
+    import tempfile
+
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    tempfile.tempdir = None  # gettempdir() caches its first answer
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> str:
     """One model/index cache for the session, isolated from the user's ~/.cache/olmocr."""
