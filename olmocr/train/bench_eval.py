@@ -85,8 +85,8 @@ class TransformersDecoder:
         inputs = self.processor(text=texts, images=[s["image"] for s in samples], padding=True, padding_side="left",
                                 return_tensors="pt").to(self.device)
         autocast = torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None)
-        # Eagerly: blocks compiled for training steps would recompile for every shape of a no-grad, cached,
-        # token-at-a-time decode until dynamo's recompile limit, and then run eagerly anyway.
+        # Eagerly (also under trl's trainers): a compiled model would recompile for every shape of a no-grad,
+        # cached, token-at-a-time decode until dynamo's recompile limit, and then run eagerly anyway.
         with torch.no_grad(), autocast, torch.compiler.set_stance("force_eager"):
             out = self.model.generate(**inputs, generation_config=self.config, synced_gpus=self.synced)
         answers = []

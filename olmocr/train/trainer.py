@@ -109,7 +109,11 @@ class Trainer:
         self.scheduler.step()
         return grad_norm
 
+    # Eagerly: with trainer.compile, every no-grad shape of an eval batch (Qwen2.5-VL's vision blocks specialise
+    # on the number of images) would compile the blocks again, up to dynamo's recompile limit, for graphs
+    # that run once per eval_interval.
     @torch.no_grad()
+    @torch.compiler.set_stance("force_eager")
     def evaluate(self) -> dict:
         self.model.eval()
         metrics = {}
