@@ -86,6 +86,22 @@ def test_a_fixed_sample_spread_over_every_category_and_errors_in_one_line(tmp_pa
         check_keep_best("eval/bench/overall", None, chosen)
 
 
+def test_the_report_shows_the_first_eval_to_reach_the_best_score(tmp_path, caplog):
+    """As keep_best keeps it: a later eval that only ties is not the best."""
+    root = bench_folder(tmp_path / "bench", {"tables": 2})
+    evaluator = bench_eval(root, tmp_path)
+    answers = {2: ["Page 0", "nothing"], 4: ["Page 0", "Page 1"], 6: ["Page 0", "Page 1"]}
+    overall = {}
+    for step, texts in answers.items():
+        results = [{"pdf": pdf, "page": page, "text": text, "parsed": True, "outcome": "ok", "output_tokens": 3}
+                   for (pdf, page), text in zip(evaluator.pages, texts)]
+        overall[step] = evaluator.write_and_score(step, results, 1.0)["eval/bench/overall"]
+    assert overall[2] < overall[4] == overall[6] == 1.0
+    with caplog.at_level("INFO", logger="olmocr.train"):
+        path = evaluator.write_report()
+    assert "report of step 4 (overall 100.0%)" in caplog.text and os.path.getsize(path) > 1000
+
+
 @pytest.mark.slow
 def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoint_is_kept_and_released(tmp_path,
                                                                                                          cache_dir):

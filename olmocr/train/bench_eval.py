@@ -371,7 +371,7 @@ class BenchEval:
         if not scores:
             return None
         if step is None or step not in scores:
-            step = max(scores, key=lambda s: (scores[s], s))
+            step = max(scores, key=lambda s: (scores[s], -s))  # the first to reach it, as keep_best keeps
         candidates = os.path.join(self.dir, STEP_DIR.format(step), "candidates")
         tests = run_tests(self.bench, candidates)
         path = write_html(os.path.join(self.dir, "report.html"), self.root,
