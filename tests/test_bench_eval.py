@@ -102,6 +102,29 @@ def test_the_report_shows_the_first_eval_to_reach_the_best_score(tmp_path, caplo
     assert "report of step 4 (overall 100.0%)" in caplog.text and os.path.getsize(path) > 1000
 
 
+def test_pages_that_cannot_be_read_at_an_eval_are_scored_listed_and_said(tmp_path, caplog):
+    """A storage brownout mid-run (or a PDF damaged since the start): the eval goes on, the page counts as its
+    text layer, pages.jsonl says why, and one warning names how many."""
+    from olmocr.formats.frontmatter import PageMeta, write_document
+    from olmocr.train.bench_eval import Answer
+
+    root = bench_folder(tmp_path / "bench", {"tables": 3})
+    evaluator = bench_eval(root, tmp_path)
+    os.remove(os.path.join(root, "pdfs", "tables_1.pdf"))
+    with open(os.path.join(root, "pdfs", "tables_2.pdf"), "w") as fh:
+        fh.write("truncated")
+    answer = Answer(write_document(PageMeta(), "Page 0"), "stop", 3)
+    results = evaluator.decode(lambda samples: [answer for _ in samples], evaluator.pages, 1)
+    with caplog.at_level("INFO", logger="olmocr.train"):
+        metrics = evaluator.write_and_score(7, results, 1.0)
+    assert metrics["eval/bench/type/present"] == 1 / 3  # the page that was read
+    pages = {p["pdf"]: p for p in map(json.loads, open(tmp_path / "bench_eval" / "step_000007" / "pages.jsonl"))}
+    assert pages["tables_0.pdf"]["outcome"] == "ok"
+    assert pages["tables_1.pdf"]["outcome"].startswith("not rendered: missing_pdf")
+    assert pages["tables_2.pdf"]["outcome"].startswith("not rendered: unreadable_pdf")
+    assert "bench eval at step 7: 2 of 3 pages could not be rendered" in caplog.text
+
+
 @pytest.mark.slow
 def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoint_is_kept_and_released(tmp_path,
                                                                                                          cache_dir):

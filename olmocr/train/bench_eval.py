@@ -35,6 +35,7 @@ log = logging.getLogger("olmocr.train")
 
 ENGINES = ("auto", "transformers", "vllm")
 STEP_DIR = "step_{:06d}"
+UNRENDERED = "not rendered: "  # the outcome of a page whose PDF could not be read at eval time
 
 
 @dataclass
@@ -268,7 +269,7 @@ class BenchEval:
             try:
                 sample = self.pipeline({"pdf_path": path, "page": page})
             except Reject as exc:
-                results.append(self.fallback(pdf, page, f"not rendered: {exc}", 0))
+                results.append(self.fallback(pdf, page, f"{UNRENDERED}{exc}", 0))
                 continue
             rendered.append((pdf, page, sample))
         batches = [rendered[i:i + self.batch_size] for i in range(0, len(rendered), self.batch_size)]
@@ -346,6 +347,11 @@ class BenchEval:
         metrics.update({f"eval/bench/category/{name}": row["pass_rate"] for name, row in summary["categories"].items()})
         metrics.update({f"eval/bench/type/{name}": row["pass_rate"] for name, row in summary["types"].items()})
         metrics["perf/bench_eval_pages_per_s"] = len(results) / max(seconds, 1e-9)
+        unrendered = [r for r in results if r["outcome"].startswith(UNRENDERED)]
+        if unrendered:  # a storage brownout mid-eval, or pages damaged since the run began
+            log.warning("bench eval at step %d: %d of %d pages could not be rendered and were scored as their text "
+                        "layer or nothing (first: %s %s)", step, len(unrendered), len(results), unrendered[0]["pdf"],
+                        unrendered[0]["outcome"])
         log.info("bench eval at step %d: overall %.1f%% over %d tests, %d of %d pages parsed, %.0f output tokens "
                  "per page, %.1f pages/s (%s)", step, 100 * summary["overall"], summary["tests"],
                  sum(r["parsed"] for r in results), len(results), metrics["eval/bench/output_tokens"],
