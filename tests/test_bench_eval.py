@@ -125,6 +125,22 @@ def test_pages_that_cannot_be_read_at_an_eval_are_scored_listed_and_said(tmp_pat
     assert "bench eval at step 7: 2 of 3 pages could not be rendered" in caplog.text
 
 
+def test_decoding_does_not_trace_a_model_compiled_for_training(tmp_path, tiny):
+    """trainer.compile (or trl's torch_compile) compiles for training steps; generate's no-grad, cached calls
+    would compile it again shape after shape, past dynamo's recompile limit. The eval decodes eagerly."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from olmocr.models.tuning import compile_blocks
+
+    processor, model = tiny.load_processor(), tiny.load_model()
+    compile_blocks(model)
+    evaluator = bench_eval(f"{SAMPLE}/eval", tmp_path, max_new_tokens=4)
+    counters.clear()
+    results = evaluator.decode(evaluator.decoder(model, processor, torch.device("cpu")), evaluator.pages[:2], 1)
+    assert [r["output_tokens"] for r in results] == [4, 4] and not counters["stats"]
+
+
 @pytest.mark.slow
 def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoint_is_kept_and_released(tmp_path,
                                                                                                          cache_dir):
