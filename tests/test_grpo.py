@@ -162,6 +162,9 @@ def test_config_errors_come_before_any_work(tmp_path):
     assert "trl_args: no_such_option" in error(["+experiment=grpo_tiny", "+algo.trl_args.no_such_option=1"])
     assert "algo.generation" in error(["+experiment=grpo_tiny", "algo.generation=sglang"])
     assert "GRPO counts steps or epochs" in error(["+experiment=grpo_tiny", "trainer.max_duration.unit=tokens"])
+    if not torch.cuda.is_available():  # before the model loads or the server is waited for: at once
+        assert "over NCCL, which needs CUDA GPUs" in error(["+experiment=grpo_tiny", "algo.generation=vllm_server",
+                                                            "algo.vllm_server_timeout=600"])
     with pytest.raises(ValueError, match=r"data\.train\.synth\.roots: .*algo=grpo takes bench data"):
         compose("train", ["algo=grpo", "rewards=olmocr2"])  # SFT sources are not benches
 
@@ -234,3 +237,44 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
     assert (r["optimizer"]["lr"], r["scheduler"]["_target_"], r["scheduler"]["warmup"]) == (
         2e-6, "olmocr.train.schedules.linear", 100)
     assert set(r["rewards"]) == {"bench", "front_matter", "eos"}
+
+
+@pytest.mark.slow
+def test_colocated_vllm_generates_from_the_weights_each_step_updated(tmp_path, cache_dir, tiny):
+    """GRPO with vLLM inside the trainer (the CPU build here): two steps, then the bench eval decodes with that
+    engine after its weight sync. Its answers are the trained weights' own greedy answers (transformers on
+    the saved step), not the initial weights': the updates reach the engine."""
+    import subprocess
+    import sys
+
+    from olmocr.config import PROJECT_ROOT, build
+
+    # A process of its own: this one may have imported trl's GRPO trainer for transformers generation already.
+    out = str(tmp_path / "run")
+    proc = subprocess.run([sys.executable, "-m", "olmocr.train", "+experiment=grpo_tiny", "callbacks.plots=null",
+                           "algo.generation=vllm_colocate", "eval.bench.engine=vllm", "optimizer.lr=3e-2",
+                           "trainer.max_duration.value=2", "trainer.save_interval=2", "trainer.eval_interval=2",
+                           "trainer.keep_best=null", f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    rows = metrics(out)
+    assert sorted(rows) == [1, 2] and all(r["train/completions/mean_length"] > 0 for r in rows.values())
+    checkpoint = os.path.join(out, "checkpoints", "checkpoint-2")
+
+    def answers(run: str) -> dict[str, str]:
+        folder = os.path.join(run, "bench_eval", "step_000002", "candidates")
+        return {name: open(os.path.join(folder, name), encoding="utf-8").read() for name in os.listdir(folder)}
+
+    engine = answers(out)
+    assert len(engine) == 8 and all(engine.values())
+    cfg = compose("train", ["+experiment=grpo_tiny", "eval.bench.engine=transformers"])
+
+    def greedy(model_dir: str | None, name: str) -> dict[str, str]:
+        bench = build(cfg.eval.bench, output_dir=str(tmp_path / name)).load()
+        decoder = bench.decoder(tiny.load_model(path=model_dir), tiny.load_processor(), torch.device("cpu"))
+        bench.evaluate(decoder, step=2)
+        return answers(str(tmp_path / name))
+
+    assert greedy(checkpoint, "trained") == engine
+    initial = greedy(None, "initial")
+    assert sum(initial[name] != engine[name] for name in engine) >= 4

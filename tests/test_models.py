@@ -58,8 +58,8 @@ def test_bad_model_settings_are_clear_errors(tmp_path):
         TinyModel(family="llava", cache_dir=str(tmp_path))
     with pytest.raises(ValueError, match="model.dtype"):
         TinyModel(dtype="fp8", cache_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="hidden_size 60 must split into 4 heads"):
-        TinyModel(hidden_size=60, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="hidden_size 60 must split into 8 heads"):
+        TinyModel(hidden_size=60, num_heads=8, cache_dir=str(tmp_path))
 
 
 def test_label_masking_with_each_family_processor(family_model):

@@ -1,7 +1,7 @@
 """Does a candidate model (an FP8 version, a vLLM deployment) decode like its reference?
 
-The candidate greedy-decodes each page (vLLM when it is installed and a GPU is present, else
-transformers) and says how likely it found each token it chose. The reference then reads the prompt
+The candidate greedy-decodes each page (vLLM when a GPU is present, else transformers; engine=vllm
+runs vLLM's CPU build too) and says how likely it found each token it chose. The reference then reads the prompt
 plus those tokens in one forward pass and says, at every position, which token it would have chosen
 and how likely it finds the candidate's. Per page: the share of positions where both choose the same
 token, the first position where they do not, and the gap between their probabilities of the
@@ -79,12 +79,15 @@ class TransformersEngine:
 
 
 class VllmEngine:
-    def __init__(self, folder: str, processor, gpu_memory_utilization: float, max_model_len: int | None):
+    def __init__(self, folder: str, processor, gpu_memory_utilization: float, max_model_len: int | None,
+                 dtype: str = "auto"):
         from vllm import LLM
+
+        from olmocr.utils.vllm_cpu import offline_engine_kwargs
 
         self.processor = processor
         self.llm = LLM(model=folder, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                       limit_mm_per_prompt={"image": 1}, seed=0)
+                       limit_mm_per_prompt={"image": 1}, seed=0, **offline_engine_kwargs(dtype))
 
     def generate(self, pages: list[dict], max_new_tokens: int) -> list[Generation]:
         from vllm import SamplingParams
@@ -164,7 +167,7 @@ def compare(reference: str, candidate: str, pages: list[dict], steps: dict, engi
         source = model_source(local_copy(models["candidate"], os.path.join(work, "candidate")), "candidate", dtype)
         processor = source.load_processor()
         if engine == "vllm":
-            generator = VllmEngine(source.path, processor, gpu_memory_utilization, max_model_len)
+            generator = VllmEngine(source.path, processor, gpu_memory_utilization, max_model_len, dtype)
         else:
             generator = TransformersEngine(source.load_model(device), processor, device)
         generations = generator.generate(pages, max_new_tokens)

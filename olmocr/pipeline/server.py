@@ -1,5 +1,5 @@
-"""The model server the pipeline sends pages to: one it starts (``transformers serve`` on any device, CPU
-included; ``vllm serve`` on GPUs) or one that already runs elsewhere (any OpenAI-compatible endpoint).
+"""The model server the pipeline sends pages to: one it starts (``transformers serve`` on any device;
+``vllm serve`` on GPUs, or vLLM's CPU build) or one that already runs elsewhere (any OpenAI-compatible endpoint).
 
 A started server is checked on ``/health`` before any page is sent, restarted when it dies (at most
 ``max_restarts`` times), and stopped with its whole process group at exit. It runs under
@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 from olmocr.config import runtime
 from olmocr.pipeline.failures import StopWork
+from olmocr.utils.vllm_cpu import server_env
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -284,21 +285,26 @@ class TransformersServer(ManagedServer):
 
 @runtime("model")
 class VllmServer(ManagedServer):
-    """``vllm serve <model>`` on this machine's GPUs (install the ``vllm`` extra)."""
+    """``vllm serve <model>``: vLLM on this machine's GPUs, or its CPU build where there is no GPU."""
 
     name = "vllm serve"
 
-    def __init__(self, model, served_model_name: str = "olmocr", max_model_len: int | None = 16384,
-                 gpu_memory_utilization: float | None = None, tensor_parallel_size: int = 1,
-                 data_parallel_size: int = 1, max_num_seqs: int | None = None, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 900.0,
-                 max_restarts: int = 3):
-        # One OpenMP thread: several servers on one multi-GPU node otherwise fight over every core.
-        super().__init__(host, port, startup_timeout_s, max_restarts, {"OMP_NUM_THREADS": "1"})
+    def __init__(self, model, served_model_name: str = "olmocr", dtype: str = "auto",
+                 max_model_len: int | None = 16384, gpu_memory_utilization: float | None = None,
+                 cpu_kv_cache_gib: float | None = None, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                 max_num_seqs: int | None = None, extra_args: list[str] | None = None, host: str = "127.0.0.1",
+                 port: int | None = None, startup_timeout_s: float = 900.0, max_restarts: int = 3):
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"server.gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization}")
+        if cpu_kv_cache_gib is not None and cpu_kv_cache_gib <= 0:
+            raise ValueError(f"server.cpu_kv_cache_gib: must be positive, got {cpu_kv_cache_gib}")
+        # One OpenMP thread: several servers on one multi-GPU node otherwise fight over every core. (The CPU
+        # build binds its own threads to cores whatever this says.)
+        super().__init__(host, port, startup_timeout_s, max_restarts,
+                         {"OMP_NUM_THREADS": "1", **server_env(cpu_kv_cache_gib)})
         self.source = model
         self.served_model_name = served_model_name
+        self.dtype = dtype
         self.max_model_len = max_model_len
         self.gpu_memory_utilization = gpu_memory_utilization
         self.tensor_parallel_size = tensor_parallel_size
@@ -313,9 +319,9 @@ class VllmServer(ManagedServer):
     def command(self) -> list[str]:
         # A FP8 checkpoint from python -m olmocr.compress carries its quantization config; vLLM reads it.
         command = [executable("vllm"), "serve", self.source.path, "--served-model-name", self.served_model_name,
-                   "--host", self.host, "--port", str(self.port),
+                   "--host", self.host, "--port", str(self.port), "--dtype", self.dtype,
                    "--tensor-parallel-size", str(self.tensor_parallel_size),
-                   "--data-parallel-size", str(self.data_parallel_size), "--disable-log-requests",
+                   "--data-parallel-size", str(self.data_parallel_size),
                    # One page image per request and never a video: the memory vLLM would reserve for the
                    # largest multimodal request goes to the KV cache instead.
                    "--limit-mm-per-prompt", json.dumps({"image": 1, "video": 0})]
@@ -328,7 +334,7 @@ class VllmServer(ManagedServer):
         return command + self.extra_args
 
     def hint(self) -> str:
-        return "install the vllm extra on a GPU machine: pip install -e '.[vllm]'"
+        return "run bash scripts/setup.sh: it installs vLLM (its CPU build on a machine without CUDA)"
 
 
 class ExternalServer(Server):

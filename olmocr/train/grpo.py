@@ -10,12 +10,15 @@ newest one. :func:`olmocr.train.checkpoint.model_dir` finds the model in either 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import logging
 import math
 import os
+import sys
 
+import torch
 import trl
 from omegaconf import DictConfig
 
@@ -38,7 +41,8 @@ def check(cfg: DictConfig, world_size: int) -> None:
     if algo.generation not in GENERATION_BACKENDS:
         raise ValueError(f"algo.generation: expected one of {', '.join(GENERATION_BACKENDS)}, got {algo.generation!r}")
     if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
-        raise ValueError(f"algo.generation={algo.generation} needs vLLM: pip install -e '.[vllm]' (CUDA only)")
+        raise ValueError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
+                         "vLLM, or its CPU build on a machine without CUDA)")
     unknown = sorted(set(algo.trl_args) - trl_config_fields())
     if unknown:
         raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl GRPOConfig field(s)")
@@ -63,7 +67,8 @@ def eos_token_ids(processor, model) -> list[int]:
     return ids if eos in ids else [eos, *ids]
 
 
-def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = None):
+def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = None,
+                   image_token_id: int | None = None):
     """trl's GRPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
     keys (``algo.trl_args`` passed through last)."""
     backend = algo["generation"]
@@ -85,12 +90,39 @@ def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = 
                     vllm_gpu_memory_utilization=algo["vllm_gpu_memory_utilization"],
                     vllm_tensor_parallel_size=algo["vllm_tensor_parallel_size"],
                     vllm_max_model_length=algo["vllm_max_model_length"])
+        if image_token_id is not None:
+            # A completion may never hold the image placeholder: the trainer's forward would look for an image
+            # behind it. trl keeps it out of transformers generation itself; vLLM is told the same.
+            args["generation_kwargs"] = {"logit_bias": {image_token_id: -100.0}}
     args.update(algo["trl_args"])
     return trl.GRPOConfig(**args)
 
 
-class GRPOTrainer(RunCheckpoints, trl.GRPOTrainer):
-    """trl's GRPO trainer, resuming with the weights our loader brought back."""
+@functools.cache
+def trainer_class(generation: str) -> type:
+    """trl's GRPO trainer, resuming with the weights our loader brought back.
+
+    trl imports vLLM with its GRPO trainer whenever vLLM is installed: half a minute of CPU for every process
+    on a small machine (and vLLM's settings of torch with it). A run that generates with transformers never
+    uses it, so in such a process trl is shown no vLLM while its trainer is imported. The first import
+    decides for the process: a colocated run after one of those, in the same process, is refused."""
+    import trl.import_utils as imports
+
+    loaded = "trl.generation.vllm_generation" in sys.modules
+    if generation == "transformers" and not loaded:
+        available, imports.is_vllm_available = imports.is_vllm_available, lambda *_, **__: False
+        try:
+            importlib.import_module("trl.generation.vllm_generation")  # binds the answer above
+        finally:
+            imports.is_vllm_available = available
+    elif generation != "transformers" and loaded and not hasattr(sys.modules["trl.generation.vllm_generation"], "LLM"):
+        raise ValueError(f"algo.generation={generation}: this process imported trl's GRPO trainer without vLLM "
+                         "(for a run that generated with transformers); start the run in a process of its own")
+
+    class GRPOTrainer(RunCheckpoints, trl.GRPOTrainer):
+        """trl's GRPO trainer, resuming with the weights our loader brought back."""
+
+    return GRPOTrainer
 
 
 class GRPO(HFRecipe):
@@ -103,6 +135,12 @@ class GRPO(HFRecipe):
         from olmocr.train.vllm_server import server_command, wait_for_server
 
         algo = self.resolved["algo"]
+        if algo["generation"] == "vllm_server" and not torch.cuda.is_available():
+            # Here, on the machine that trains, not when the config is checked (a login node has no GPU):
+            # trl hands the server each update over NCCL, and nothing else carries it.
+            raise ValueError("algo.generation=vllm_server: trl's generation server takes weight updates over "
+                             "NCCL, which needs CUDA GPUs; on this machine use algo.generation=vllm_colocate or "
+                             "transformers")
         if algo["generation"] == "vllm_server":
             command = server_command(self.source.path, algo, algo["vllm_server_host"])
             if self.dist.rank == 0:
@@ -127,10 +165,15 @@ class GRPO(HFRecipe):
     def trainer(self, callbacks: list):
         from olmocr.rewards import build_rewards
 
+        if self.resolved["algo"]["generation"] == "vllm_colocate":
+            from olmocr.utils.vllm_cpu import colocated_engine
+
+            colocated_engine(str(self.model.dtype).removeprefix("torch."))
         rewards, weights = build_rewards(self.resolved["rewards"],
                                          eos_token_ids=eos_token_ids(self.processor, self.model))
         optimizer, scheduler = self.optimizer_and_scheduler(self.model)
-        args = grpo_arguments(self.arguments(), self.resolved["algo"], reward_weights=weights)
-        return GRPOTrainer(model=self.model, reward_funcs=rewards, args=args, train_dataset=self.train_data,
+        args = grpo_arguments(self.arguments(), self.resolved["algo"], reward_weights=weights,
+                              image_token_id=getattr(self.model.config, "image_token_id", None))
+        return trainer_class(self.resolved["algo"]["generation"])(model=self.model, reward_funcs=rewards, args=args, train_dataset=self.train_data,
                            eval_dataset=self.eval_data, processing_class=self.processor,
                            optimizers=(optimizer, scheduler), callbacks=callbacks)

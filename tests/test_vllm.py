@@ -1,0 +1,127 @@
+"""The real vLLM engine (its CPU build here, the GPU build on CUDA machines) behind every stage that uses it:
+the pipeline's `vllm serve` (command line, guided decoding, bench mode scored by olmocr.bench) and
+compare's offline engine on the tiny model and on its FP8 compression."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import SAMPLE
+
+from olmocr.config import PROJECT_ROOT, compose
+
+# Eager mode: graph capture costs a minute at start and buys nothing for a few pages.
+VLLM_SERVER = ["server=vllm", "server.max_model_len=4096", "server.cpu_kv_cache_gib=1",
+               "server.extra_args=[--enforce-eager]"]
+
+
+def vllm_serve_parser():
+    """The parser `vllm serve` reads its command line with (the installed vLLM's own)."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm")
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+    return parser
+
+
+def test_the_vllm_serve_command_is_one_the_installed_vllm_accepts(tiny):
+    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
+
+    from olmocr.config import build
+
+    cfg = compose("pipeline", ["server=vllm", "server.gpu_memory_utilization=0.8", "server.max_num_seqs=64",
+                               "server.dtype=float32", "server.extra_args=[--enable-prefix-caching]"])
+    server = build(cfg.server, model=tiny)
+    server.port = 8765
+    command = server.command()
+    assert os.path.basename(command[0]) == "vllm" and command[1] == "serve"
+    parser = vllm_serve_parser()
+    args = parser.parse_args(command[1:])
+    validate_parsed_serve_args(args)
+    assert (args.model_tag, args.served_model_name, args.port, args.dtype) == (tiny.path, ["olmocr"], 8765, "float32")
+    assert (args.max_model_len, args.gpu_memory_utilization, args.max_num_seqs) == (16384, 0.8, 64)
+    assert args.limit_mm_per_prompt == {"image": 1, "video": 0} and args.enable_prefix_caching
+    # A flag this vLLM does not know fails here, not minutes into a GPU job.
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command[1:], "--disable-log-requests"])
+
+
+def run_stage(module: str, args: list[str], cwd, timeout: int = 500) -> str:
+    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=timeout, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny):
+    workspace, run_dir = tmp_path / "ws", tmp_path / "run"
+    log = run_stage("olmocr.pipeline", [f"workspace={workspace}", f"pdfs=[{SAMPLE}/eval/pdfs]", *VLLM_SERVER,
+                                        f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false",
+                                        f"hydra.run.dir={run_dir}"], tmp_path)
+    assert "vllm serve (pid" in log and "ready on" in log
+    pdfs = sorted(glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
+    docs = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
+    assert sorted(d["metadata"]["Source-File"] for d in docs) == pdfs
+    for doc in docs:
+        # The engine decoded every page (random weights: answers are not in the page format, so the pages
+        # keep their text layers), and counted its tokens.
+        assert doc["metadata"]["total-input-tokens"] > 0 and doc["metadata"]["total-output-tokens"] > 0
+        assert doc["text"].strip()
+    summary = json.loads((run_dir / "run_info.json").read_text())["summary"]
+    assert summary["work"]["done"] == 1 and summary["work"]["server_restarts"] == 0
+
+
+@pytest.mark.slow
+def test_guided_bench_pages_through_vllm_serve_are_in_the_page_format_and_scored(tmp_path, tiny):
+    from olmocr.bench.__main__ import run as bench
+    from olmocr.pipeline.bench import candidate_path
+
+    candidates, run_dir = tmp_path / "candidates", tmp_path / "run"
+    run_stage("olmocr.pipeline.bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", *VLLM_SERVER,
+                                        "convert.guided=true", "convert.max_tokens=120", "convert.temperatures=[0]",
+                                        f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false",
+                                        f"hydra.run.dir={run_dir}"], tmp_path)
+    pages = [json.loads(line) for line in open(run_dir / "pages.jsonl")]
+    assert sorted(p["pdf"] for p in pages) == sorted(os.path.basename(p) for p in glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
+    # Constrained to the page format, the random model's answers open with front matter that parses: no
+    # attempt is unparseable (without guidance every one is: test_pipeline_ocr's transformers serve runs).
+    outcomes = [attempt["outcome"] for page in pages for attempt in page["attempts"]]
+    assert outcomes and not [o for o in outcomes if o.startswith("unparseable")], outcomes
+    for page in pages:
+        written = open(candidate_path(str(candidates), page["pdf"], page["page"], 1), encoding="utf-8").read()
+        assert written == page["text"]
+        # A reading that parsed is kept (upright or not); only answers cut off at max_tokens fall back.
+        parsed = [a for a in page["attempts"] if a["outcome"] == "ok" or a["outcome"].startswith("page not upright")]
+        assert page["fallback"] == (not parsed)
+    out = tmp_path / "score"
+    os.makedirs(out)
+    summary = bench(compose("bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", "html=false"]), str(out))
+    assert summary["missing_pages"] == [] and summary["tests"] > len(pages) and 0 <= summary["overall"] <= 1
+
+
+@pytest.mark.slow
+def test_compare_with_vllm_decodes_as_transformers_and_serves_the_fp8_compression(tmp_path, tiny):
+    """vLLM's offline engine against transformers: the tiny model token for token (float32 in both), and the
+    model `olmocr.compress` wrote, loaded by vLLM as compressed-tensors FP8 (both in one process: two engines,
+    one after the other)."""
+    from olmocr.compress import run as compress
+
+    fp8 = tmp_path / "fp8"
+    compress(compose("compress", [f"source={tiny.path}", f"output={fp8}"]), str(tmp_path / "compress"))
+    log = run_stage("olmocr.compare", ["-m", f"reference={tiny.path}", f"candidate={tiny.path},{fp8}", "engine=vllm",
+                                       "dtype=float32", "pages.count=3", "max_new_tokens=24",
+                                       f"hydra.sweep.dir={tmp_path}/sweep"], tmp_path)
+    same, quantized = (json.load(open(tmp_path / "sweep" / str(job) / "compare.json")) for job in (0, 1))
+    assert same["engine"] == quantized["engine"] == "vllm"
+    # vLLM built the prompt the reference's processor builds, image tokens and all, and chose the same tokens.
+    assert same["prompt_mismatches"] == quantized["prompt_mismatches"] == 0
+    assert same["tokens"] == 72 and same["match_rate"] == 1.0 and same["max_gap"] < 1e-4
+    assert "quantization=compressed-tensors" in log
+    assert quantized["tokens"] == 72 and 0.5 < quantized["match_rate"] < 1 and quantized["passed"]
