@@ -5,16 +5,7 @@ throwaway venv here, skipped with a message when it cannot be); and ours with ``
 decision is also timed per document on its own.
 
     python benchmarks/pipeline_throughput.py [--pdfs 12] [--pages-per-pdf 10] [--runs 3]
-                                             [--upstream-venv DIR] [--no-upstream] [--engine vllm]
-
-``--engine vllm``: instead of the instant server, a real ``vllm serve`` of the tiny model (vLLM's CPU build
-here, the GPU build on a CUDA machine), started once and shared by both pipelines (``filter=olmocr`` is
-left out). Its own counters (``/metrics``) say how many requests each pipeline sent and how many tokens
-the engine generated for them, and when; the engine's capacity is measured in the same run by sending
-it the same pages straight from a client that keeps ``--capacity-concurrency`` requests in flight, and
-each pipeline's output tokens/s is reported as a share of it. The random tiny model never writes the
-page format, so both pipelines spend all their attempts on each page (8 at rising temperatures, both),
-each as long as ``--max-model-len`` allows.
+                                             [--upstream-venv DIR] [--no-upstream]
 
 The PDFs are the bundled synthetic pages (text, tables, equations, figures) bound into multi-page
 documents. Each run converts them all with each pipeline in a fresh workspace (the pipelines alternate,
@@ -107,9 +98,9 @@ def make_corpus(folder: str, pdfs: int, pages_per_pdf: int) -> int:
     return pdfs * pages_per_pdf
 
 
-def ours(corpus: str, workspace: str, url: str, *extra: str, model: str = "instant") -> list[str]:
+def ours(corpus: str, workspace: str, url: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "olmocr.pipeline", f"workspace={workspace}", f"pdfs=[{corpus}]", "work=ocr",
-            "convert=default", "server=external", f"server.url={url}", f"server.model_name={model}",
+            "convert=default", "server=external", f"server.url={url}", "server.model_name=instant",
             "progress=false", f"hydra.run.dir={workspace}-run", *extra]
 
 
@@ -130,9 +121,9 @@ def filter_cost(corpus: str) -> tuple[int, float, float]:
     return kept, times[0], statistics.median(times[1:] or times)
 
 
-def theirs(python: str, corpus: str, workspace: str, url: str, model: str = "instant") -> list[str]:
+def theirs(python: str, corpus: str, workspace: str, url: str) -> list[str]:
     return [python, "-m", "olmocr.pipeline", workspace, "--pdfs", *sorted(glob.glob(os.path.join(corpus, "*.pdf"))),
-            "--server", url, "--model", model]
+            "--server", url, "--model", "instant"]
 
 
 def measure(command: list[str], server: InstantServer, pages: int, cwd: str, env: dict) -> dict:
@@ -154,13 +145,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--upstream-venv", help="reuse (or create) this venv for olmocr 0.4.27")
     parser.add_argument("--no-upstream", action="store_true")
-    parser.add_argument("--engine", choices=["instant", "vllm"], default="instant")
-    parser.add_argument("--max-model-len", type=int, default=512, help="--engine vllm: the served context")
-    parser.add_argument("--capacity-concurrency", type=int, default=64, help="--engine vllm: requests in flight")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="pipeline-bench-")
     try:
-        (run_engine if args.engine == "vllm" else run_all)(args, scratch)
+        run_all(args, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)  # the throwaway venv too, unless --upstream-venv kept it
 
@@ -199,139 +187,6 @@ def run_all(args, scratch: str) -> None:
           f"pages/s with it on: {medians['ours+filter'] / medians['ours']:.2f}x off")
     if "olmocr-0.4.27" in medians:
         print(f"pages/s: {medians['ours'] / medians['olmocr-0.4.27']:.2f}x olmocr 0.4.27's")
-
-
-
-class EngineMeter:
-    """vLLM's own counters, read from its ``/metrics`` every 0.2 s: requests finished and tokens generated,
-    and when they last moved. ``window()`` gives what happened since the previous call."""
-
-    NAMES = {"vllm:request_success_total": "requests", "vllm:generation_tokens_total": "tokens"}
-
-    def __init__(self, base: str):
-        self.url, self.samples, self.stop = base + "/metrics", [], threading.Event()
-        self.mark = self.read()
-        threading.Thread(target=self.poll, daemon=True).start()
-
-    def read(self) -> dict:
-        import urllib.request
-
-        totals = {"requests": 0.0, "tokens": 0.0}
-        for line in urllib.request.urlopen(self.url, timeout=30).read().decode().splitlines():
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if name in self.NAMES:
-                totals[self.NAMES[name]] += float(line.rsplit(" ", 1)[1])
-        return totals
-
-    def poll(self) -> None:
-        while not self.stop.wait(0.2):
-            self.samples.append((time.perf_counter(), self.read()))
-
-    def window(self) -> dict:
-        samples, start = list(self.samples), self.mark
-        moved = [t for (t, now), (_, before) in zip(samples[1:], samples) if now != before]
-        end = samples[-1][1] if samples else start
-        self.mark = end
-        self.samples = samples[-1:]
-        span = (moved[-1] - moved[0]) if len(moved) > 1 else float("nan")
-        return {"requests": end["requests"] - start["requests"], "tokens": end["tokens"] - start["tokens"],
-                "span": span}
-
-
-def page_requests(corpus: str, model: str, max_tokens: int) -> list[dict]:
-    """Every page of the corpus as our pipeline sends it (rendered and prompted by the inference steps)."""
-    sys.path.insert(0, ROOT)
-    from omegaconf import OmegaConf
-
-    from olmocr.config import compose
-    from olmocr.data.pipeline import build_pipeline
-    from olmocr.formats.pdf import pdf_info
-    from olmocr.pipeline.convert import chat_messages, png_data_url
-
-    steps = build_pipeline(OmegaConf.to_container(compose("pipeline", ["convert=default"]).convert.steps))
-    bodies = []
-    for path in sorted(glob.glob(os.path.join(corpus, "*.pdf"))):
-        for page in range(1, pdf_info(path).num_pages + 1):
-            sample = steps({"pdf_path": path, "page": page})
-            bodies.append({"model": model, "max_tokens": max_tokens, "temperature": 0.1,
-                           "messages": chat_messages(sample["messages"], png_data_url(sample["image"]))})
-    return bodies
-
-
-def engine_capacity(url: str, bodies: list[dict], concurrency: int) -> None:
-    """Send ``bodies`` straight to the engine, ``concurrency`` at a time, each attempt's length as long as
-    the pipelines' (8 attempts a page: every body 8 times)."""
-    import asyncio
-
-    import httpx
-
-    async def send_all() -> None:
-        slots = asyncio.Semaphore(concurrency)
-        async with httpx.AsyncClient(timeout=600) as client:
-            async def one(body):
-                async with slots:
-                    (await client.post(url + "/chat/completions", json=body)).raise_for_status()
-            await asyncio.gather(*(one(body) for body in bodies * 8))
-
-    asyncio.run(send_all())
-
-
-def run_engine(args, scratch: str) -> None:
-    sys.path.insert(0, ROOT)
-    from olmocr.models import TinyModel
-    from olmocr.pipeline.server import VllmServer
-
-    pages = make_corpus(os.path.join(scratch, "corpus"), args.pdfs, args.pages_per_pdf)
-    corpus = os.path.join(scratch, "corpus")
-    server = VllmServer(TinyModel(), max_model_len=args.max_model_len, cpu_kv_cache_gib=2)
-    start = time.perf_counter()
-    server.start(os.path.join(scratch, "vllm.log"))
-    print(f"vllm serve ready in {time.perf_counter() - start:.0f} s (log: {os.path.join(scratch, 'vllm.log')})")
-    try:
-        meter = EngineMeter(server.url.removesuffix("/v1"))
-        bodies = page_requests(corpus, server.model, 8000)
-        env = {**os.environ, "PYTHONPATH": ROOT}
-        runs = {"engine alone": lambda ws: engine_capacity(server.url, bodies, args.capacity_concurrency),
-                "ours": lambda ws: measure_command(ours(corpus, ws, server.url, model=server.model), ROOT, env)}
-        python = upstream_or_skip(args.no_upstream, args.upstream_venv, scratch, UPSTREAM_DEPS, "olmocr.pipeline")
-        if python is not None:
-            clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            runs["olmocr-0.4.27"] = lambda ws: measure_command(theirs(python, corpus, ws, server.url, server.model),
-                                                               scratch, clean)
-        results: dict[str, list[dict]] = {name: [] for name in runs}
-        for run in range(args.runs):
-            for name, go in runs.items():
-                meter.window()
-                began = time.perf_counter()
-                go(os.path.join(scratch, f"{name.replace(' ', '_')}-{run}"))
-                wall = time.perf_counter() - began
-                time.sleep(0.5)  # the counters' last change is read
-                seen = meter.window()
-                row = {"pages_s": pages / seen["span"], "tokens_s": seen["tokens"] / seen["span"],
-                       "requests": seen["requests"], "wall_s": wall}
-                results[name].append(row)
-                print(f"run {run} {name:<14} {row['pages_s']:6.2f} pages/s  {row['tokens_s']:7.0f} output tokens/s  "
-                      f"{row['requests']:.0f} requests  (whole command {wall:5.1f} s)", flush=True)
-        meter.stop.set()
-    finally:
-        server.stop()
-    print(f"\n{pages} pages ({args.pdfs} PDFs x {args.pages_per_pdf}) through vllm serve of the tiny model "
-          f"(max_model_len {args.max_model_len}), {os.cpu_count()} cores, median of {args.runs} runs")
-    print(f"{'':<14} {'pages/s':>8} {'output tokens/s':>16} {'requests':>9} {'share of engine':>16}")
-    medians = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for name, rows in results.items()}
-    capacity = medians["engine alone"]["tokens_s"]
-    for name, m in medians.items():
-        print(f"{name:<14} {m['pages_s']:8.2f} {m['tokens_s']:16.0f} {m['requests']:9.0f} "
-              f"{m['tokens_s'] / capacity:16.2f}")
-    if "olmocr-0.4.27" in medians:
-        print(f"ours: {medians['ours']['tokens_s'] / medians['olmocr-0.4.27']['tokens_s']:.2f}x olmocr 0.4.27's output "
-              f"tokens/s, {medians['ours']['pages_s'] / medians['olmocr-0.4.27']['pages_s']:.2f}x its pages/s")
-
-
-def measure_command(command: list[str], cwd: str, env: dict) -> None:
-    proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:3])} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")
 
 
 if __name__ == "__main__":
