@@ -102,7 +102,7 @@ def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = 
 def trainer_class(generation: str) -> type:
     """trl's GRPO trainer, resuming with the weights our loader brought back.
 
-    trl imports vLLM with its GRPO trainer whenever vLLM is installed: half a minute of CPU for every process
+    trl imports vLLM with its GRPO trainer whenever vLLM is installed: 15 s or more of CPU for every process
     on a small machine (and vLLM's settings of torch with it). A run that generates with transformers never
     uses it, so in such a process trl is shown no vLLM while its trainer is imported. The first import
     decides for the process: a colocated run after one of those, in the same process, is refused."""
