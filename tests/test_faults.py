@@ -129,6 +129,44 @@ def test_every_pdf_exactly_once_through_a_faulty_network_a_60s_outage_and_kills(
 GIVE_UP_S = 3
 
 
+def test_sigterm_while_a_read_never_returns_ends_the_worker_within_seconds(tmp_path, monkeypatch):
+    """The PDFs' S3 holds every request for ten minutes (a hung mount reads the same): SIGTERM gives the
+    claim back and the process ends within 10 s, whatever its reading thread is doing."""
+    import signal
+
+    from olmocr.utils.s3server import S3Server
+
+    server = S3Server().start()
+    for key, value in server.environment().items():
+        monkeypatch.setenv(key, value)
+    pdfs = upload_pdfs(server.endpoint, "corpus", 2, tmp_path)
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.add(pdfs, pages_per_group=10, sample=0)
+    proxy = FaultProxy(server.endpoint, rate=1.0, faults=("stall",), stall_s=(600.0, 600.0)).start()
+    proc = subprocess.Popen(worker(ws.root, tmp_path / "run", f"pdf_access.endpoint={proxy.endpoint}"), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ws.store.list("claims"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no claim"
+            time.sleep(0.2)
+        while not sum(proxy.counts.values()):  # the read went out and is held
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - began
+    finally:
+        proc.kill()
+        proxy.stop()
+    assert took < 10, f"{took:.1f} s"
+    assert proc.returncode == 128 + signal.SIGTERM and "SIGTERM: gave back 1 claim(s); stopping" in out + err, out[-3000:]
+    claims = [json.loads(data) for data in ws.store.read_many([ws.claim_name(i.id) for i in ws.items()]).values()]
+    assert claims and all(c["expires"] <= time.time() for c in claims)
+    assert not ws.store.list("done")
+
+
 @pytest.mark.parametrize("trouble", ["server stopped", "credentials refused"])
 def test_a_worker_that_cannot_read_any_pdf_stops_with_the_cause_and_gives_nothing_up(tmp_path, monkeypatch, trouble):
     """PDFs on an S3 server that is stopped, or that refuses this worker's credentials (403 at the proxy):
@@ -245,6 +283,16 @@ def test_a_worker_checks_its_workspace_and_tools_before_it_starts_a_server_or_cl
     assert proc.stderr.strip().splitlines()[-1] == ("error: pdftoppm not found: install poppler-utils (Debian/Ubuntu: "
                                                     "sudo apt-get install -y poppler-utils)")
     assert "starting" not in proc.stderr and not ws.store.list("claims")
+    # Every queue setting is checked before the model is even built.
+    from olmocr.config import compose
+    from olmocr.pipeline.__main__ import run
+
+    for override, error in [("queue.lease_s=0", "queue.lease_s: must be positive, got 0"),
+                            ("queue.retry_wait_max_s=1", "queue.retry_wait_max_s: must be at least retry_wait_s")]:
+        with pytest.raises(ValueError, match=f"^{error}"):
+            run(compose("pipeline", [f"workspace={ws.root}", "server=vllm", f"model.cache_dir={tmp_path}/models",
+                                     override]), str(tmp_path / "run3"))
+    assert not ws.store.list("claims") and not (tmp_path / "models").exists()
 
 
 def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_path):

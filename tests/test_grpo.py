@@ -177,7 +177,7 @@ def test_vllm_server_layout_command_and_unreachable_server(tmp_path):
     assert cmd == ["trl", "vllm-serve", "--model", "/ckpt/model", "--host", "10.0.0.5", "--port", "8001",
                    "--tensor-parallel-size", "2", "--data-parallel-size", "3", "--gpu-memory-utilization", "0.5",
                    "--max-model-len", "16384"]
-    with pytest.raises(ValueError, match=r"http://127.0.0.1:9/health/ not healthy after 0s: start it .*trl vllm-serve"):
+    with pytest.raises(ValueError, match=r"http://127.0.0.1:9/health not healthy after 0s: start it .*trl vllm-serve"):
         wait_for_server("127.0.0.1", 9, 0.0, cmd)
 
 

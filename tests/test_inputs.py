@@ -88,6 +88,36 @@ def test_archive_members_are_read_in_one_pass_and_bad_ones_say_why(tmp_path):
     assert str(found[f"{cut}::b.pdf"]).startswith(f"unreadable_archive: {cut}::b.pdf: the archive is damaged before it")
 
 
+def test_a_directory_or_a_fifo_at_a_queued_path_is_a_bad_document_at_once(tmp_path):
+    """What a path holds is looked at before it is read: a directory (once retried without end) and a FIFO
+    (once a read blocked for ever) are bad documents, and the item's other documents convert."""
+    import time
+
+    from olmocr.pipeline.workspace import Workspace
+
+    pdfs = [write_pdf(str(tmp_path / f"{name}.pdf"), [f"Page of {name}"]) for name in ("good", "folder", "pipe")]
+    workspace = Workspace(str(tmp_path / "ws"))
+    workspace.add(pdfs, pages_per_group=10)
+    os.remove(pdfs[1])
+    os.mkdir(pdfs[1])
+    os.remove(pdfs[2])
+    os.mkfifo(pdfs[2])
+    found = read_documents(pdfs)
+    assert isinstance(found[pdfs[0]], bytes)
+    assert str(found[pdfs[1]]) == f"not_a_file: {pdfs[1]} is a directory, not a file"
+    assert str(found[pdfs[2]]) == f"not_a_file: {pdfs[2]} is a FIFO, not a file"
+    start = time.monotonic()
+    with ChatServer([good("Read.")]) as server:
+        summary = run_pipeline([f"workspace={workspace.root}", "server=external", f"server.url={server.url}",
+                                "server.model_name=scripted", "convert.steps.render.longest_side=120",
+                                "progress=false"], tmp_path / "run")
+    assert time.monotonic() - start < 60
+    counts = summary["work"]["counts"]
+    assert (summary["work"]["done"], counts["documents"], counts["bad_documents"]) == (1, 1, 2)
+    docs = [json.loads(line) for path in glob.glob(f"{workspace.root}/results/*.jsonl") for line in open(path)]
+    assert [d["metadata"]["Source-File"] for d in docs] == [pdfs[0]] and docs[0]["text"] == "Read."
+
+
 def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, s3_server):
     """Two PDFs, a PNG, a JPEG, a three-frame TIFF, a .tar.gz of two PDFs and a PNG and a corrupt image,
     from a local folder and from S3 in one run: one Dolma document per readable input, every page once."""

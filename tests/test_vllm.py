@@ -1,14 +1,17 @@
 """The real vLLM engine (its CPU build here, the GPU build on CUDA machines) behind every stage that uses it:
-the pipeline's `vllm serve` (command line, guided decoding, bench mode scored by olmocr.bench) and
-compare's offline engine on the tiny model and on its FP8 compression."""
+the pipeline's `vllm serve` (command line, guided decoding, bench mode scored by olmocr.bench), GRPO's
+server layout (`trl vllm-serve`, started with the command the launchers write) and compare's offline
+engine on the tiny model and on its FP8 compression."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import SAMPLE
@@ -50,6 +53,11 @@ def test_the_vllm_serve_command_is_one_the_installed_vllm_accepts(tiny):
     # A flag this vLLM does not know fails here, not minutes into a GPU job.
     with pytest.raises(SystemExit):
         parser.parse_args([*command[1:], "--disable-log-requests"])
+    # The CPU build reads its KV cache size as whole GiB (a fraction stops it at start): refused here.
+    with pytest.raises(ValueError, match=r"server.cpu_kv_cache_gib: Value '0.5' of type 'float' could not be conv"):
+        build(compose("pipeline", ["server=vllm", "server.cpu_kv_cache_gib=0.5"]).server, model=tiny)
+    with pytest.raises(ValueError, match=r"server.cpu_kv_cache_gib: must be 1 or more \(whole GiB\), got 0"):
+        build(compose("pipeline", ["server=vllm", "server.cpu_kv_cache_gib=0"]).server, model=tiny)
 
 
 def run_stage(module: str, args: list[str], cwd, timeout: int = 500) -> str:
@@ -78,13 +86,84 @@ def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny
     assert summary["work"]["done"] == 1 and summary["work"]["server_restarts"] == 0
 
 
+@pytest.fixture(scope="module")
+def trl_server(tiny, tmp_path_factory):
+    """GRPO's generation server (`trl vllm-serve`, which runs `vllm serve` with trl's settings) serving the
+    tiny model, started with the command our launchers write; its URL."""
+    from olmocr.pipeline.server import free_port
+    from olmocr.train.vllm_server import vllm_server_command, wait_for_server
+    from olmocr.utils.vllm_cpu import server_env
+
+    port = free_port("127.0.0.1")
+    command = vllm_server_command(tiny.path, "127.0.0.1", port, max_model_length=4096) + ["--enforce_eager", "true"]
+    log = tmp_path_factory.mktemp("trl-vllm-serve") / "server.log"
+    env = {**os.environ, **server_env(1), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, f"trl vllm-serve exited {proc.returncode}: {log.read_text()[-3000:]}"
+            try:
+                wait_for_server("127.0.0.1", port, 5, command)
+                break
+            except ValueError:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 @pytest.mark.slow
-def test_guided_bench_pages_through_vllm_serve_are_in_the_page_format_and_scored(tmp_path, tiny):
+def test_grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_server, tiny, processor):
+    """What a CPU allows of the server layout: trl's client sends a page as GRPO's trainer does; the server
+    builds the same prompt tokens as the trainer's processor, and samples from the same distribution (its
+    log-probabilities are the tiny model's, to bfloat16's precision: the CPU build computes in it). The
+    weight sync is NCCL's and needs CUDA: GRPO refuses the layout without it (test_grpo), and so does trl."""
+    import torch
+    from trl.generation.vllm_client import VLLMClient
+
+    from olmocr.data.prompts import build_prompt
+    from olmocr.data.steps import RenderPage
+
+    image = RenderPage(448)({"pdf_path": f"{SAMPLE}/eval/pdfs/synth_s0_01000.pdf", "page": 1})["image"]
+    messages = [{"role": "user", "content": [{"type": "text", "text": build_prompt("v4", "")},
+                                             {"type": "image", "image": image}]}]
+    client = VLLMClient(base_url=trl_server, connection_timeout=10)
+    assert client.model == tiny.path
+    out = client.chat([messages], temperature=1.0, max_tokens=16, logprobs=0, generation_kwargs={"seed": 0})
+    inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                           return_tensors="pt")
+    assert out["prompt_ids"][0] == inputs["input_ids"][0].tolist()
+    completion = out["completion_ids"][0]
+    assert len(completion) == 16
+    model = tiny.load_model()
+    model.float()
+    ids = torch.tensor([out["prompt_ids"][0] + completion])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=inputs["pixel_values"],
+                       image_grid_thw=inputs["image_grid_thw"]).logits[0, -len(completion) - 1:-1]
+    expected = torch.log_softmax(logits.float(), -1)[torch.arange(len(completion)), torch.tensor(completion)]
+    served = torch.tensor([token[0] for token in out["logprobs"][0]])
+    assert torch.allclose(served, expected, atol=0.05), (served, expected)
+    with pytest.raises(NotImplementedError, match="needs a CUDA device"):
+        client.init_communicator(device="cpu")
+
+
+@pytest.mark.slow
+def test_guided_bench_pages_through_vllm_serve_are_in_the_page_format_and_scored(tmp_path, tiny, trl_server):
+    """pipeline.bench against a running vLLM server (GRPO's: one server start for both tests), guided."""
     from olmocr.bench.__main__ import run as bench
     from olmocr.pipeline.bench import candidate_path
 
     candidates, run_dir = tmp_path / "candidates", tmp_path / "run"
-    run_stage("olmocr.pipeline.bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", *VLLM_SERVER,
+    run_stage("olmocr.pipeline.bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", "server=external",
+                                        f"server.url={trl_server}/v1", f"server.model_name={tiny.path}",
                                         "convert.guided=true", "convert.max_tokens=120", "convert.temperatures=[0]",
                                         f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false",
                                         f"hydra.run.dir={run_dir}"], tmp_path)

@@ -133,6 +133,18 @@ def read_document(path: str, access: Access | None = None) -> bytes:
     return _reading(path, access, lambda: read_bytes(path, access))
 
 
+def _regular_file(path: str) -> None:
+    """A local document path must hold a regular file (or a link to one): a directory, FIFO, device or
+    socket there is a bad document at once (a FIFO's read would block for ever)."""
+    import stat
+
+    mode = os.stat(path).st_mode  # FileNotFoundError: sorted by the caller
+    if not stat.S_ISREG(mode):
+        kind = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
+        raise DocumentError("not_a_file", f"{path} is {kind}, not a file")
+
+
 def _reading(path: str, access: Access | None, read):
     """``read()``, its failures sorted into the document's (DocumentError) and the storage's (Unavailable)."""
     from olmocr.pipeline.failures import Unavailable
@@ -140,6 +152,8 @@ def _reading(path: str, access: Access | None, read):
     from olmocr.utils.io import filesystem
 
     try:
+        if "://" not in path:
+            _regular_file(path)
         return read()
     except FileNotFoundError:
         container = _container(path)

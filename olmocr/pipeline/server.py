@@ -132,6 +132,11 @@ class ManagedServer(Server):
         raise NotImplementedError
 
     @property
+    def pid(self) -> int | None:
+        """The started server's process id (its process group's), or None before it starts."""
+        return self._process.pid if self._process else None
+
+    @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/v1"
 
@@ -291,13 +296,13 @@ class VllmServer(ManagedServer):
 
     def __init__(self, model, served_model_name: str = "olmocr", dtype: str = "auto",
                  max_model_len: int | None = 16384, gpu_memory_utilization: float | None = None,
-                 cpu_kv_cache_gib: float | None = None, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
+                 cpu_kv_cache_gib: int | None = None, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
                  max_num_seqs: int | None = None, extra_args: list[str] | None = None, host: str = "127.0.0.1",
                  port: int | None = None, startup_timeout_s: float = 900.0, max_restarts: int = 3):
         if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"server.gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization}")
-        if cpu_kv_cache_gib is not None and cpu_kv_cache_gib <= 0:
-            raise ValueError(f"server.cpu_kv_cache_gib: must be positive, got {cpu_kv_cache_gib}")
+        if cpu_kv_cache_gib is not None and cpu_kv_cache_gib < 1:
+            raise ValueError(f"server.cpu_kv_cache_gib: must be 1 or more (whole GiB), got {cpu_kv_cache_gib}")
         # One OpenMP thread: several servers on one multi-GPU node otherwise fight over every core. (The CPU
         # build binds its own threads to cores whatever this says.)
         super().__init__(host, port, startup_timeout_s, max_restarts,

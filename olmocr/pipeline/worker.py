@@ -13,6 +13,7 @@ waited out with the claim held, so the work is not lost.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -226,6 +227,15 @@ def _finish(queue: WorkQueue, claim, output: Output, shared: _Shared) -> bool | 
                 return None
 
 
+EXIT_GRACE_S = 5.0
+
+
+def _exit_now(signum: int) -> None:
+    log.warning("%s: threads still busy after %.0f s; exiting now", signal.Signals(signum).name, EXIT_GRACE_S)
+    logging.shutdown()
+    os._exit(128 + signum)
+
+
 def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, replica: int = 0,
                 lease_s: float = 300.0, max_failures: int = 3, retry_wait_s: float = 15.0,
                 retry_wait_max_s: float = 600.0, pause_after: int = 3, give_up_after_s: float = 900.0,
@@ -253,6 +263,11 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
         shared.stop.set()
         report.released = shared.keeper.release_all()
         log.warning("%s: gave back %d claim(s); stopping", signal.Signals(signum).name, report.released)
+        # A thread blocked in a read (a hung mount, a stalled connection) would hold the exit for ever:
+        # the process ends after EXIT_GRACE_S whatever its threads are doing (its server goes with it).
+        timer = threading.Timer(EXIT_GRACE_S, _exit_now, (signum,))
+        timer.daemon = True  # a process that ends in time does not wait for it
+        timer.start()
         raise SystemExit(128 + signum)
 
     handlers = {}

@@ -27,7 +27,7 @@ def server_command(model_path: str, algo, host: str) -> list[str]:
 
 
 def wait_for_server(host: str, port: int, timeout: float, command: list[str]) -> None:
-    url = f"http://{host}:{port}/health/"
+    url = f"http://{host}:{port}/health"
     deadline = time.monotonic() + timeout
     while True:
         try:

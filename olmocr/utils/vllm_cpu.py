@@ -27,11 +27,11 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def server_env(kv_cache_gib: float | None) -> dict[str, str]:
+def server_env(kv_cache_gib: int | None) -> dict[str, str]:
     """Environment for a ``vllm serve`` process on this machine."""
     if not on_cpu() or kv_cache_gib is None:
         return {}
-    return {"VLLM_CPU_KVCACHE_SPACE": f"{kv_cache_gib:g}"}
+    return {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
 
 
 def offline_engine_kwargs(dtype: str = "auto") -> dict:
