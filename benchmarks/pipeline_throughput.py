@@ -56,8 +56,28 @@ ANSWER = json.dumps({
     "usage": {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}}).encode()
 
 
+def start_check(body: bytes) -> bool:
+    """Is this our pipeline's start check (one small page of a flat colour), not a page of the corpus?"""
+    if len(body) > 65536:  # a rendered page is larger
+        return False
+    import base64
+    import io
+
+    from PIL import Image
+
+    sys.path.insert(0, ROOT)
+    from olmocr.pipeline.convert import CHECK_PAGE_COLOUR
+
+    for part in json.loads(body)["messages"][0]["content"]:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            image = Image.open(io.BytesIO(base64.b64decode(part["image_url"]["url"].split(",", 1)[1]))).convert("RGB")
+            return image.getcolors(1) == [(image.width * image.height, CHECK_PAGE_COLOUR)]
+    return False
+
+
 class InstantServer:
-    """Answers every chat request at once with a valid page; counts requests and their times."""
+    """Answers every chat request at once with a valid page; counts page requests (not our pipeline's
+    start check) and their times."""
 
     def __init__(self):
         self.times: list[float] = []
@@ -80,8 +100,9 @@ class InstantServer:
                 self._reply(b'{"status": "ok", "data": [{"id": "instant"}]}')
 
             def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                server.times.append(time.perf_counter())
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if not start_check(body):
+                    server.times.append(time.perf_counter())
                 self._reply(ANSWER)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

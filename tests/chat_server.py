@@ -54,14 +54,24 @@ class Request:
             self.image = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
             self.image.load()
 
+    def is_check(self) -> bool:
+        from olmocr.pipeline.convert import CHECK_PAGE_COLOUR
+
+        return self.image is not None and self.image.convert("RGB").getcolors(1) == [
+            (self.image.width * self.image.height, CHECK_PAGE_COLOUR)]
+
 
 class ChatServer:
     """``script(request) -> answer dict`` decides each reply; default: the next of ``answers`` in order
     (the last one repeats)."""
 
     def __init__(self, answers: list[dict] | None = None, script: Callable[[Request], dict] | None = None,
-                 api_key: str | None = None):
+                 api_key: str | None = None, checks: dict | None = None):
         self.requests: list[Request] = []
+        # The pipeline's start check (its one page of a flat colour) is answered with ``checks`` (default:
+        # as any page) and kept apart, so scripts and counts are about the real pages.
+        self.checks: list[Request] = []
+        self.check_answer = checks
         self.lock = threading.Lock()
         self.answers = list(answers or [good("hello")])
         self.script = script or self._next
@@ -99,8 +109,12 @@ class ChatServer:
                     return
                 request = Request(body)
                 with server.lock:
-                    server.requests.append(request)
-                    reply = server.script(request)
+                    if request.is_check():
+                        server.checks.append(request)
+                        reply = server.check_answer or good("")
+                    else:
+                        server.requests.append(request)
+                        reply = server.script(request)
                 if reply["status"] is None:
                     self.close_connection = True
                     return

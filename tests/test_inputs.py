@@ -116,6 +116,16 @@ def test_a_directory_or_a_fifo_at_a_queued_path_is_a_bad_document_at_once(tmp_pa
     assert (summary["work"]["done"], counts["documents"], counts["bad_documents"]) == (1, 1, 2)
     docs = [json.loads(line) for path in glob.glob(f"{workspace.root}/results/*.jsonl") for line in open(path)]
     assert [d["metadata"]["Source-File"] for d in docs] == [pdfs[0]] and docs[0]["text"] == "Read."
+    # On record in the workspace, each with its reason, and counted by reason.
+    listed = [json.loads(line) for path in glob.glob(f"{workspace.root}/bad/*.jsonl") for line in open(path)]
+    assert sorted((row["source"], row["status"], row["reason"]) for row in listed) == [
+        (pdfs[1], "bad", "not_a_file"), (pdfs[2], "bad", "not_a_file")]
+    assert listed[0]["detail"].endswith(", not a file") and counts["bad_not_a_file"] == 2
+    from olmocr.pipeline.stats import describe, workspace_stats
+
+    text = describe(workspace_stats(workspace))
+    assert "1 done, 2 unreadable (not_a_file 2), 0 dropped" in text
+    assert f"listed     each document with its reason in {workspace.root}/bad/ (unreadable and dropped)" in text
 
 
 def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, s3_server):

@@ -218,7 +218,13 @@ def test_documents_become_dolma_lines_with_pages_in_order_and_bad_pdfs_are_count
                                                   "work.page_results=true"), tmp_path / "run")
     counts = summary["work"]["counts"]
     assert counts == {"documents": 2, "pages": 4, "bad_documents": 3, "dropped_documents": 0, "fallback_pages": 0,
-                      "input_tokens": 400, "output_tokens": 40}
+                      "input_tokens": 400, "output_tokens": 40, "bad_empty_document": 1, "bad_encrypted_pdf": 1,
+                      "bad_unreadable_pdf": 1}
+    listed = {row["source"]: row for path in glob.glob(f"{workspace}/bad/*.jsonl") for row in map(json.loads, open(path))}
+    assert {source: (row["status"], row["reason"]) for source, row in listed.items()} == {
+        str(pdfs / "corrupt.pdf"): ("bad", "unreadable_pdf"), str(pdfs / "empty.pdf"): ("bad", "empty_document"),
+        str(pdfs / "locked.pdf"): ("bad", "encrypted_pdf")}
+    assert all(row["detail"] and not row["detail"].startswith(row["reason"]) for row in listed.values())
     lines = [json.loads(line) for path in glob.glob(f"{workspace}/results/output_*.jsonl") for line in open(path)]
     docs = {d["metadata"]["Source-File"]: d for d in lines}
     assert set(docs) == {three, one}
@@ -263,6 +269,10 @@ def test_a_document_with_too_many_fallback_pages_is_dropped(tmp_path):
         assert counts["fallback_pages"] == 1 and counts["dropped_documents"] == (0 if kept else 1)
         lines = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
         assert len(lines) == int(kept)
+        listed = [json.loads(line) for path in glob.glob(f"{workspace}/bad/*.jsonl") for line in open(path)]
+        assert listed == ([] if kept else [{"source": pdf, "status": "dropped", "reason": "fallback_pages", "detail":
+                                            "1 of its 2 pages fell back to the text layer (more than "
+                                            "max_page_error_rate 0.004)"}])
         if kept:
             assert lines[0]["text"] == "Read well.\nA page the model cannot read"
             assert lines[0]["metadata"]["total-fallback-pages"] == 1
@@ -286,6 +296,37 @@ def test_a_server_that_is_unreachable_or_refuses_the_key_stops_the_run_before_an
         assert not server.requests  # no page was sent
     assert glob.glob(f"{workspace}/workers/*.json")  # the workspace was checked …
     assert not glob.glob(f"{workspace}/claims/*") and not glob.glob(f"{workspace}/done/*")  # … and claimed nothing
+
+
+def test_a_server_that_answers_no_page_stops_the_run_and_marks_nothing_done(tmp_path):
+    """Every request answered 404 (a wrong URL path; a model name the server does not serve reads the same:
+    tests/test_vllm.py has vLLM's): the start check's page request fails, one line, nothing claimed. A
+    server that passes that check and then answers no page of an item: the item goes back uncounted and
+    the worker stops after queue.give_up_after_s, one line naming the server, the status and what it said.
+    With the server fixed, every document converts."""
+    for name in "abc":
+        write_pdf(str(tmp_path / f"{name}.pdf"), [f"Page {name}"])
+    workspace = str(tmp_path / "ws")
+    queue = ["queue.retry_wait_s=0.2", "queue.retry_wait_max_s=0.5", "queue.give_up_after_s=2"]
+    not_found = answer("", status=404)
+    with ChatServer([not_found], checks=not_found) as server:
+        with pytest.raises(ValueError, match=r"^the server at http://127.0.0.1:\d+/v1 does not answer page requests for "
+                                             r"model 'scripted': HTTP 404: \{\"error\": \"scripted failure\"\}$"):
+            run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]",
+                                            "pages_per_group=1", *queue), tmp_path / "run")
+        assert len(server.checks) == 1 and not server.requests
+    assert not glob.glob(f"{workspace}/claims/*")
+    with ChatServer([not_found]) as server:
+        with pytest.raises(ValueError) as info:
+            run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *queue), tmp_path / "run2")
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("nothing could be done for ")
+    assert (f"the server at {server.url} answered none of this item's 1 page(s) (model scripted): HTTP 404: "
+            '{"error": "scripted failure"}') in line, line
+    assert not glob.glob(f"{workspace}/done/*") and not glob.glob(f"{workspace}/results/*")
+    with ChatServer([good("Read.")]) as server:
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run3", *queue), tmp_path / "run3")
+    assert summary["work"]["done"] == 3 and summary["work"]["counts"]["documents"] == 3
 
 
 def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):

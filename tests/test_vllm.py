@@ -156,6 +156,22 @@ def test_grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_serv
 
 
 @pytest.mark.slow
+def test_a_model_name_vllm_does_not_serve_is_one_line_before_any_claim(trl_server, tmp_path):
+    from conftest import write_pdf
+
+    from olmocr.pipeline.__main__ import run
+
+    workspace = tmp_path / "ws"
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    with pytest.raises(ValueError, match=rf"^the server at {trl_server}/v1 does not answer page requests for model "
+                                         r"'olmocr-typo': HTTP 404: .*olmocr-typo"):
+        run(compose("pipeline", [f"workspace={workspace}", f"pdfs=[{pdf}]", "server=external",
+                                 f"server.url={trl_server}/v1", "server.model_name=olmocr-typo", "progress=false"]),
+            str(tmp_path / "run"))
+    assert not glob.glob(f"{workspace}/claims/*") and not glob.glob(f"{workspace}/done/*")
+
+
+@pytest.mark.slow
 def test_guided_bench_pages_through_vllm_serve_are_in_the_page_format_and_scored(tmp_path, tiny, trl_server):
     """pipeline.bench against a running vLLM server (GRPO's: one server start for both tests), guided."""
     from olmocr.bench.__main__ import run as bench

@@ -397,3 +397,26 @@ def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_p
     assert sum(r["duplicates"] for r in finished) == 0
     print(f"{took_over} items taken over from killed workers; survivors finished "
           f"{sum(r['done'] for r in finished)} items, dropped {sum(r['lost'] for r in finished)} lost claims")
+
+
+def test_an_item_whose_side_file_cannot_be_written_yet_is_written_when_it_can_not_converted_again(tmp_path):
+    """The workspace refuses the item's markdown for a while (a file stands where its folder goes): the
+    worker writes it again until it lands, then the result and the done marker; the item is processed once."""
+    from olmocr.pipeline.worker import Output
+
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.add([write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1)
+    blocker = tmp_path / "ws" / "markdown"
+    blocker.write_text("not a folder")
+    calls = []
+
+    def process(item):
+        calls.append(item.id)
+        return Output(b'{"source": "a"}\n', {"documents": 1}, {"markdown/a.md": b"text", "bad/x.jsonl": b"{}\n"})
+
+    threading.Timer(2.0, blocker.unlink).start()
+    report = run_workers(ws, process, retry_wait_s=0.2, retry_wait_max_s=0.5, progress=False)
+    assert (report.done, report.failed, report.unavailable) == (1, 0, 0) and calls == [ws.items()[0].id]
+    assert (tmp_path / "ws" / "markdown" / "a.md").read_bytes() == b"text"
+    assert (tmp_path / "ws" / "bad" / "x.jsonl").read_bytes() == b"{}\n"
+    assert workspace_stats(ws)["done"] == 1

@@ -28,6 +28,7 @@ from olmocr.data.steps import BuildMessages, Reject
 from olmocr.formats.frontmatter import PageMeta, read_answer
 from olmocr.formats.pdf import PdfError, text_layer
 from olmocr.pipeline.client import ChatClient, Reply
+from olmocr.pipeline.failures import Unavailable
 from olmocr.pipeline.server import Server
 
 log = logging.getLogger("olmocr.pipeline")
@@ -43,6 +44,8 @@ FALLBACK_META = PageMeta(primary_language=None)
 PAGE_REGEX = (r"---\nprimary_language: (?:[a-z]{2}|null)\nis_rotation_valid: (?:True|False)\n"
               r"rotation_correction: (?:0|90|180|270)\nis_table: (?:True|False)\nis_diagram: (?:True|False)\n"
               r"---(?:\n[\s\S]*)?")
+# The start check's page: a small image of one flat colour, prompted by the steps like any page.
+CHECK_PAGE_PX, CHECK_PAGE_COLOUR, CHECK_TOKENS = 64, (250, 250, 240), 8
 
 
 def clockwise(degrees: int, direction: str) -> int:
@@ -88,6 +91,11 @@ class PageResult:
     input_tokens: int = 0  # over every attempt: what the page cost
     output_tokens: int = 0
     attempts: list[dict] = field(default_factory=list)  # per attempt: temperature, rotation, outcome
+    # The first attempt the server did not answer as a chat completion (an HTTP error, a refused model,
+    # no answer in time), and whether any attempt was answered: a page with server_error and not
+    # answered says nothing of the model, only of the server.
+    server_error: str | None = None
+    answered: bool = False
 
     def record(self) -> dict:
         """The page as a JSON object (the per-page output)."""
@@ -181,12 +189,36 @@ class PageConverter:
 
     def __enter__(self) -> PageConverter:
         self.server.start(os.path.join(self.log_dir, "server.log"))
-        if self.regex is not None:
-            self.server.check_structured_outputs(self.regex)
-        self.pool = ThreadPoolExecutor(self.render_threads, thread_name_prefix="render")
-        self._loop = EventLoop()
-        self._loop.run(self.client.open())
+        try:
+            if self.regex is not None:
+                self.server.check_structured_outputs(self.regex)
+            self.pool = ThreadPoolExecutor(self.render_threads, thread_name_prefix="render")
+            self._loop = EventLoop()
+            self._loop.run(self.client.open())
+            self._loop.run(self.check_page_request())
+        except BaseException:
+            self.__exit__(None, None, None)  # the server it started, stopped
+            raise
         return self
+
+    async def check_page_request(self) -> None:
+        """One page request before any work: a small page, the configured model name and prompt. A server
+        that does not answer it with a chat completion (a wrong URL path, a model name it does not serve,
+        a request it rejects) is one line here, not a failed attempt on every page of the queue. What the
+        model writes is not judged: that is the pages' business."""
+        buffer = io.BytesIO()
+        Image.new("RGB", (CHECK_PAGE_PX, CHECK_PAGE_PX), CHECK_PAGE_COLOUR).save(buffer, format="PNG")
+        sample = {"pdf_path": "start-check.png", "page": 1, "image_bytes": buffer.getvalue(), "num_pages": 1,
+                  "page_size": (CHECK_PAGE_PX, CHECK_PAGE_PX)}
+        _, messages, url = await asyncio.get_running_loop().run_in_executor(self.pool, self._render, sample)
+        try:
+            reply = await self.client.chat(chat_messages(messages, url), CHECK_TOKENS, 0.0, regex=self.regex)
+        except Unavailable as exc:
+            raise ValueError(f"{self.server.name} at {self.server.url}: {exc}") from None
+        if reply.error is not None:
+            gist = " ".join(reply.error.split())[:300]
+            raise ValueError(f"{self.server.name} at {self.server.url} does not answer page requests for model "
+                             f"{self.server.model!r}: {gist}")
 
     def __exit__(self, *exc) -> None:
         try:
@@ -233,6 +265,10 @@ class PageConverter:
                                                regex=self.regex)
                 result.input_tokens += reply.input_tokens
                 result.output_tokens += reply.output_tokens
+                if reply.error is None:
+                    result.answered = True
+                elif result.server_error is None:
+                    result.server_error = reply.error
                 judged = self.judge(reply)
                 attempt = {"temperature": temperature, "rotation": rotation}
                 result.attempts.append(attempt)

@@ -24,6 +24,7 @@ from olmocr.config import runtime
 from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of
 from olmocr.pipeline.dolma import dolma_document, mirror_path
+from olmocr.pipeline.failures import Unavailable
 from olmocr.pipeline.filter import DocumentFilter
 from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
@@ -34,6 +35,7 @@ log = logging.getLogger("olmocr.pipeline")
 MARKDOWN = "markdown"
 PAGES = "pages"
 FILTERED = "filtered"
+BAD = "bad"  # bad/<item>.jsonl: the item's bad and dropped documents, each with its reason
 
 
 class PageBar:
@@ -58,10 +60,19 @@ class PageBar:
 
 @dataclass
 class Converted:
-    error: str | None = None  # why the document cannot be read
+    error: DocumentError | None = None  # why the document cannot be read
     filtered: tuple[str, str] | None = None  # (reason, detail) the filter gave for not converting it
     pages: list[PageResult] = field(default_factory=list)  # in page order
     created: datetime.datetime | None = None
+
+
+def jsonl(lines: list[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def _listed(source: str, status: str, reason: str, detail: str) -> str:
+    """One line of filtered/ or bad/: a document not converted, and why."""
+    return json.dumps({"source": source, "status": status, "reason": reason, "detail": detail}, ensure_ascii=False)
 
 
 @runtime("converter", "workspace", "progress", "pdf_access", "filter")
@@ -104,19 +115,22 @@ class OcrWork:
     async def convert_item(self, item: Item) -> Output:
         counts = Counter(documents=0, pages=0, bad_documents=0, dropped_documents=0, fallback_pages=0,
                          input_tokens=0, output_tokens=0)
-        lines, page_lines, markdown, filtered = [], [], [], []
+        lines, page_lines, markdown, filtered, bad = [], [], [], [], []
         found = await asyncio.to_thread(read_documents, list(item.pdfs), self.pdf_access)  # Unavailable: retried later
         converted = await all_of(self.convert_document(source, found[source]) for source in item.pdfs)
+        self._check_server_answered([page for done in converted for page in done.pages or ()])
         for source, done in zip(item.pdfs, converted):
             if done.error:
                 counts["bad_documents"] += 1
+                counts[f"bad_{done.error.reason}"] += 1
                 log.warning("skipped %s: %s", source, done.error)
+                bad.append(_listed(source, "bad", done.error.reason, str(done.error).removeprefix(f"{done.error.reason}: ")))
                 continue
             if done.filtered:
                 reason, detail = done.filtered
                 counts["filtered_documents"] += 1
                 counts[f"filtered_{reason}"] += 1
-                filtered.append(json.dumps({"source": source, "reason": reason, "detail": detail}, ensure_ascii=False))
+                filtered.append(_listed(source, "filtered", reason, detail))
                 continue
             pages = done.pages
             counts["pages"] += len(pages)
@@ -127,8 +141,10 @@ class OcrWork:
             page_lines += [json.dumps({"source": source, **p.record()}, ensure_ascii=False) for p in pages]
             if fallback / len(pages) > self.max_page_error_rate:
                 counts["dropped_documents"] += 1
-                log.warning("dropped %s: %d of its %d pages fell back to the text layer (more than "
-                            "max_page_error_rate %g)", source, fallback, len(pages), self.max_page_error_rate)
+                why = (f"{fallback} of its {len(pages)} pages fell back to the text layer (more than "
+                       f"max_page_error_rate {self.max_page_error_rate:g})")
+                log.warning("dropped %s: %s", source, why)
+                bad.append(_listed(source, "dropped", "fallback_pages", why))
                 continue
             document = dolma_document(source, pages, self.converter.server.model, done.created)
             if document is None:
@@ -137,27 +153,36 @@ class OcrWork:
             counts["documents"] += 1
             lines.append(json.dumps(document, ensure_ascii=False))
             markdown.append((mirror_path(source, ".md"), document["text"]))
-        await asyncio.to_thread(self._write_side_outputs, item, markdown, page_lines, filtered)
-        return Output("".join(line + "\n" for line in lines).encode("utf-8"), dict(counts))
+        return Output(jsonl(lines), dict(counts), self._side_files(item, markdown, page_lines, filtered, bad))
 
-    def _write_side_outputs(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str],
-                            filtered: list[str]) -> None:
-        store = self.workspace.store
-        if self.markdown:
-            for path, text in markdown:
-                store.write(f"{MARKDOWN}/{path}", text.encode("utf-8"))
+    def _check_server_answered(self, pages: list[PageResult]) -> None:
+        """An item none of whose pages the server answered (every attempt an HTTP error, a refused model
+        name, no chat completion) says nothing of its documents: it goes back to the queue uncounted, and
+        the worker's pause-and-give-up rule applies, as for a storage fault."""
+        asked = [page for page in pages if page.server_error is not None or page.answered]
+        if asked and not any(page.answered for page in asked):
+            server = self.converter.server
+            gist = " ".join(asked[0].server_error.split())[:300]
+            raise Unavailable(f"{server.name} at {server.url} answered none of this item's {len(asked)} page(s) "
+                              f"(model {server.model}): {gist}")
+
+    def _side_files(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str], filtered: list[str],
+                    bad: list[str]) -> dict[str, bytes]:
+        files = {f"{MARKDOWN}/{path}": text.encode("utf-8") for path, text in markdown} if self.markdown else {}
         if self.page_results:
-            store.write(f"{PAGES}/output_{item.id}.jsonl", "".join(line + "\n" for line in page_lines).encode("utf-8"))
-        if filtered:
-            store.write(f"{FILTERED}/{item.id}.jsonl", "".join(line + "\n" for line in filtered).encode("utf-8"))
+            files[f"{PAGES}/output_{item.id}.jsonl"] = jsonl(page_lines)
+        for folder, listed in ((FILTERED, filtered), (BAD, bad)):
+            if listed:
+                files[f"{folder}/{item.id}.jsonl"] = jsonl(listed)
+        return files
 
     async def convert_document(self, source: str, data: bytes | DocumentError) -> Converted:
         if isinstance(data, DocumentError):
-            return Converted(error=str(data))
+            return Converted(error=data)
         try:
             layout = await asyncio.to_thread(document_pages, source, data)
         except DocumentError as exc:
-            return Converted(error=str(exc))
+            return Converted(error=exc)
         if layout.kind == IMAGE:
             return Converted(pages=await all_of(
                 self._page({"pdf_path": source, "page": n, "image_bytes": data, "num_pages": len(layout.sizes),

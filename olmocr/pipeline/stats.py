@@ -98,11 +98,12 @@ def _duration(seconds: float | None) -> str:
 GIVEN_UP_LISTED = 10
 
 
-def _filtered(counts: dict) -> str:
-    reasons = sorted(((k.removeprefix("filtered_"), v) for k, v in counts.items()
-                      if k.startswith("filtered_") and k != "filtered_documents"), key=lambda kv: (-kv[1], kv[0]))
+def _by_reason(counts: dict, kind: str, label: str) -> str:
+    """``<kind>_documents`` and its ``<kind>_<reason>`` counts, most frequent first."""
+    reasons = sorted(((k.removeprefix(f"{kind}_"), v) for k, v in counts.items()
+                      if k.startswith(f"{kind}_") and k != f"{kind}_documents"), key=lambda kv: (-kv[1], kv[0]))
     detail = f" ({', '.join(f'{reason} {n}' for reason, n in reasons)})" if reasons else ""
-    return f"{counts.get('filtered_documents', 0)} filtered{detail}"
+    return f"{counts.get(f'{kind}_documents', 0)} {label}{detail}"
 
 
 def describe(stats: dict) -> str:
@@ -115,8 +116,8 @@ def describe(stats: dict) -> str:
         f"items      {stats['items']} total: {stats['done']} done, {stats['active']} being worked on, "
         f"{stats['expired']} claims expired, {stats['retrying']} waiting to be tried again after a failure, "
         f"{stats['given_up']} given up, {stats['waiting']} waiting",
-        f"documents  {c.get('documents', 0)} done, {c.get('bad_documents', 0)} unreadable, "
-        f"{c.get('dropped_documents', 0)} dropped (too many fallback pages), {_filtered(c)}",
+        f"documents  {c.get('documents', 0)} done, {_by_reason(c, 'bad', 'unreadable')}, "
+        f"{c.get('dropped_documents', 0)} dropped (too many fallback pages), {_by_reason(c, 'filtered', 'filtered')}",
         f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
         f"~{stats['pages_remaining_estimated']} to go",
         f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",
@@ -125,6 +126,12 @@ def describe(stats: dict) -> str:
         "finish     nothing left: every item is done or given up"
         if stats["done"] + stats["given_up"] == stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
     ]
+    listed = [f"{folder}/ ({what})" for folder, what, n in (
+        ("bad", "unreadable and dropped", c.get("bad_documents", 0) + c.get("dropped_documents", 0)),
+        ("filtered", "filtered", c.get("filtered_documents", 0))) if n]
+    if listed:
+        lines.append(f"listed     each document with its reason in {stats['workspace'].rstrip('/')}/"
+                     f"{' and '.join(listed)}")
     for row in stats["given_up_items"][:GIVEN_UP_LISTED]:
         lines.append(f"given up   {row['item']} ({row['pdfs']} PDFs, {row['failures']} failures): {row['error']}")
     if stats["given_up"]:

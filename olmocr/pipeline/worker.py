@@ -12,6 +12,7 @@ waited out with the claim held, so the work is not lost.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -30,11 +31,15 @@ log = logging.getLogger("olmocr.pipeline")
 
 @dataclass
 class Output:
-    """What a processor makes of one item: the JSONL written to ``results/``, and counts for the done
-    marker that the stats command adds up (documents, pages, fallback_pages, input_tokens, …)."""
+    """What a processor makes of one item: the JSONL written to ``results/``, counts for the done
+    marker that the stats command adds up (documents, pages, fallback_pages, input_tokens, …), and other
+    files of the workspace (name → bytes: markdown, lists of bad documents). The worker writes them all,
+    side files first, each tried again while the store does not answer: a finished conversion is never
+    redone because one of its writes failed."""
 
     result: bytes
     counts: dict[str, int] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 Processor = Callable[[Item], Output]
@@ -154,7 +159,7 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
             claim = queue.claim_next()
         except store_errors() as exc:
             log.warning("the workspace did not answer (%s: %s)", type(exc).__name__, exc)
-            stop.wait(max(shared.breaker.failed(exc, "the workspace"), 1.0))
+            _pause_until_answering(queue, shared, max(shared.breaker.failed(exc, "the workspace"), 1.0))
             continue
         if claim is None:
             if not linger or queue.outstanding == 0:
@@ -174,16 +179,16 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
         except Exception as exc:  # noqa: BLE001 - one item's failure must not end the worker
             if stop.is_set():
                 return  # failed as the worker stops: the keeper gives the claim back with the others
-            keeper.drop(claim)
             outside = transient(exc)
             error = f"{type(exc).__name__}: {exc}"
             log.warning("item %s failed (%s); %s", claim.item.id, error,
                         "back to the queue, not counted against it" if outside else "released for another attempt")
-            try:
-                queue.release(claim, error=error, transient=outside)
-            except store_errors() as release_error:
-                log.warning("giving item %s back failed (%s): its claim expires in its lease", claim.item.id,
-                            release_error)
+            # Given back as soon as the workspace answers (not left to expire with its lease); until then
+            # the keeper renews it, and gives it back with the others if the worker stops.
+            give_back = functools.partial(queue.release, claim, error=error, transient=outside)
+            if _stored(give_back, queue, shared, f"giving item {claim.item.id} back") is STOPPED:
+                return
+            keeper.drop(claim)
             with lock:
                 report.failed += not outside
                 report.unavailable += outside
@@ -213,18 +218,56 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
 
 
 def _finish(queue: WorkQueue, claim, output: Output, shared: _Shared) -> bool | None:
-    """``queue.complete``, tried again while the store does not answer (the lease keeper renews the claim
-    meanwhile, once the store is back). None when the worker stops first."""
+    """The item's files, then ``queue.complete``, tried again while the store does not answer (the lease
+    keeper renews the claim meanwhile, once the store is back). None when the worker stops first."""
+    pending = dict(output.files)
+
+    def write_all() -> bool:
+        for name in list(pending):
+            queue.ws.store.write(name, pending[name])
+            del pending[name]  # written: not again
+        return queue.complete(claim, output.result, output.counts)
+
+    first = _stored(write_all, queue, shared, f"writing the outputs of item {claim.item.id}")
+    return None if first is STOPPED else first
+
+
+STOPPED = object()  # what _stored returns when the worker stops first
+
+
+def _stored(call: Callable, queue: WorkQueue, shared: _Shared, what: str):
+    """``call()``'s value, tried again while the workspace does not answer; STOPPED when the worker stops
+    first."""
     from olmocr.pipeline.store import store_errors
 
     while True:
         try:
-            return queue.complete(claim, output.result, output.counts)
+            return call()
         except store_errors() as exc:
-            log.warning("writing the result of item %s failed (%s: %s); trying again", claim.item.id,
-                        type(exc).__name__, exc)
-            if shared.stop.wait(max(shared.breaker.failed(exc, "the workspace"), 1.0)):
-                return None
+            log.warning("%s failed (%s: %s); trying again", what, type(exc).__name__, exc)
+            if not _pause_until_answering(queue, shared, max(shared.breaker.failed(exc, "the workspace"), 1.0)):
+                return STOPPED
+
+
+PROBE_S = 2.0
+
+
+def _pause_until_answering(queue: WorkQueue, shared: _Shared, seconds: float) -> bool:
+    """Pause up to ``seconds`` while the workspace does not answer, looking every PROBE_S (one cheap
+    read), so work resumes within seconds of the storage coming back; False when the worker stops."""
+    from olmocr.pipeline.store import store_errors
+    from olmocr.pipeline.workspace import INDEX
+
+    deadline = time.monotonic() + seconds
+    while not shared.stop.wait(min(PROBE_S, max(0.0, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return True
+        try:
+            queue.ws.store.exists(INDEX)
+            return True
+        except store_errors():
+            pass
+    return False
 
 
 EXIT_GRACE_S = 5.0

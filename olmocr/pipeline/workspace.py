@@ -8,6 +8,7 @@
       results/output_<id>.jsonl        the item's output, written before its done marker
       markdown/…                       optional per-document markdown (page processing)
       filtered/<id>.jsonl              documents work=ocr's filter kept from the model, and why
+      bad/<id>.jsonl                   documents work=ocr could not read (bad) or dropped, and why
       workers/<host>_<pid>.json        one per worker process started: where and when (and proof that
                                        it could write here before it claimed anything)
 
