@@ -40,8 +40,8 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from chat_stub import serve
 from upstream import upstream_or_skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,11 +49,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UPSTREAM_DEPS = ["boto3", "zstandard", "google-cloud-storage", "requests", "tqdm", "httpx", "huggingface_hub",
                  "pillow", "pypdf", "lingua-language-detector", "pyyaml", "ftfy", "orjson", "pypdfium2", "smart_open"]
 GPU_PAGES_S = 4.5
-ANSWER = json.dumps({
-    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": (
-        "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\nis_table: False\n"
-        "is_diagram: False\n---\nA page, read at once.")}}],
-    "usage": {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}}).encode()
 
 
 def start_check(body: bytes) -> bool:
@@ -81,34 +76,11 @@ class InstantServer:
 
     def __init__(self):
         self.times: list[float] = []
-        server = self
+        self.url = serve(self._seen)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _reply(self, body: bytes) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):  # /health, /v1/models: ready
-                self._reply(b'{"status": "ok", "data": [{"id": "instant"}]}')
-
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if not start_check(body):
-                    server.times.append(time.perf_counter())
-                self._reply(ANSWER)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _seen(self, body: bytes) -> None:
+        if not start_check(body):
+            self.times.append(time.perf_counter())
 
     def window(self) -> tuple[int, float]:
         times, self.times = self.times, []
