@@ -137,6 +137,7 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
     os.makedirs(tmp_path / "in")
     three = write_pdf(str(tmp_path / "in" / "three.pdf"), ["First page", "Second page words", "Third page"])
     one = write_pdf(str(tmp_path / "in" / "one.pdf"), ["Only page with a table"])
+    (tmp_path / "in" / "broken<b>.pdf").write_bytes(b"%PDF-1.4 <script>no</script>")
     bad = page_keys(three, 3)[1]
     answers = {k: good(f"Model text of page {n} | with \\(x^2\\)") for n, k in enumerate(page_keys(three, 3), 1)}
 
@@ -166,6 +167,11 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
     assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
     assert "is_table False" in pages[0].text
     assert os.path.getsize(os.path.join(out, "viewer.png")) > 10_000
+    # What the workspace did not convert, with its reason (names and details shown as text, never run).
+    rows = browser.find_elements("css selector", "section.not-converted tr")
+    assert [r.text for r in rows[1:]] == [f"{tmp_path}/in/broken<b>.pdf bad unreadable_pdf " +
+                                          rows[1].find_elements("css selector", "td")[3].text]
+    assert "bad: unreadable_pdf 1" in browser.find_element("css selector", "section.not-converted").text
     # Without results=, the viewer shows the workspace a pipeline run without workspace= writes.
     cfg = compose("report_viewer", [])
     shutil.copytree(workspace, tmp_path / "cwd" / cfg.paths.sample_workspace)

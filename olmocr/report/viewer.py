@@ -3,7 +3,8 @@
 ``results`` is a pipeline workspace (its ``results/*.jsonl``) or Dolma JSONL files (paths or globs; local
 or s3://). Per document: its source and counts, then every page rendered from the source PDF beside the
 text the pipeline extracted for it (markdown drawn: tables, equations), its front-matter attributes, and
-pages that fell back to the PDF's text layer marked. Writes ``viewer.html`` to the run dir.
+pages that fell back to the PDF's text layer marked; for a workspace, the documents it did not convert
+(bad, dropped, filtered), each with its reason. Writes ``viewer.html`` to the run dir.
 """
 
 from __future__ import annotations
@@ -37,6 +38,47 @@ def result_files(results: list[str]) -> list[str]:
             raise ValueError(f"results: {entry!r} names no Dolma JSONL (a workspace, a .jsonl file or a glob)")
         files += [prefix + f if prefix and not f.startswith(prefix) else f for f in sorted(found)]
     return files
+
+
+def not_converted(results: list[str]) -> list[dict]:
+    """The documents a workspace did not convert, from its bad/ and filtered/ lists (source, status,
+    reason, detail); none for Dolma files named directly."""
+    from olmocr.utils.io import filesystem, read_text
+
+    rows = []
+    for entry in results:
+        fs = filesystem(entry)
+        if not fs.isdir(entry):
+            continue
+        prefix = entry.split("://", 1)[0] + "://" if "://" in entry else ""
+        for folder in ("bad", "filtered"):
+            for path in sorted(fs.glob(f"{entry.rstrip('/')}/{folder}/*.jsonl")):
+                path = prefix + path if prefix and not path.startswith(prefix) else path
+                for number, line in enumerate(read_text(path).splitlines(), start=1):
+                    try:
+                        row = json.loads(line)
+                        rows.append({key: str(row.get(key, folder if key == "status" else "")) for key in
+                                     ("source", "status", "reason", "detail")})
+                    except (json.JSONDecodeError, AttributeError):
+                        log.warning("%s:%d: not a line of the not-converted list; skipped", path, number)
+    return rows
+
+
+def not_converted_html(rows: list[dict], limit: int) -> str:
+    from collections import Counter
+
+    from olmocr.formats.html import esc
+
+    if not rows:
+        return ""
+    reasons = Counter(f"{row['status']}: {row['reason']}" for row in rows)
+    summary = ", ".join(f"{esc(reason)} {n}" for reason, n in reasons.most_common())
+    cells = "".join(f"<tr><td>{esc(row['source'])}</td><td>{esc(row['status'])}</td><td>{esc(row['reason'])}</td>"
+                    f"<td>{esc(row['detail'])}</td></tr>" for row in rows[:limit])
+    more = f"<p class='muted'>…and {len(rows) - limit} more</p>" if len(rows) > limit else ""
+    return (f"<section class='not-converted'><h2>Not converted: {len(rows)} documents</h2><p class='muted'>"
+            f"{summary}</p><table><tr><th>source</th><th>status</th><th>reason</th><th>detail</th></tr>{cells}"
+            f"</table>{more}</section>")
 
 
 def read_documents(files: list[str], limit: int) -> tuple[list[dict], int]:
@@ -113,10 +155,13 @@ def run(cfg: DictConfig, output_dir: str) -> str:
 
     if cfg.max_documents < 1:
         raise ValueError(f"max_documents: must be at least 1, got {cfg.max_documents}")
-    files = result_files([cfg.results] if isinstance(cfg.results, str) else list(cfg.results))
+    results = [cfg.results] if isinstance(cfg.results, str) else list(cfg.results)
+    files = result_files(results)
     documents, total = read_documents(files, cfg.max_documents)
+    skipped = not_converted(results)
     body = [f"<h1>Converted documents</h1><p class='muted'>{len(documents)} of {total} documents from "
-            f"{len(files)} file(s): {esc(', '.join(files[:5]))}{' …' if len(files) > 5 else ''}</p>"]
+            f"{len(files)} file(s): {esc(', '.join(files[:5]))}{' …' if len(files) > 5 else ''}</p>",
+            not_converted_html(skipped, cfg.max_documents)]
     for i, doc in enumerate(tqdm(documents, desc="documents", unit="doc"), start=1):
         body.append(document_html(doc, i, cfg.longest_side))
     os.makedirs(output_dir, exist_ok=True)
@@ -124,7 +169,8 @@ def run(cfg: DictConfig, output_dir: str) -> str:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(document("Converted documents", "\n".join(body)))
     log.info("%d of %d documents: %s", len(documents), total, path)
-    write_run_info(output_dir, summary={"documents": len(documents), "total": total, "viewer": path})
+    write_run_info(output_dir, summary={"documents": len(documents), "total": total, "not_converted": len(skipped),
+                                        "viewer": path})
     return path
 
 
