@@ -6,8 +6,8 @@ converted twice or lost.
                                            [--outages 15,60] [--runs 2]
 
 The workspace and the PDFs (bundled sample pages, one-page PDFs) are on a local S3 server (moto), reached
-through ``olmocr.utils.faultproxy``, which takes S3 away for each outage: the first a fifth of the way into
-the fault-free wall time, each next one a fifth later again after the previous ended. Pages go to a chat
+through ``olmocr.utils.faultproxy``, which takes S3 away for each outage: the first a fifth of the fault-free
+wall time after the run's first S3 request, each next one a fifth later again after the previous ended. Pages go to a chat
 server that answers a valid page after ``--page-s`` seconds (a model's time; no model is measured) and
 counts requests per page image: a page asked for again after it was answered is a page converted twice.
 Each run converts fault-free first, then with the outages, each in a fresh workspace; one worker process
@@ -74,7 +74,7 @@ def upload(endpoint: str, count: int) -> list[str]:
 
 def convert(args, name: str, pdfs: list[str], server: PageServer, proxy, env: dict, scratch: str,
             outages: list[tuple[float, float]]) -> dict:
-    """One pipeline run on a fresh workspace; ``outages`` as (start after launch, seconds)."""
+    """One pipeline run on a fresh workspace; ``outages`` as (start after its first S3 request, seconds)."""
     run_dir = os.path.join(scratch, f"{name}-run")
     command = [sys.executable, "-m", "olmocr.pipeline", f"workspace=s3://corpus/{name}", "pdfs=[s3://corpus/pdfs]",
                "server=external", f"server.url={server.url}", "server.model_name=paced", "work=ocr",
@@ -85,8 +85,12 @@ def convert(args, name: str, pdfs: list[str], server: PageServer, proxy, env: di
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def take_away() -> None:
+        seen = sum(proxy.counts.values())
+        while sum(proxy.counts.values()) == seen and proc.poll() is None:  # started: its first S3 request
+            time.sleep(0.05)
+        began = time.perf_counter()
         for at, seconds in outages:
-            time.sleep(max(0.0, start + at - time.perf_counter()))
+            time.sleep(max(0.0, began + at - time.perf_counter()))
             proxy.outage(seconds)
 
     threading.Thread(target=take_away, daemon=True).start()

@@ -72,8 +72,8 @@ def test_workqueue_runs_in_bad_weather():
 
 
 def test_pipeline_recovery_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/pipeline_recovery.py", "--pdfs", "4", "--page-s", "0.2",
-                           "--outages", "3", "--runs", "1"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "benchmarks/pipeline_recovery.py", "--pdfs", "8", "--pages-per-item", "1",
+                           "--page-s", "1", "--outages", "3", "--runs", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = re.search(r"^run 0: fault-free ([\d.]+) s, with outages of 3 s ([\d.]+) s: extra / outage -?[\d.]+; "
                     r"pages converted twice 0, documents lost 0, items given back \d+, S3 requests refused in the "

@@ -110,11 +110,17 @@ def trainer_class(generation: str) -> type:
 
     loaded = "trl.generation.vllm_generation" in sys.modules
     if generation == "transformers" and not loaded:
-        available, imports.is_vllm_available = imports.is_vllm_available, lambda *_, **__: False
+        def hidden(*_, **__) -> bool:
+            return False
+
+        available, imports.is_vllm_available = imports.is_vllm_available, hidden
         try:
             importlib.import_module("trl.generation.vllm_generation")  # binds the answer above
         finally:
-            imports.is_vllm_available = available
+            # Only the imports just made skipped vLLM; later calls (trl's server client, say) see the truth.
+            for module in [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "trl"]:
+                if getattr(module, "is_vllm_available", None) is hidden:
+                    module.is_vllm_available = available
     elif generation != "transformers" and loaded and not hasattr(sys.modules["trl.generation.vllm_generation"], "LLM"):
         raise ValueError(f"algo.generation={generation}: this process imported trl's GRPO trainer without vLLM "
                          "(for a run that generated with transformers); start the run in a process of its own")
