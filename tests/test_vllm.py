@@ -5,6 +5,7 @@ engine on the tiny model and on its FP8 compression."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -86,8 +87,8 @@ def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny
     assert summary["work"]["done"] == 1 and summary["work"]["server_restarts"] == 0
 
 
-@pytest.fixture(scope="module")
-def trl_server(tiny, tmp_path_factory):
+@contextlib.contextmanager
+def trl_vllm_serve(tiny, log):
     """GRPO's generation server (`trl vllm-serve`, which runs `vllm serve` with trl's settings) serving the
     tiny model, started with the command our launchers write; its URL."""
     from olmocr.pipeline.server import free_port
@@ -96,7 +97,6 @@ def trl_server(tiny, tmp_path_factory):
 
     port = free_port("127.0.0.1")
     command = vllm_server_command(tiny.path, "127.0.0.1", port, max_model_length=4096) + ["--enforce_eager", "true"]
-    log = tmp_path_factory.mktemp("trl-vllm-serve") / "server.log"
     env = {**os.environ, **server_env(1), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -120,7 +120,18 @@ def trl_server(tiny, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_server, tiny, processor):
+def test_one_vllm_server_for_the_grpo_server_layout_a_wrong_model_name_and_guided_bench(tmp_path, tiny, processor):
+    """One `trl vllm-serve` start (most of what these cost) serves three checks, in one test so that one
+    worker starts it once."""
+    for folder in ("typo", "bench"):
+        os.makedirs(tmp_path / folder)
+    with trl_vllm_serve(tiny, tmp_path / "server.log") as url:
+        grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(url, tiny, processor)
+        a_model_name_vllm_does_not_serve_is_one_line_before_any_claim(url, tmp_path / "typo")
+        guided_bench_pages_are_in_the_page_format_and_scored(url, tiny, tmp_path / "bench")
+
+
+def grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_server, tiny, processor):
     """What a CPU allows of the server layout: trl's client sends a page as GRPO's trainer does; the server
     builds the same prompt tokens as the trainer's processor, and samples from the same distribution (its
     log-probabilities are the tiny model's, to bfloat16's precision: the CPU build computes in it). The
@@ -155,8 +166,7 @@ def test_grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_serv
         client.init_communicator(device="cpu")
 
 
-@pytest.mark.slow
-def test_a_model_name_vllm_does_not_serve_is_one_line_before_any_claim(trl_server, tmp_path):
+def a_model_name_vllm_does_not_serve_is_one_line_before_any_claim(trl_server, tmp_path):
     from conftest import write_pdf
 
     from olmocr.pipeline.__main__ import run
@@ -171,9 +181,8 @@ def test_a_model_name_vllm_does_not_serve_is_one_line_before_any_claim(trl_serve
     assert not glob.glob(f"{workspace}/claims/*") and not glob.glob(f"{workspace}/done/*")
 
 
-@pytest.mark.slow
-def test_guided_bench_pages_through_vllm_serve_are_in_the_page_format_and_scored(tmp_path, tiny, trl_server):
-    """pipeline.bench against a running vLLM server (GRPO's: one server start for both tests), guided."""
+def guided_bench_pages_are_in_the_page_format_and_scored(trl_server, tiny, tmp_path):
+    """pipeline.bench against a running vLLM server (GRPO's), guided."""
     from olmocr.bench.__main__ import run as bench
     from olmocr.pipeline.bench import candidate_path
 
