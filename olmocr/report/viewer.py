@@ -24,20 +24,27 @@ ATTRIBUTES = ("primary_language", "is_rotation_valid", "rotation_correction", "i
 
 def result_files(results: list[str]) -> list[str]:
     """The JSONL files ``results`` names: a workspace's results/, files, globs."""
-    from olmocr.utils.io import filesystem, is_remote
+    from olmocr.utils.io import filesystem
 
     files = []
     for entry in results:
-        fs = filesystem(entry)
-        prefix = entry.split("://", 1)[0] + "://" if is_remote(entry) else ""
-        if fs.isdir(entry):
-            found = fs.glob(entry.rstrip("/") + "/results/*.jsonl") or fs.glob(entry.rstrip("/") + "/*.jsonl")
+        if filesystem(entry).isdir(entry):
+            found = _glob(entry, "results/*.jsonl") or _glob(entry, "*.jsonl")
         else:
-            found = fs.glob(entry)
+            found = _glob(entry)
         if not found:
             raise ValueError(f"results: {entry!r} names no Dolma JSONL (a workspace, a .jsonl file or a glob)")
-        files += [prefix + f if prefix and not f.startswith(prefix) else f for f in sorted(found)]
+        files += found
     return files
+
+
+def _glob(entry: str, pattern: str | None = None) -> list[str]:
+    """``entry`` (or ``pattern`` under it) globbed, sorted, as paths the I/O helpers open (s3:// kept)."""
+    from olmocr.utils.io import filesystem, is_remote
+
+    prefix = entry.split("://", 1)[0] + "://" if is_remote(entry) else ""
+    found = filesystem(entry).glob(f"{entry.rstrip('/')}/{pattern}" if pattern else entry)
+    return [prefix + f if prefix and not f.startswith(prefix) else f for f in sorted(found)]
 
 
 def not_converted(results: list[str]) -> list[dict]:
@@ -47,13 +54,10 @@ def not_converted(results: list[str]) -> list[dict]:
 
     rows = []
     for entry in results:
-        fs = filesystem(entry)
-        if not fs.isdir(entry):
+        if not filesystem(entry).isdir(entry):
             continue
-        prefix = entry.split("://", 1)[0] + "://" if "://" in entry else ""
         for folder in ("bad", "filtered"):
-            for path in sorted(fs.glob(f"{entry.rstrip('/')}/{folder}/*.jsonl")):
-                path = prefix + path if prefix and not path.startswith(prefix) else path
+            for path in _glob(entry, f"{folder}/*.jsonl"):
                 for number, line in enumerate(read_text(path).splitlines(), start=1):
                     try:
                         row = json.loads(line)
