@@ -137,10 +137,15 @@ def grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_server, t
     log-probabilities are the tiny model's, to bfloat16's precision: the CPU build computes in it). The
     weight sync is NCCL's and needs CUDA: GRPO refuses the layout without it (test_grpo), and so does trl."""
     import torch
-    from trl.generation.vllm_client import VLLMClient
 
     from olmocr.data.prompts import build_prompt
     from olmocr.data.steps import RenderPage
+    from olmocr.train.grpo import trainer_class
+
+    # As on a worker that ran a GRPO test generating with transformers first: its trl import, without vLLM,
+    # must not leave trl's client unable to reach a server later in the same process.
+    trainer_class("transformers")
+    from trl.generation.vllm_client import VLLMClient
 
     image = RenderPage(448)({"pdf_path": f"{SAMPLE}/eval/pdfs/synth_s0_01000.pdf", "page": 1})["image"]
     messages = [{"role": "user", "content": [{"type": "text", "text": build_prompt("v4", "")},

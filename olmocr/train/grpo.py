@@ -117,10 +117,14 @@ def trainer_class(generation: str) -> type:
         try:
             importlib.import_module("trl.generation.vllm_generation")  # binds the answer above
         finally:
-            # Only the imports just made skipped vLLM; later calls (trl's server client, say) see the truth.
-            for module in [m for name, m in list(sys.modules.items()) if name.split(".")[0] == "trl"]:
-                if getattr(module, "is_vllm_available", None) is hidden:
+            # Only the trainer's imports skip vLLM; later users (trl's server client, say) see the truth. A
+            # module that decided its own imports by the hidden answer is forgotten, so that the next import
+            # of it runs with vLLM (the trainer keeps the copy it holds).
+            for name, module in list(sys.modules.items()):
+                if name.split(".")[0] == "trl" and getattr(module, "is_vllm_available", None) is hidden:
                     module.is_vllm_available = available
+                    if name != "trl.generation.vllm_generation" and not hasattr(module, "__path__"):
+                        del sys.modules[name]
     elif generation != "transformers" and loaded and not hasattr(sys.modules["trl.generation.vllm_generation"], "LLM"):
         raise ValueError(f"algo.generation={generation}: this process imported trl's GRPO trainer without vLLM "
                          "(for a run that generated with transformers); start the run in a process of its own")
