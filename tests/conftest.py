@@ -44,10 +44,26 @@ def pytest_xdist_auto_num_workers(config):
     return CORES + 1
 
 
+def spread_slow_tests(items: list, workers: int) -> list:
+    """The order that starts every worker on its share of the slow tests. xdist's worksteal scheduler hands
+    worker i the i-th contiguous slice of the list and later moves tests from the end of a worker's slice
+    to an idle one: so each slice starts with every `workers`-th slow test, the fast ones fill the rest, and
+    no worker ends the run alone on a long test drawn last."""
+    slow = [item for item in items if "slow" in item.keywords]
+    fast = iter([item for item in items if "slow" not in item.keywords])
+    ordered, left = [], len(items)
+    for i in range(workers):
+        size = left // (workers - i)  # xdist's: what is left, shared among the workers not yet served
+        mine = slow[i::workers]
+        if len(mine) > size:  # more slow tests than tests: nothing to spread
+            return sorted(items, key=lambda item: "slow" not in item.keywords)
+        ordered += mine + [next(fast) for _ in range(size - len(mine))]
+        left -= size
+    return ordered
+
+
 def pytest_collection_modifyitems(config, items):
-    # The slow tests first: several workers (pytest -n) start on the long ones at once and fill in the short
-    # ones around them, instead of one worker ending the run alone on a long test drawn last.
-    items.sort(key=lambda item: "slow" not in item.keywords)
+    items[:] = spread_slow_tests(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

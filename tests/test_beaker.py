@@ -285,6 +285,7 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd):
     assert "the git tree has uncommitted changes" in capfd.readouterr().err and fake.created == []
 
 
+@pytest.mark.slow
 def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
     """The spec's command, run as it is (bash -c …) with the result path on local disk: it trains."""
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",

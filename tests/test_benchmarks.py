@@ -47,6 +47,7 @@ def test_stage_startup_runs():
             assert abs(float(ratio) - float(seconds) / floor) <= 0.051 + 0.0051 * (1 + float(ratio)) / floor
 
 
+@pytest.mark.slow
 def test_checkpoint_tools_runs():
     proc = subprocess.run([sys.executable, "benchmarks/checkpoint_tools.py", "--copies", "2", "--repeats", "1",
                            "--layers", "1"], capture_output=True, text=True, timeout=300)

@@ -220,6 +220,7 @@ def test_calibration_pages_are_rendered_at_inference_size(grpo_runs, tmp_path):
               tmp_path)
 
 
+@pytest.mark.slow
 def test_compare_against_itself_and_against_fp8(grpo_runs, fp8, tmp_path):
     common = ["pages.count=3", "max_new_tokens=24"]
     same = stage("compare", [f"reference={grpo_runs[0]}", f"candidate={grpo_runs[0]}", *common], tmp_path / "same")

@@ -96,6 +96,7 @@ def test_a_users_cluster_file_needs_no_code(tmp_path):
     assert "source /opt/lab/env.sh" in script
 
 
+@pytest.mark.slow
 def test_two_task_job_trains_through_submitits_local_executor(tmp_path, cache_dir):
     """The SLURM job path without a scheduler: two tasks join one torch.distributed group from the job's
     environment and train data-parallel (each step sees both ranks' samples)."""

@@ -50,6 +50,7 @@ def test_gpu_and_cpu_installs_resolve_under_the_lock():
     assert gpu["compressed-tensors"] == cpu["compressed-tensors"] == "0.19.0"
 
 
+@pytest.mark.slow
 def test_the_venv_runs_the_real_engine_and_everything_beside_it():
     wanted = pins()
     # The `vllm` distribution record names the CPU build of exactly the pinned version.

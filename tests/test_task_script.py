@@ -35,6 +35,7 @@ def samples_per_step(run_dir) -> list[int]:
     return [json.loads(line)["train/samples"] for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
+@pytest.mark.slow
 def test_several_gpus_of_one_machine_are_one_torchrun_job(tmp_path, cache_dir):
     run_dir = tmp_path / "double"
     script = task_script(stage_command("olmocr.train", TINY + ["cluster=slurm"], str(run_dir)), run_dir=str(run_dir),
@@ -48,6 +49,7 @@ def test_several_gpus_of_one_machine_are_one_torchrun_job(tmp_path, cache_dir):
     assert "cluster=local" in overrides and "cluster=slurm" not in overrides  # the task runs where it is
 
 
+@pytest.mark.slow
 def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
     import boto3
 

@@ -100,7 +100,9 @@ class Trainer:
         inputs = {k: v.to(self.device, non_blocking=True) for k, v in model_inputs(batch).items()}
         labels = batch["labels"].to(self.device, non_blocking=True)
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
-            logits = self.model(**inputs).logits
+            # No KV cache: training reads it never, and a compiled decoder layer would compile once for the
+            # first layer's empty cache and again for the rest.
+            logits = self.model(**inputs, use_cache=False).logits
         return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
                                ignore_index=IGNORE_INDEX, reduction="sum")
 
