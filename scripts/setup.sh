@@ -41,6 +41,20 @@ if [ -n "$extras" ] && { ! command -v chromium >/dev/null || ! command -v chrome
   }
 fi
 
+# The cluster tests submit to a real SLURM started on this machine (olmocr/utils/slurm_cluster.py): its
+# daemons, munge, and MariaDB for the accounting database (sacct), as Debian packages them.
+slurm_packages=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
+slurm_missing() {
+  for daemon in slurmctld slurmd slurmdbd munged mariadbd; do [ -x "/usr/sbin/$daemon" ] || return 0; done
+  ! command -v sbatch >/dev/null
+}
+if [ -n "$extras" ] && slurm_missing; then
+  echo "setup: installing SLURM, munge and MariaDB (the cluster tests run a local SLURM cluster)"
+  apt_install --no-install-recommends "${slurm_packages[@]}" ||
+    echo "setup: warning: SLURM cannot be installed without root ('sudo apt-get install -y ${slurm_packages[*]}');" \
+         "the tests that submit to a local cluster will say so and skip" >&2
+fi
+
 # KaTeX (from the npm registry, pinned by its lock file) renders equations for the bench's math tests.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "setup: installing nodejs and npm (KaTeX renders equations for math tests)"

@@ -173,3 +173,34 @@ def s3_server(monkeypatch):
     fsspec.config.conf.pop("s3", None)
     yield server.endpoint
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """A real SLURM cluster of two nodes on this machine (olmocr.utils.slurm_cluster), one per test session:
+    the xdist workers share it (the first test that needs it starts it, the last worker to finish stops it).
+    Without the Debian packages or root, the tests that need it skip and say which."""
+    from filelock import FileLock
+
+    from olmocr.utils.slurm_cluster import LocalSlurm, missing
+
+    why = missing()
+    if why:
+        pytest.skip(why)
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "slurm"
+    root.mkdir(exist_ok=True)
+    # Eight CPUs a node: the tests' jobs run side by side (sharing this machine's cores) instead of queueing.
+    cluster = LocalSlurm(str(root / "cluster"), nodes=2, cpus=8, kill_wait_s=1)
+    users = root / "users"
+    with FileLock(str(root / "lock")):
+        count = int(users.read_text()) if users.exists() else 0
+        if count == 0:
+            cluster.start()
+        users.write_text(str(count + 1))
+    yield cluster
+    with FileLock(str(root / "lock")):
+        count = int(users.read_text()) - 1
+        if count == 0:
+            cluster.stop()
+        users.write_text(str(count))

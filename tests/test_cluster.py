@@ -1,7 +1,6 @@
-"""cluster=…: SLURM/Frontier sbatch scripts (dry run, no scheduler here), checks before submitting, a
-user's own cluster file, and a two-task job run end to end by submitit's local executor."""
+"""cluster=…: SLURM/Frontier sbatch scripts (dry runs), checks before submitting, a user's own cluster file,
+and every cluster file composing for every stage. Jobs run on a real scheduler in test_slurm.py."""
 
-import json
 import os
 import subprocess
 import sys
@@ -96,68 +95,7 @@ def test_a_users_cluster_file_needs_no_code(tmp_path):
     assert "source /opt/lab/env.sh" in script
 
 
-@pytest.mark.slow
-def test_two_task_job_trains_through_submitits_local_executor(tmp_path, cache_dir):
-    """The SLURM job path without a scheduler: two tasks join one torch.distributed group from the job's
-    environment and train data-parallel (each step sees both ranks' samples)."""
-    proc = stage(["cluster=submitit_local", "hydra.launcher.tasks_per_node=2", "trainer.max_duration.value=3",
-                  "trainer.eval_interval=null", "trainer.save_interval=3", "data.steps.render.longest_side=256",
-                  "callbacks.plots=null"],
-                 tmp_path, module="olmocr.train", env={"OLMOCR_CACHE": cache_dir}, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = [d for d in os.listdir(tmp_path / "sweep") if not d.startswith(".") and d != "multirun.yaml"]
-    assert len(jobs) == 1 and "cluster" not in jobs[0]  # the job dir does not depend on where it ran
-    run = tmp_path / "sweep" / jobs[0]
-    rows = [json.loads(line) for line in open(run / "metrics.jsonl")]
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    assert all(r["train/samples"] == 4 for r in rows)  # batch 2 on each of 2 ranks
-    assert (run / "checkpoints" / "step_000003" / "model" / "model.safetensors").exists()
-    logs = list((tmp_path / "sweep" / ".submitit").glob("*/*_1_log.err"))
-    assert logs, "the second task ran"
 
-
-def test_a_sweep_over_replica_starts_workers_that_share_one_workspace(tmp_path):
-    """Two pipeline jobs through submitit's local executor (the SLURM path without a scheduler) work
-    through one workspace: every item done once, by workers of both replicas."""
-    from olmocr.pipeline.workspace import Workspace
-
-    pdfs = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
-    workspace = str(tmp_path / "workspace")
-    proc = stage(["-m", "cluster=submitit_local", "replica=0,1", f"workspace={workspace}", f"pdfs=[{pdfs}]",
-                  "pages_per_group=1", "progress=false", "queue.poll_s=1", "work=inventory"], tmp_path,
-                 module="olmocr.pipeline")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ws = Workspace(workspace)
-    items = {item.id for item in ws.items()}
-    records = [json.loads(ws.store.read(ws.done_name(i)).data) for i in items]
-    assert len(items) > 2 and all(ws.store.exists(ws.result_name(i)) for i in items)
-    assert {r["worker"].split("@")[0] for r in records} <= {"replica0", "replica1"}
-    finished = [json.load(open(tmp_path / "sweep" / job / "run_info.json"))["summary"]["work"]["done"]
-                for job in ("0", "1")]
-    assert sum(finished) == len(items)
-
-
-@pytest.mark.slow
-def test_a_requeued_slurm_task_resumes(tmp_path, cache_dir):
-    """A requeued SLURM task (submitit re-runs the same job) lands in the same job dir on the shared file
-    system and resumes there. Here a job is stopped half way (hard_stop, as a time limit would), then the
-    same command runs again through submitit's local executor and finishes with the losses of one run."""
-    from conftest import STORED_RUN, stored_losses
-
-    common = ["cluster=submitit_local", *STORED_RUN, "trainer.save_interval=3"]
-    env = {"OLMOCR_CACHE": cache_dir}
-    first = stage([*common, "trainer.hard_stop.value=3"], tmp_path, module="olmocr.train", env=env, timeout=600)
-    assert first.returncode == 0, first.stderr[-3000:]
-    again = stage([*common, "trainer.hard_stop.value=6"], tmp_path, module="olmocr.train", env=env, timeout=600)
-    assert again.returncode == 0, again.stderr[-3000:]
-    jobs = [d for d in os.listdir(tmp_path / "sweep") if not d.startswith(".") and d != "multirun.yaml"]
-    assert len(jobs) == 1  # both in one job dir
-    rows = [json.loads(line) for line in open(tmp_path / "sweep" / jobs[0] / "metrics.jsonl")]
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # resumed at 4, not restarted
-    logs = "".join(p.read_text() for p in (tmp_path / "sweep" / ".submitit").glob("*/*_log.*"))
-    assert "resumed from" in logs and "step_000003" in logs
-    want = stored_losses()
-    assert [r["train/loss"] for r in rows] == pytest.approx([want[s] for s in range(1, 7)], abs=2e-3)
 
 
 LAUNCHERS = {"local": "BasicLauncher", "submitit_local": "LocalLauncher", "slurm": "OlmocrSlurmLauncher",

@@ -84,6 +84,19 @@ class MetricsFile(Callback):
             with open(self.path, "a") as fh:
                 fh.write(json.dumps({"kind": kind, "step": trainer.state.step, **metrics}) + "\n")
 
+    def on_fit_start(self, trainer):
+        """A run resumed from a checkpoint redoes the steps after it: their rows from before the interruption
+        go, so that the file holds each step once (as the run that counts did it)."""
+        if trainer.rank != 0 or not os.path.exists(self.path):
+            return
+        with open(self.path) as fh:
+            lines = fh.readlines()
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= trainer.state.step]
+        if len(kept) < len(lines):
+            with open(self.path + ".tmp", "w") as fh:
+                fh.writelines(kept)
+            os.replace(self.path + ".tmp", self.path)
+
     def on_step_end(self, trainer, metrics):
         self._write(trainer, "train", metrics)
 

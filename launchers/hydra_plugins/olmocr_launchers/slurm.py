@@ -11,6 +11,7 @@ results) is upstream's.
 
 import logging
 import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,15 +78,28 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                  "hydra.launcher.account=<project>) before submitting")
         stage = getattr(self.task_function, "stage", None)  # what a declared stage needs (olmocr.cli)
         try:
-            distributed = stage is None or stage.launch(self.config).distributed
-            if stage is not None:
-                job_overrides = [self._prepared(stage, list(overrides)) for overrides in job_overrides]
+            if stage is not None and not stage.launch(self.config).distributed:
+                self.params = one_task_per_node(self.params)
         except ValueError as exc:
             fail(str(exc))
-        if not distributed:
-            self.params = one_task_per_node(self.params)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        if self.params.get("dry_run"):
+        dry_run = self.params.get("dry_run")
+        if not dry_run:
+            if shutil.which("sbatch") is None:
+                fail("cluster=slurm submits with sbatch, which is not on PATH here: submit from a login node, or "
+                     "use hydra.launcher.dry_run=true to see the scripts")
+            # The scheduler's own check of the job (partition, account, node count, resources), before
+            # the stage prepares anything and before a job exists.
+            check = subprocess.run(["sbatch", "--test-only"], input=sbatch_script(self.params, str(sweep_dir)),
+                                   capture_output=True, text=True, timeout=120)
+            if check.returncode != 0:
+                fail(refusal(check.stderr + check.stdout, self.params))
+        if stage is not None:
+            try:
+                job_overrides = [self._prepared(stage, list(overrides)) for overrides in job_overrides]
+            except ValueError as exc:
+                fail(str(exc))
+        if dry_run:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             returns = []
             for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
@@ -95,13 +109,31 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                 returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED,
                                          _return_value=str(path), working_dir=str(sweep_dir)))
             return returns
-        if shutil.which("sbatch") is None:
-            fail("cluster=slurm submits with sbatch, which is not on PATH here: submit from a login node, or "
-                 "use hydra.launcher.dry_run=true to see the scripts")
         params = dict(self.params)
         params.pop("dry_run")
         self.params = params
-        return super().launch(job_overrides, initial_job_idx)
+        from submitit.core.utils import UncompletedJobError
+
+        try:
+            return super().launch(job_overrides, initial_job_idx)
+        except UncompletedJobError as exc:  # cancelled, killed, or requeued too often
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            fail(f"the SLURM job did not finish: {lines[0] if lines else exc}")
+
+
+# What sbatch names in a refusal, and the launcher key that sets it.
+REFUSED = (("account", "account"), ("partition", "partition"), ("qos", "qos"), ("node count", "nodes"),
+           ("time limit", "timeout_min"), ("memory", "mem_gb"), ("gres", "gpus_per_task"),
+           ("processors", "cpus_per_task"), ("node configuration", "tasks_per_node"))
+
+
+def refusal(stderr: str, params: dict) -> str:
+    """sbatch's refusal in one line, naming the launcher option it is about."""
+    lines = [line.removeprefix("sbatch: error: ").strip() for line in stderr.splitlines() if line.strip()]
+    reason = lines[-1].removeprefix("allocation failure: ") if lines else "no reason given"
+    key = next((key for word, key in REFUSED if word in " ".join(lines).lower()), None)
+    option = f"hydra.launcher.{key}={params.get(key)}" if key else "the job's options"
+    return f"sbatch refused the job ({option}): {reason}"
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="olmocr_slurm", node=OlmocrSlurmConf,
