@@ -149,7 +149,7 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
     assert list(got) == list(range(1, 31))
     assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
     log = open(os.path.join(run, "train.log")).read()  # the stage's log, which every run appends to
-    assert "Caught signal SIGUSR2" in log and "Requeued job" in log
+    assert "Caught signal SIGUSR2" in log and "requeued job" in log
     resumed = {line.split("checkpoints/")[1].split()[0] for line in log.splitlines() if "resumed from" in line}
     assert len(resumed) == 2, resumed  # from two checkpoints
     wait_for(lambda: scheduler(slurm, "sacct", "-n", "-X", "-j", job, "-o", "State").split() == ["COMPLETED"], 30,

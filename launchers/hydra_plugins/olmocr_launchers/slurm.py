@@ -11,6 +11,7 @@ results) is upstream's.
 
 import logging
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,7 +64,24 @@ def one_task_per_node(params: dict) -> dict:
     return out
 
 
+def requeue(env, countdown: int) -> None:
+    """submitit's requeue on preemption (``scontrol requeue`` of the job, run inside the job), with scontrol
+    deaf to SIGTERM: the requeue it asks for sends SIGTERM to every process of the job, scontrol included,
+    and a scontrol killed before it returned made submitit record the job as failed while SLURM ran it
+    again (the submitting command then reported a failure for a job that went on to finish)."""
+    subprocess.check_call(["scontrol", "requeue", env.job_id], timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+    log.info("requeued job %s (%d remaining timeouts)", env.job_id, countdown)
+
+
 class OlmocrSlurmLauncher(SubmititSlurmLauncher):
+    def __call__(self, *args, **kwargs):
+        """The job side (in the SLURM task): the stage runs with the requeue above."""
+        from submitit.slurm.slurm import SlurmJobEnvironment
+
+        SlurmJobEnvironment._requeue = requeue
+        return super().__call__(*args, **kwargs)
+
     def _prepared(self, stage, overrides: list[str]) -> list[str]:
         """A job's overrides once what its stage prepares before submitting is done (not in a dry run)."""
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
