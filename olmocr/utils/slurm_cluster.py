@@ -60,6 +60,14 @@ def running(pid: int) -> bool:
         return False
 
 
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def end(pid: int, grace_s: float = 15) -> None:
     """SIGTERM, then SIGKILL after ``grace_s``; returns once the process is gone."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
@@ -133,7 +141,10 @@ class LocalSlurm:
         folder records, newest first (so it works from any process, not only the one that started them)."""
         if not os.path.exists(self.path("pids")):
             return
-        daemons = [line.split() for line in open(self.path("pids")).read().splitlines() if line.strip()]
+        # Only processes that still are those daemons: a PID from a folder left by a rebooted machine may
+        # belong to anything now.
+        daemons = [(name, pid) for name, pid in (line.split() for line in open(self.path("pids")) if line.strip())
+                   if name in command_line(int(pid))]
         if any(name == "slurmctld" and running(int(pid)) for name, pid in daemons):
             subprocess.run(["scancel", "--full", f"--partition={PARTITION}"], env=self._env(),
                            capture_output=True, timeout=30)
@@ -283,8 +294,12 @@ def main() -> None:
     why = missing()
     if why:
         parser.exit(2, f"error: {why}\n")
-    cluster = LocalSlurm(args.dir, args.nodes, args.cpus).start()
-    print(f"SLURM_CONF={cluster.conf} SLURM_ACCOUNT={ACCOUNT}  # {len(cluster.nodes)} nodes, partition "
+    try:
+        cluster = LocalSlurm(args.dir, args.nodes, args.cpus).start()
+    except (RuntimeError, ValueError, subprocess.CalledProcessError) as exc:
+        parser.exit(1, f"error: {exc}\n")
+    count = len(cluster.nodes)
+    print(f"SLURM_CONF={cluster.conf} SLURM_ACCOUNT={ACCOUNT}  # {count} node{'s' * (count != 1)}, partition "
           f"{PARTITION}; Ctrl-C stops it", flush=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
