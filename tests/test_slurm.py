@@ -1,7 +1,7 @@
 """`cluster=<a user's cluster file>` against a real SLURM (slurmctld, two slurmd, slurmdbd, munge, started on
 this machine by olmocr.utils.slurm_cluster): data-parallel training across tasks and across nodes, a job
-requeued by the scheduler and one sent the preemption signal, a pipeline job array, cancellation, the
-scheduler's refusals, and the script written for Frontier."""
+preempted twice (it requeues itself), a pipeline job array, cancellation, the scheduler's refusals, and the
+script written for Frontier."""
 
 from __future__ import annotations
 
