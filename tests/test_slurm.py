@@ -1,7 +1,7 @@
 """`cluster=<a user's cluster file>` against a real SLURM (slurmctld, two slurmd, slurmdbd, munge, started on
 this machine by olmocr.utils.slurm_cluster): data-parallel training across tasks and across nodes, a job
-preempted twice (it requeues itself), a pipeline job array, cancellation, the scheduler's refusals, and the
-script written for Frontier."""
+preempted (it requeues itself) and requeued by the scheduler, a pipeline job array, cancellation, the
+scheduler's refusals, and the script written for Frontier."""
 
 from __future__ import annotations
 
@@ -108,12 +108,13 @@ def test_two_tasks_of_one_node_train_data_parallel_to_the_stored_losses(slurm, t
     assert len(logs) == 2  # one per task
 
 
-def test_two_nodes_preempted_twice_resume_to_the_stored_losses(slurm, tmp_path, cache_dir):
+def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp_path, cache_dir):
     """One task on each of two nodes (rendezvous at the first node of the job's node list). While it runs,
-    it is sent the preemption signal twice (`scancel --signal=USR2`: the job requeues itself under the same
-    id). Each time it resumes from its newest checkpoint in the same job dir, and the run ends with the
-    losses of one uninterrupted run, every step once. (A held-out loss each step makes the steps slow enough
-    to interrupt twice.)"""
+    it is sent the preemption signal (`scancel --signal=USR2`: the job requeues itself), then the scheduler
+    requeues it (`scontrol requeue`: SIGTERM to every process of the job, which trains on until SIGKILL, and
+    runs it again under the same id). Each time it resumes from its newest checkpoint in the same job dir,
+    and the run ends with the losses of one uninterrupted run, every step once, no page dropped. (A held-out
+    loss each step makes the steps slow enough to interrupt twice.)"""
     proc = submit(slurm, tmp_path, "olmocr.train",
                   [*TWO_RANKS, "trainer.save_interval=2", "trainer.eval_interval=1", "eval.bench=null",
                    "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1"],
@@ -131,25 +132,24 @@ def test_two_nodes_preempted_twice_resume_to_the_stored_losses(slurm, tmp_path, 
 
     try:
         job = submitted(tmp_path)
-        # The scheduler's own requeue (`scontrol requeue`: SIGTERM, which submitit ignores, then SIGKILL) is
-        # not here: twice, the steps a job ran between the two gave other losses than an uninterrupted run
-        # (not understood yet; see the notes).
         wait_for(newest, 120, "a first checkpoint")
         scheduler(slurm, "scancel", "--signal=USR2", job)
         before = wait_for(lambda: restarts(job) == 1 and newest(), 120, "running again")
         wait_for(lambda: newest() > before, 120, "a checkpoint after the preemption")
-        scheduler(slurm, "scancel", "--signal=USR2", job)
+        scheduler(slurm, "scontrol", "requeue", job)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
     run = job_dir(tmp_path)
+    # The scheduler's SIGTERM reaches the tools the job runs too; a render it ended is done again.
+    assert not os.path.exists(os.path.join(run, "rejected.jsonl")), open(os.path.join(run, "rejected.jsonl")).read()
     got, want = train_losses(run), stored_losses()
     assert list(got) == list(range(1, 31))
     assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
     log = open(os.path.join(run, "train.log")).read()  # the stage's log, which every run appends to
-    assert log.count("requeued job") == 2
+    assert "Caught signal SIGUSR2" in log and log.count("requeued job") == 1  # the other restart: the scheduler's
     resumed = {line.split("checkpoints/")[1].split()[0] for line in log.splitlines() if "resumed from" in line}
     assert len(resumed) == 2, resumed  # from two checkpoints
     wait_for(lambda: scheduler(slurm, "sacct", "-n", "-X", "-j", job, "-o", "State").split() == ["COMPLETED"], 30,

@@ -2,9 +2,13 @@
 
 import os
 import random
+import signal
+import threading
+import time
 
 import pytest
 import torch
+from PIL import ImageChops
 from conftest import SAMPLE, v4_steps, write_encrypted_pdf, write_pdf
 
 from olmocr.data.pipeline import build_pipeline
@@ -27,7 +31,7 @@ from olmocr.data.steps import (
     RuleFilter,
 )
 from olmocr.formats.frontmatter import PageMeta
-from olmocr.formats.render import render_page
+from olmocr.formats.render import RenderError, render_page
 
 TRAIN = os.path.join(SAMPLE, "train", "pdfs")
 
@@ -64,7 +68,7 @@ def test_render_matches_the_pdfinfo_dpi_png_pixels(tmp_path):
     import re
     import subprocess
 
-    from PIL import Image, ImageChops
+    from PIL import Image
 
     pdfs = [os.path.join(TRAIN, n) for n in sorted(os.listdir(TRAIN)) if n.endswith(".pdf")]
     sizes = set()
@@ -87,6 +91,48 @@ def test_render_reject_on_corrupt_pdf(tmp_path):
     with pytest.raises(Reject) as info:
         RenderPage(256)({"pdf_path": str(bad)})
     assert info.value.reason == "render_failed" and "bad.pdf" in str(info.value)
+
+
+def signal_children(name: str, times: int, stop: threading.Event, sig=signal.SIGTERM) -> list[int]:
+    """Send ``sig`` to this process's children running ``name`` as they appear, ``times`` of them, in a
+    thread (what a scheduler's SIGTERM to every process of a job does to a tool run at that moment)."""
+    hit: list[int] = []
+
+    def watch():
+        while len(hit) < times and not stop.is_set():
+            for entry in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        comm, rest = fh.read().split(" (", 1)[1].rsplit(") ", 1)
+                except (OSError, IndexError, ValueError):
+                    continue
+                if comm == name and int(rest.split()[1]) == os.getpid() and int(entry) not in hit:
+                    os.kill(int(entry), sig)
+                    hit.append(int(entry))
+            time.sleep(0.002)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return hit
+
+
+def test_a_render_ended_by_a_signal_for_the_job_is_rendered_again(tmp_path):
+    """A scheduler sends SIGTERM to every process of a job it requeues, a pdftoppm at work included: the page
+    is rendered again with the same pixels, not dropped as a bad page (a dropped sample changed what a
+    resumed run trained on). A tool ended by signals every time is a failure that says so."""
+    pdf = write_pdf(str(tmp_path / "p.pdf"), ["Page one " * 8])
+    want = render_page(pdf, 1, 6000)  # a big render: the tool runs long enough to be caught at work
+    stop = threading.Event()
+    try:
+        hit = signal_children("pdftoppm", 1, stop)
+        got = render_page(pdf, 1, 6000)
+        assert len(hit) == 1
+        assert ImageChops.difference(got, want).getbbox() is None
+        hit = signal_children("pdftoppm", 10, stop)
+        with pytest.raises(RenderError, match="ended by SIGTERM 3 times"):
+            render_page(pdf, 1, 6000)
+        assert len(hit) == 3
+    finally:
+        stop.set()
 
 
 def test_parse_front_matter_step(tmp_path):

@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +33,35 @@ def poppler(tool: str) -> str:
     if exe is None:
         raise MissingTool(f"{tool} not found: install poppler-utils (Debian/Ubuntu: sudo apt-get install -y poppler-utils)")
     return exe
+
+
+# How often a poppler run that a signal ended is started again.
+SIGNAL_ATTEMPTS = 3
+
+
+def run_poppler(tool: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run a poppler tool on a PDF; TimeoutExpired past ``timeout`` seconds.
+
+    A run that a signal ended is run again: the signal was meant for the job the tool runs in (a scheduler
+    sends SIGTERM to every process of a job it requeues, a preemption notice goes to all of them, a
+    pipeline worker's SIGTERM reaches its group), not a verdict on the PDF. Taken for a bad page, it
+    dropped a training sample a resumed run then trained on (other losses than an uninterrupted run), or
+    recorded a good document as unreadable.
+    """
+    exe = poppler(tool)
+    for _ in range(SIGNAL_ATTEMPTS):
+        proc = subprocess.run([exe, *args], capture_output=True, timeout=timeout, check=False)
+        if proc.returncode >= 0:
+            break
+    return proc
+
+
+def failure(proc: subprocess.CompletedProcess) -> str:
+    """Why a poppler run failed, in a few words: its last line on stderr, or the signal that ended it."""
+    if proc.returncode < 0:
+        return f"ended by {signal.Signals(-proc.returncode).name} {SIGNAL_ATTEMPTS} times"
+    message = proc.stderr.decode(errors="replace").strip().splitlines()
+    return message[-1] if message else "no output"
 
 
 @dataclass(frozen=True)
@@ -109,34 +139,27 @@ def pdf_layout(path: str, data: bytes | None = None) -> PdfLayout:
 
 def text_layer(path: str, page: int = 1, data: bytes | None = None, timeout: float = 60.0) -> str:
     """The page's own text, in reading order as poppler's ``pdftotext`` finds it ('' when it has none)."""
-    exe = poppler("pdftotext")
     with local_path(path, data) as local:
         try:
-            proc = subprocess.run([exe, "-f", str(page), "-l", str(page), "-enc", "UTF-8", local, "-"],
-                                  capture_output=True, timeout=timeout, check=False)
+            proc = run_poppler("pdftotext", ["-f", str(page), "-l", str(page), "-enc", "UTF-8", local, "-"], timeout)
         except subprocess.TimeoutExpired:
             raise PdfError("unreadable_pdf", f"{path}: pdftotext took longer than {timeout:.0f}s") from None
     if proc.returncode != 0:
-        message = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise PdfError("unreadable_pdf", f"{path}: pdftotext failed ({message[-1] if message else 'no output'})")
+        raise PdfError("unreadable_pdf", f"{path}: pdftotext failed ({failure(proc)})")
     # pdftotext ends every page with a form feed; blank lines around the text carry nothing.
     return proc.stdout.decode("utf-8", errors="replace").replace("\f", "").strip()
 
 
 def single_page(path: str, page: int, data: bytes | None = None, timeout: float = 60.0) -> bytes:
     """Page ``page`` of a PDF as a PDF of its own (poppler's ``pdfseparate``; its ``/Rotate`` kept)."""
-    exe = poppler("pdfseparate")
     with local_path(path, data) as local, tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "page.pdf")
         try:
-            proc = subprocess.run([exe, "-f", str(page), "-l", str(page), local, out], capture_output=True,
-                                  timeout=timeout, check=False)
+            proc = run_poppler("pdfseparate", ["-f", str(page), "-l", str(page), local, out], timeout)
         except subprocess.TimeoutExpired:
             raise PdfError("unreadable_pdf", f"{path}: pdfseparate took longer than {timeout:.0f}s") from None
         if proc.returncode != 0 or not os.path.exists(out):
-            message = proc.stderr.decode(errors="replace").strip().splitlines()
-            raise PdfError("unreadable_pdf", f"{path}: page {page} could not be cut out "
-                                             f"({message[-1] if message else 'no output'})")
+            raise PdfError("unreadable_pdf", f"{path}: page {page} could not be cut out ({failure(proc)})")
         with open(out, "rb") as fh:
             return fh.read()
 

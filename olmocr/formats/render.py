@@ -15,7 +15,7 @@ import subprocess
 
 from PIL import Image
 
-from olmocr.formats.pdf import PdfError, pdf_page_size, poppler
+from olmocr.formats.pdf import PdfError, failure, pdf_page_size, run_poppler
 from olmocr.utils.io import local_path
 
 
@@ -43,14 +43,13 @@ def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288,
     # reference renders used, and the sixth digit is enough to change anti-aliasing at 1288 px.
     dpi = longest_side * 72 / float(f"{max(page_size):g}")
     with local_path(pdf_path, data) as path:
-        cmd = [poppler("pdftoppm"), "-f", str(page), "-l", str(page), "-r", repr(dpi), "-singlefile", path]
         try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
+            proc = run_poppler("pdftoppm", ["-f", str(page), "-l", str(page), "-r", repr(dpi), "-singlefile", path],
+                               timeout)
         except subprocess.TimeoutExpired:
             raise RenderError(f"{pdf_path}: pdftoppm took longer than {timeout:.0f}s") from None
     if proc.returncode != 0 or not proc.stdout:
-        message = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise RenderError(f"{pdf_path}: pdftoppm failed ({message[-1] if message else 'no output'})")
+        raise RenderError(f"{pdf_path}: pdftoppm failed ({failure(proc)})")
     image = Image.open(io.BytesIO(proc.stdout))
     image.load()
     return image.convert("RGB") if image.mode != "RGB" else image

@@ -12,11 +12,10 @@ from __future__ import annotations
 import functools
 import io
 import re
-import subprocess
 import threading
 from collections import Counter
 
-from olmocr.formats.pdf import poppler
+from olmocr.formats.pdf import run_poppler
 from olmocr.utils.io import local_path
 
 # olmOCR's list: words that fill the text of download-bait pages.
@@ -86,6 +85,5 @@ class DocumentFilter:
     def text(self, path: str, data: bytes) -> str | None:
         """The first ``pages`` pages' text as pdftotext prints it (form feeds and all); None if it fails."""
         with local_path(path, data) as local:
-            proc = subprocess.run([poppler("pdftotext"), "-f", "1", "-l", str(self.pages), local, "-"],
-                                  capture_output=True, timeout=60, check=False)
+            proc = run_poppler("pdftotext", ["-f", "1", "-l", str(self.pages), local, "-"], timeout=60)
         return proc.stdout.decode("utf-8", errors="replace") if proc.returncode == 0 else None
