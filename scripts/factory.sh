@@ -9,7 +9,7 @@
 #   bash scripts/factory.sh [OUT]
 # Sizes (environment): TRAIN_PAGES=48 BENCH_PAGES=12 SFT_STEPS=40 GRPO_STEPS=4 COMPARE_PAGES=4.
 # Production: the same commands with +experiment=sft_qwen25 / grpo_qwen25, real data, cluster=slurm or
-# cluster=beaker, server=vllm (README, "The whole factory").
+# cluster=beaker, server=vllm (docs/factory.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-outputs/factory}")

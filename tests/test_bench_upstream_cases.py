@@ -1,7 +1,7 @@
 """olmOCR-bench's own unit-test cases for its test types and table parser, translated: the behaviour each
 of its cases pins (tests/test_tests.py, tests/test_table_parsing.py of allenai/olmocr) is pinned here on
 this project's checks, case by case, with the same verdicts. Explanations are this project's wording.
-Where a case cannot apply, README's olmOCR-bench section says why (a test's class follows from its type
+Where a case cannot apply, docs/bench.md says why (a test's class follows from its type
 here; a missing required field is a listed line error rather than a TypeError)."""
 
 import pytest

@@ -107,7 +107,7 @@ def test_bundled_sample_is_what_the_generator_makes(tmp_path):
         names = sorted(os.listdir(os.path.join(ref, "pdfs")))
         assert names == sorted(os.listdir(os.path.join(out, "pdfs")))
         _, mismatch, errors = filecmp.cmpfiles(os.path.join(ref, "pdfs"), os.path.join(out, "pdfs"), names, shallow=False)
-        assert mismatch == errors == [], f"data/sample/{split} is stale: regenerate it (see README)"
+        assert mismatch == errors == [], f"data/sample/{split} is stale: regenerate it (see docs/datasets.md)"
         assert filecmp.cmp(os.path.join(ref, "synth.jsonl"), os.path.join(out, "synth.jsonl"), shallow=False)
 
 

@@ -7,7 +7,7 @@ the workspace: a local folder or s3://bucket/prefix, reached with ``workspace_ac
 ``pdf_access``), run ``work`` on each, and write ``results/output_<item>.jsonl`` and a done marker.
 Failures of an item's own count against it; failures from outside it (storage, credentials, network,
 server, tools) send it back to the queue to wait, and a worker for which nothing works stops with the
-cause after ``queue.give_up_after_s`` (README: the failure model). Start it on as many
+cause after ``queue.give_up_after_s`` (docs/pipeline.md: Failures). Start it on as many
 machines as you like; each stops when nothing is left. ``python -m olmocr.pipeline.stats workspace=…``
 shows progress.
 
