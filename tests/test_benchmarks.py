@@ -92,6 +92,15 @@ def test_pipeline_throughput_runs():
     assert re.search(r"^filter=olmocr: [\d.]+ ms per document .* 0 of 6 pages filtered out", proc.stdout, re.M)
 
 
+def test_viewer_scale_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/viewer_scale.py", "--documents", "30", "--baseline", "10",
+                           "--pdfs", "3", "--repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^ +30 documents: [\d.]+ s, peak RSS \d+ MiB, 30 document pages, index [\d.]+ MiB opens in "
+                     r"[\d.]+ s$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^peak RSS 30 vs 10 documents: [\d.]+x", proc.stdout, re.M), proc.stdout
+
+
 def test_dpo_learning_runs(monkeypatch, capsys):
     out = in_process("dpo_learning.py", ["--steps", "3", "--seeds", "0"], monkeypatch, capsys)
     assert re.search(r"^seed 0 lr 0 +0\.000 +\| 0\.00$", out, re.M), out  # lr 0: policy == reference

@@ -3,6 +3,7 @@ the bench's report.html for one candidate and for two compared."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -152,32 +153,54 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/in]",
                                         "convert.temperatures=[0.1]", "work.max_page_error_rate=1"), tmp_path / "run")
     out = str(tmp_path / "viewer")
-    path = run(compose("report_viewer", [f"results={workspace}"]), out)
-    errors = open_page(browser, path, os.path.join(out, "viewer.png"))
-    assert errors == []
-    documents = browser.find_elements("css selector", "section.document")
-    assert sorted(d.get_attribute("data-source") for d in documents) == sorted([three, one])
+    index = run(compose("report_viewer", [f"results={workspace}"]), out)
+    assert open_page(browser, index, os.path.join(out, "index.png")) == []
+    rows = browser.find_elements("css selector", "#documents tr[data-name]")
+    assert sorted(r.find_element("css selector", "a").text for r in rows) == sorted([three, one])
+    # What the workspace did not convert, with its reason (names and details shown as text, never run).
+    bad = browser.find_elements("css selector", "#not-converted tr[data-name]")
+    assert [r.text for r in bad] == [f"{tmp_path}/in/broken<b>.pdf bad unreadable_pdf " +
+                                     bad[0].find_elements("css selector", "td")[3].text]
+    assert "not converted: 1 (bad: unreadable_pdf 1)" in browser.find_element("css selector", "#summary").text
+    search = browser.find_element("css selector", "#search")
+    search.send_keys("THREE")  # by name, any case
+    assert [r.is_displayed() for r in rows] == [three in r.text for r in rows]
+    assert "broken" not in " ".join(r.text for r in bad if r.is_displayed())
+    # A page per document: each page's image (a file beside the pages, not inlined) beside its text.
+    links = {a.get_attribute("textContent"): a.get_attribute("href")  # hidden rows have no .text
+             for a in (r.find_element("css selector", "a") for r in rows)}
+    browser.get(links[three])
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    browser.save_screenshot(os.path.join(out, "document.png"))
+    assert browser.find_element("css selector", "section.document").get_attribute("data-source") == three
     pages = browser.find_elements("css selector", "div.page")
-    assert len(pages) == 4 and len(browser.find_elements("css selector", "div.page img")) == 4
+    images = browser.find_elements("css selector", "div.page img")
+    assert len(pages) == 3 and len(images) == 3
+    assert all(browser.execute_script("return arguments[0].naturalWidth", img) > 100 for img in images)
+    assert all(img.get_attribute("src").startswith("file://") for img in images)
     fallback = browser.find_elements("css selector", "div.page.fallback")
     assert [p.get_attribute("data-page") for p in fallback] == ["2"]
     assert "Second page words" in fallback[0].text  # the text layer, shown as such
     assert "text layer" in fallback[0].text
     assert browser.find_elements("css selector", "div.markdown math")  # equations drawn as MathML
-    assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
     assert "is_table False" in pages[0].text
-    assert os.path.getsize(os.path.join(out, "viewer.png")) > 10_000
-    # What the workspace did not convert, with its reason (names and details shown as text, never run).
-    rows = browser.find_elements("css selector", "section.not-converted tr")
-    assert [r.text for r in rows[1:]] == [f"{tmp_path}/in/broken<b>.pdf bad unreadable_pdf " +
-                                          rows[1].find_elements("css selector", "td")[3].text]
-    assert "bad: unreadable_pdf 1" in browser.find_element("css selector", "section.not-converted").text
+    browser.get(links[one])
+    assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
+    assert os.path.getsize(os.path.join(out, "document.png")) > 10_000
+    assert len(os.listdir(os.path.join(out, "pages"))) == 4
+    # Run again into the same dir: the pages written are kept, a missing one is written again.
+    written = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(out, "docs", "*.html"))}
+    os.remove(min(written))
+    run(compose("report_viewer", [f"results={workspace}"]), out)
+    again = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(out, "docs", "*.html"))}
+    assert again.keys() == written.keys() and [p for p in written if again[p] != written[p]] == [min(written)]
+    assert json.load(open(os.path.join(out, "run_info.json")))["summary"]["kept"] == 1
     # Without results=, the viewer shows the workspace a pipeline run without workspace= writes.
     cfg = compose("report_viewer", [])
     shutil.copytree(workspace, tmp_path / "cwd" / cfg.paths.sample_workspace)
     monkeypatch.chdir(tmp_path / "cwd")
     default = run(cfg, str(tmp_path / "viewer_default"))
-    assert open(default).read().count('<section class="document"') == 2
+    assert open(default).read().count("<tr data-name=") == 3  # two documents, one not converted
 
 
 def test_model_output_is_drawn_but_never_run():

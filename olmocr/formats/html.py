@@ -37,20 +37,33 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def document(title: str, body: str) -> str:
+def head(title: str) -> str:
+    """An HTML page up to its body's content (pages written as they stream by go on from here)."""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
+            f"<style>{STYLE}</style></head><body>\n")
 
 
-def image_data_url(image, longest_side: int = 900, quality: int = 80) -> str:
-    """A page image as an inline JPEG (small enough for hundreds of pages in one file)."""
+TAIL = "\n</body></html>\n"
+
+
+def document(title: str, body: str) -> str:
+    return head(title) + body + TAIL
+
+
+def jpeg(image, longest_side: int = 900, quality: int = 80) -> bytes:
+    """A page image as JPEG bytes, scaled down to ``longest_side`` pixels."""
     image = image.convert("RGB")
     scale = longest_side / max(image.size)
     if scale < 1:
         image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return buffer.getvalue()
+
+
+def image_data_url(image, longest_side: int = 900, quality: int = 80) -> str:
+    """A page image as an inline JPEG (small enough for hundreds of pages in one file)."""
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg(image, longest_side, quality)).decode("ascii")
 
 
 class _Sanitizer(HTMLParser):

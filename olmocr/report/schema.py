@@ -4,7 +4,7 @@ conf/report_viewer.yaml)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -22,7 +22,7 @@ class ViewerConfig(StageConfig):
     # A workspace, or Dolma JSONL paths/globs (one, or a list); local or s3://. By default the workspace
     # of a pipeline run without workspace= (the bundled eval PDFs).
     results: Any = "${paths.sample_workspace}"
-    max_documents: int = 50  # shown, in file order
+    max_documents: Optional[int] = None  # shown, in file order (null: all; the rest are counted)
     longest_side: int = 700  # of the page images, in pixels
 
 

@@ -1,17 +1,26 @@
-"""python -m olmocr.report.viewer results=… — converted documents as one self-contained HTML page.
+"""python -m olmocr.report.viewer results=… — converted documents as a static site: an index and a page per document.
 
 ``results`` is a pipeline workspace (its ``results/*.jsonl``) or Dolma JSONL files (paths or globs; local
-or s3://). Per document: its source and counts, then every page rendered from the source PDF beside the
-text the pipeline extracted for it (markdown drawn: tables, equations), its front-matter attributes, and
-pages that fell back to the PDF's text layer marked; for a workspace, the documents it did not convert
-(bad, dropped, filtered), each with its reason. Writes ``viewer.html`` to the run dir.
+or s3://). Written to the run dir: ``index.html``, every document in a table (source, pages, pages from
+the text layer, tokens) that a search box filters by name, then, for a workspace, every document it did not
+convert (bad, dropped, filtered) with its reason; ``docs/<key>.html`` per document, every page rendered
+from the source PDF beside the text the pipeline extracted for it (markdown drawn: tables, equations), its
+front-matter attributes, pages that fell back to the PDF's text layer marked; ``pages/`` the page images
+as JPEG files, named by source and page (the documents of one PDF share them).
+
+Any workspace size: documents stream from the JSONL one line at a time and each page is written as its
+document goes by, so memory holds one document. A run into the same dir keeps the document pages and
+images an earlier (interrupted) run wrote and writes the index again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+from collections import Counter
+from collections.abc import Iterator
 
 from omegaconf import DictConfig
 
@@ -20,6 +29,19 @@ from olmocr.cli import stage
 
 log = logging.getLogger("olmocr.report.viewer")
 ATTRIBUTES = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
+# Filters the index's rows by the text typed (sources are in data-name, lower-cased; nothing is parsed as HTML).
+SEARCH = """<script>
+document.getElementById('search').addEventListener('input', function (event) {
+  const query = event.target.value.trim().toLowerCase();
+  let shown = 0;
+  for (const row of document.querySelectorAll('tr[data-name]')) {
+    const hit = !query || row.dataset.name.includes(query);
+    row.hidden = !hit;
+    shown += hit;
+  }
+  document.getElementById('shown').textContent = query ? shown + ' shown' : '';
+});
+</script>"""
 
 
 def result_files(results: list[str]) -> list[str]:
@@ -47,12 +69,11 @@ def _glob(entry: str, pattern: str | None = None) -> list[str]:
     return [prefix + f if prefix and not f.startswith(prefix) else f for f in sorted(found)]
 
 
-def not_converted(results: list[str]) -> list[dict]:
+def not_converted(results: list[str]) -> Iterator[dict]:
     """The documents a workspace did not convert, from its bad/ and filtered/ lists (source, status,
     reason, detail); none for Dolma files named directly."""
     from olmocr.utils.io import filesystem, read_text
 
-    rows = []
     for entry in results:
         if not filesystem(entry).isdir(entry):
             continue
@@ -61,78 +82,74 @@ def not_converted(results: list[str]) -> list[dict]:
                 for number, line in enumerate(read_text(path).splitlines(), start=1):
                     try:
                         row = json.loads(line)
-                        rows.append({key: str(row.get(key, folder if key == "status" else "")) for key in
-                                     ("source", "status", "reason", "detail")})
+                        yield {key: str(row.get(key, folder if key == "status" else "")) for key in
+                               ("source", "status", "reason", "detail")}
                     except (json.JSONDecodeError, AttributeError):
                         log.warning("%s:%d: not a line of the not-converted list; skipped", path, number)
-    return rows
 
 
-def not_converted_html(rows: list[dict], limit: int) -> str:
-    from collections import Counter
+def documents(files: list[str]) -> Iterator[dict]:
+    """The documents of the Dolma files, one line at a time."""
+    from olmocr.utils.io import filesystem, is_remote
 
-    from olmocr.formats.html import esc
-
-    if not rows:
-        return ""
-    reasons = Counter(f"{row['status']}: {row['reason']}" for row in rows)
-    summary = ", ".join(f"{esc(reason)} {n}" for reason, n in reasons.most_common())
-    cells = "".join(f"<tr><td>{esc(row['source'])}</td><td>{esc(row['status'])}</td><td>{esc(row['reason'])}</td>"
-                    f"<td>{esc(row['detail'])}</td></tr>" for row in rows[:limit])
-    more = f"<p class='muted'>…and {len(rows) - limit} more</p>" if len(rows) > limit else ""
-    return (f"<section class='not-converted'><h2>Not converted: {len(rows)} documents</h2><p class='muted'>"
-            f"{summary}</p><table><tr><th>source</th><th>status</th><th>reason</th><th>detail</th></tr>{cells}"
-            f"</table>{more}</section>")
-
-
-def read_documents(files: list[str], limit: int) -> tuple[list[dict], int]:
-    """Up to ``limit`` documents, and how many there are in all."""
-    from olmocr.utils.io import read_text
-
-    documents, total = [], 0
     for path in files:
-        for number, line in enumerate(read_text(path).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-                doc["text"], doc["attributes"]["pdf_page_numbers"], doc["metadata"]["Source-File"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{number}: not a Dolma document of the pipeline ({exc})") from None
-            total += 1
-            if len(documents) < limit:
-                documents.append(doc)
-    return documents, total
+        with (filesystem(path).open(path, "rt", encoding="utf-8") if is_remote(path)
+              else open(path, encoding="utf-8")) as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    doc = json.loads(line)
+                    doc["text"], doc["attributes"]["pdf_page_numbers"], doc["metadata"]["Source-File"]
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ValueError(f"{path}:{number}: not a Dolma document of the pipeline ({exc})") from None
+                yield doc
 
 
-def _page_images(source: str, pages: list[int], longest_side: int) -> dict[int, str]:
-    from olmocr.formats.html import esc, image_data_url
+def key(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def write_once(path: str, data: bytes) -> None:
+    """Whole or not at all: an interrupted run leaves no half page for the next run to keep."""
+    with open(path + ".part", "wb") as fh:
+        fh.write(data)
+    os.replace(path + ".part", path)
+
+
+def page_images(source: str, pages: list[int], longest_side: int, folder: str) -> dict[int, str]:
+    """An <img> of each page (files under ``folder``, rendered unless there already), or why it is missing."""
+    from olmocr.formats.html import esc, jpeg
     from olmocr.formats.pdf import PdfError
     from olmocr.formats.render import RenderError, render_page
     from olmocr.utils.io import read_bytes
 
-    try:
-        data = read_bytes(source)
-    except OSError as exc:
-        return {p: f'<p class="fail">cannot read {esc(source)}: {esc(exc)}</p>' for p in pages}
-    out = {}
-    for page in pages:
-        try:
-            image = render_page(source, page, longest_side, data=data)
-            out[page] = f'<img alt="page {page}" src="{image_data_url(image, longest_side)}">'
-        except (RenderError, PdfError) as exc:
-            out[page] = f'<p class="fail">cannot render page {page}: {esc(exc)}</p>'
+    names = {page: f"{key(source)}_{page}.jpg" for page in pages}
+    out, data = {}, None
+    for page, name in names.items():
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            try:
+                data = read_bytes(source) if data is None else data
+            except OSError as exc:
+                return {p: f'<p class="fail">cannot read {esc(source)}: {esc(exc)}</p>' for p in pages}
+            try:
+                write_once(path, jpeg(render_page(source, page, longest_side, data=data), longest_side))
+            except (RenderError, PdfError) as exc:
+                out[page] = f'<p class="fail">cannot render page {page}: {esc(exc)}</p>'
+                continue
+        out[page] = f'<img alt="page {page}" src="../pages/{name}">'
     return out
 
 
-def document_html(doc: dict, index: int, longest_side: int) -> str:
+def document_html(doc: dict, longest_side: int, pages_dir: str) -> str:
     from olmocr.formats.html import esc, markdown_html
 
     meta, attrs = doc["metadata"], doc["attributes"]
     spans = attrs["pdf_page_numbers"]
     fallback = attrs.get("is_fallback") or [None] * len(spans)
-    images = _page_images(meta["Source-File"], [page for _, _, page in spans], longest_side)
-    header = (f"<h2>{index}. {esc(meta['Source-File'])}</h2><p class='muted'>{meta.get('pdf-total-pages')} pages, "
+    images = page_images(meta["Source-File"], [page for _, _, page in spans], longest_side, pages_dir)
+    header = (f"<p><a href='../index.html'>all documents</a></p><h1>{esc(meta['Source-File'])}</h1><p class='muted'>{meta.get('pdf-total-pages')} pages, "
               f"{meta.get('total-fallback-pages', 0)} from the text layer, {meta.get('total-input-tokens', 0)} input "
               f"and {meta.get('total-output-tokens', 0)} output tokens; model {esc(meta.get('model', '?'))}; "
               f"id {esc(doc.get('id'))}</p>")
@@ -150,32 +167,66 @@ def document_html(doc: dict, index: int, longest_side: int) -> str:
     return f'<section class="document" data-source="{esc(meta["Source-File"])}">{header}{"".join(pages)}</section>'
 
 
+def index_row(doc: dict, name: str) -> str:
+    from olmocr.formats.html import esc
+
+    meta, source = doc["metadata"], doc["metadata"]["Source-File"]
+    return (f'<tr data-name="{esc(source.lower())}"><td><a href="docs/{name}">{esc(source)}</a></td>'
+            f"<td>{meta.get('pdf-total-pages', '')}</td><td>{meta.get('total-fallback-pages', 0)}</td>"
+            f"<td>{meta.get('total-input-tokens', 0)}</td><td>{meta.get('total-output-tokens', 0)}</td></tr>\n")
+
+
 @stage("report_viewer")
 def run(cfg: DictConfig, output_dir: str) -> str:
     from tqdm import tqdm
 
-    from olmocr.formats.html import document, esc
+    from olmocr.formats.html import TAIL, document, esc, head
     from olmocr.utils.runinfo import write_run_info
 
-    if cfg.max_documents < 1:
-        raise ValueError(f"max_documents: must be at least 1, got {cfg.max_documents}")
+    if cfg.max_documents is not None and cfg.max_documents < 1:
+        raise ValueError(f"max_documents: must be at least 1 (or null: all), got {cfg.max_documents}")
     results = [cfg.results] if isinstance(cfg.results, str) else list(cfg.results)
     files = result_files(results)
-    documents, total = read_documents(files, cfg.max_documents)
-    skipped = not_converted(results)
-    body = [f"<h1>Converted documents</h1><p class='muted'>{len(documents)} of {total} documents from "
-            f"{len(files)} file(s): {esc(', '.join(files[:5]))}{' …' if len(files) > 5 else ''}</p>",
-            not_converted_html(skipped, cfg.max_documents)]
-    for i, doc in enumerate(tqdm(documents, desc="documents", unit="doc"), start=1):
-        body.append(document_html(doc, i, cfg.longest_side))
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, "viewer.html")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(document("Converted documents", "\n".join(body)))
-    log.info("%d of %d documents: %s", len(documents), total, path)
-    write_run_info(output_dir, summary={"documents": len(documents), "total": total, "not_converted": len(skipped),
-                                        "viewer": path})
-    return path
+    docs_dir, pages_dir = os.path.join(output_dir, "docs"), os.path.join(output_dir, "pages")
+    os.makedirs(docs_dir, exist_ok=True)
+    os.makedirs(pages_dir, exist_ok=True)
+    index = os.path.join(output_dir, "index.html")
+    shown = total = kept = 0
+    skipped: Counter = Counter()
+    with open(index + ".part", "w", encoding="utf-8") as out:
+        out.write(head("Converted documents") + "<h1>Converted documents</h1><p class='muted'>from "
+                  f"{len(files)} file(s): {esc(', '.join(files[:5]))}{' …' if len(files) > 5 else ''}</p>"
+                  "<p><input id='search' type='search' placeholder='filter by name' size='60'> <span id='shown'>"
+                  "</span></p>\n<table class='data' id='documents'><tr><th>source</th><th>pages</th><th>from the "
+                  "text layer</th><th>input tokens</th><th>output tokens</th></tr>\n")
+        for doc in tqdm(documents(files), desc="documents", unit="doc"):
+            total += 1
+            if cfg.max_documents is not None and shown >= cfg.max_documents:
+                continue  # counted, not shown
+            shown += 1
+            name = f"{key(str(doc.get('id')) + doc['metadata']['Source-File'])}.html"
+            page = os.path.join(docs_dir, name)
+            if os.path.exists(page):
+                kept += 1
+            else:
+                html = document_html(doc, cfg.longest_side, pages_dir)
+                write_once(page, document(doc["metadata"]["Source-File"], html).encode())
+            out.write(index_row(doc, name))
+        out.write("</table>\n<h2>Not converted</h2><table class='data' id='not-converted'><tr><th>source</th>"
+                  "<th>status</th><th>reason</th><th>detail</th></tr>\n")
+        for row in not_converted(results):
+            skipped[f"{row['status']}: {row['reason']}"] += 1
+            out.write(f'<tr data-name="{esc(row["source"].lower())}">' +
+                      "".join(f"<td>{esc(row[k])}</td>" for k in ("source", "status", "reason", "detail")) + "</tr>\n")
+        reasons = ", ".join(f"{esc(reason)} {n}" for reason, n in skipped.most_common()) or "none"
+        out.write(f"</table>\n<p class='muted' id='summary'>{shown} of {total} documents shown; not converted: "
+                  f"{sum(skipped.values())} ({reasons})</p>\n{SEARCH}{TAIL}")
+    os.replace(index + ".part", index)
+    log.info("%d of %d documents (%d pages kept from an earlier run), %d not converted: %s", shown, total, kept,
+             sum(skipped.values()), index)
+    write_run_info(output_dir, summary={"documents": shown, "total": total, "kept": kept,
+                                        "not_converted": dict(skipped), "viewer": index})
+    return index
 
 
 if __name__ == "__main__":
