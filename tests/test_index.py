@@ -132,6 +132,9 @@ def test_folder_data_holds_out_a_stable_share(sample_copy, tmp_path):
     # other folders for eval instead
     train, evals, _ = build_datasets(*sources({**data, "eval_roots": [sample_copy]}), STEPS)
     assert len(evals["folder"]) == len(train.sources["folder"][0])
+    # or none: every page trains (a held-out bench may score the run)
+    train, evals, _ = build_datasets(*sources({**data, "eval_fraction": 0}), STEPS)
+    assert evals == {} and len(train.sources["folder"][0]) == len(train_md | eval_md) + 1
     with pytest.raises(ValueError, match="data.eval_fraction: expected a fraction"):
         sources({**data, "eval_fraction": 1.5})
     with pytest.raises(ValueError, match="part 'held_out' with holdout 0.0"):

@@ -29,3 +29,16 @@ class BenchConfig(StageConfig):
 
 
 store("bench_schema", BenchConfig)
+
+
+@dataclass
+class SplitConfig(StageConfig):
+    pages: str = MISSING  # a folder of single-page X.pdf + X.md (pipeline.export's out_dir)
+    out_dir: str = MISSING  # gets train/ (pages to train on) and heldout/ (an olmOCR-bench folder)
+    heldout: float = 0.2  # share of the source documents held out, whole documents
+    seed: int = 0  # which documents, and which table cells
+    present_per_page: int = 3  # present tests: the page's longest sentences (order tests between them)
+    table_cells_per_page: int = 3  # table tests: cells with their right or lower neighbour
+
+
+store("bench_split_schema", SplitConfig)

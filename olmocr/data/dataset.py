@@ -108,9 +108,11 @@ def sources(data: Mapping) -> tuple[dict, dict]:
     roots, eval_roots, fraction = local(data["roots"]), local(data.get("eval_roots") or []), data["eval_fraction"]
     if eval_roots:
         return {"folder": {"roots": roots}}, {"folder": {"roots": eval_roots}}
+    if fraction == 0:  # no held-out loss (a held-out bench, eval.bench, may still score the run)
+        return {"folder": {"roots": roots}}, {}
     if not 0 < fraction < 1:
-        raise ValueError(f"data.eval_fraction: expected a fraction between 0 and 1, got {fraction} "
-                         "(or give data.eval_roots)")
+        raise ValueError(f"data.eval_fraction: expected a fraction between 0 and 1, or 0 for no held-out pages, got "
+                         f"{fraction} (or give data.eval_roots)")
     return ({"folder": {"roots": roots, "holdout": fraction, "part": "train"}},
             {"folder": {"roots": roots, "holdout": fraction, "part": "held_out"}})
 
