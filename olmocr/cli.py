@@ -11,6 +11,7 @@ iterate over it, so a new stage is covered by them without being listed anywhere
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -90,7 +91,8 @@ class Stage:
             print(stage_help(self.module, self.config, self.doc, [a for a in args if not a.startswith("-")]))
             return
         sys.argv = submit_on_cluster(sys.argv)
-        hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
+        with mode_from_command_line(sys.argv[1:]):
+            hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
 
     def _task_function(self):
         """The function Hydra runs for each job; launchers find the stage on it (``task.stage``)."""
@@ -206,6 +208,25 @@ def stage_help(module: str, config_name: str, doc: str, overrides: list[str]) ->
     lines += ["", "== Config ==", "Override anything in the config (foo.bar=value)", "", config.rstrip(), "",
               "Hydra's own flags: python -m " + module + " --hydra-help"]
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def mode_from_command_line(args: list[str]):
+    """Hydra composes the whole config an extra time before every run only to read ``hydra.mode``, which
+    no config of the project sets (tests/test_config.py composes every one): unless the command line sets
+    it, the mode is what ``-m`` says, and each stage starts ~0.4 s sooner. Hydra's way is kept for a
+    command line that names ``hydra.mode``."""
+    from hydra._internal.hydra import Hydra
+
+    if any(a.lstrip("+~").startswith("hydra.mode=") for a in args):
+        yield
+        return
+    original = Hydra.get_mode
+    Hydra.get_mode = lambda self, config_name, overrides: None
+    try:
+        yield
+    finally:
+        Hydra.get_mode = original
 
 
 def submit_on_cluster(argv: list[str]) -> list[str]:

@@ -169,9 +169,10 @@ def test_a_missing_model_is_one_line_before_any_data_work(tmp_path):
                            "folder in Hugging Face format, or a hub id like org/name)\n")
 
 
-def test_multirun_gives_one_dir_per_job(tmp_path):
+@pytest.mark.parametrize("multirun", ["-m", "hydra.mode=MULTIRUN"])
+def test_multirun_gives_one_dir_per_job(tmp_path, multirun):
     proc = subprocess.run(
-        [sys.executable, "-m", "olmocr.synth", "-m", "seed=1,2", "num_pages=2", f"hydra.sweep.dir={tmp_path}/sweep"],
+        [sys.executable, "-m", "olmocr.synth", multirun, "seed=1,2", "num_pages=2", f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -181,6 +182,25 @@ def test_multirun_gives_one_dir_per_job(tmp_path):
         saved = OmegaConf.load(tmp_path / "sweep" / job / ".hydra" / "config.yaml")
         assert saved.seed == seed
         assert (tmp_path / "sweep" / job / "run_info.json").exists()
+
+
+def test_no_config_sets_hydra_mode():
+    """Whether a command runs once or as a sweep is on its command line (`-m`, `hydra.mode=`), which is where
+    olmocr.cli reads it: no primary config, experiment or cluster file sets it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from olmocr.config import register_schemas
+
+    register_schemas()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        composed = [(name, []) for name in PRIMARY]
+        composed += [("pipeline" if e.startswith("pipeline_") else "train", [f"+experiment={e}"])
+                     for e in options("experiment")]
+        composed += [("train", [f"cluster={c}"]) for c in options("cluster")]
+        for name, overrides in composed:
+            cfg = hydra_compose(config_name=name, overrides=overrides, return_hydra_config=True)
+            assert cfg.hydra.mode is None, (name, overrides)
 
 
 def test_a_step_added_from_the_command_line_lands_in_place(processor):
