@@ -113,11 +113,13 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
     it is sent the preemption signal (`scancel --signal=USR2`: the job requeues itself), then the scheduler
     requeues it (`scontrol requeue`: SIGTERM to every process of the job, which trains on until SIGKILL, and
     runs it again under the same id). Each time it resumes from its newest checkpoint in the same job dir,
-    and the run ends with the losses of one uninterrupted run, every step once, no page dropped. (A held-out
-    loss each step makes the steps slow enough to interrupt twice.)"""
+    and the run ends with the losses of one uninterrupted run, every step once, no page dropped, and the
+    submitting command succeeds (the SIGTERM reaches the data loader's worker too, which must not take the
+    trainer down with a failure while the job goes on). (A held-out loss each step makes the steps slow
+    enough to interrupt twice.)"""
     proc = submit(slurm, tmp_path, "olmocr.train",
                   [*TWO_RANKS, "trainer.save_interval=2", "trainer.eval_interval=1", "eval.bench=null",
-                   "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1"],
+                   "trainer.num_workers=1", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1"],
                   env={"OLMOCR_CACHE": cache_dir}, wait=False)
     from olmocr.train.checkpoint import complete_checkpoints
 

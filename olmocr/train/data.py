@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import torch
 from torch.utils.data import DataLoader, Sampler
 
@@ -33,9 +35,21 @@ class ResumableSampler(Sampler[int]):
         return -(-(self.length - self.position) // self.world_size)
 
 
+def deaf_to_job_signals(worker_id: int) -> None:
+    """A loader worker leaves the job's signals to the trainer. A scheduler that requeues a job sends SIGTERM
+    to every process of the job, and a worker dying of it made the trainer raise ("DataLoader worker …
+    killed by signal") while the scheduler ran the job again; a preemption notice (SIGUSR1/2) reached the
+    worker with the trainer's own handler (forked with it), which then requeued the job and wrote its result
+    a second time. Either way the submitting command reported a failure for a job that went on. The
+    trainer ends its workers (and they exit when it is gone); SIGKILL still ends them with the job."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def epoch_loader(dataset, collator, batch_size: int, seed: int, epoch: int, position: int, rank: int,
                  world_size: int, num_workers: int, shuffle: bool = True) -> DataLoader:
     dataset.set_epoch(epoch)
     sampler = ResumableSampler(len(dataset), seed, epoch, position, rank, world_size, shuffle)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator, num_workers=num_workers,
-                      persistent_workers=False, pin_memory=torch.cuda.is_available())
+                      persistent_workers=False, pin_memory=torch.cuda.is_available(),
+                      worker_init_fn=deaf_to_job_signals if num_workers else None)
