@@ -259,21 +259,21 @@ def test_follow_reports_the_exit_code(monkeypatch, tmp_path, capfd):
     assert job.return_value["url"].startswith("https://beaker.org/ex/01EXP")
 
 
-def cli(tmp_path, overrides, env=None, cwd=PROJECT_ROOT):
-    return subprocess.run([sys.executable, "-m", "olmocr.synth", *BASE, *overrides, f"hydra.sweep.dir={tmp_path}/s"],
+def cli(python, tmp_path, overrides, env=None, cwd=PROJECT_ROOT):
+    return subprocess.run([python, "-m", "olmocr.synth", *BASE, *overrides, f"hydra.sweep.dir={tmp_path}/s"],
                           cwd=cwd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
-def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd):
+def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_python):
     env = {"BEAKER_TOKEN": "", "HOME": str(tmp_path)}  # no token, no ~/.beaker config
-    proc = cli(tmp_path, [], env=env)
+    proc = cli(warm_python, tmp_path, [], env=env)
     assert proc.returncode != 0 and "Beaker credentials: set BEAKER_TOKEN" in proc.stderr
     fake = FakeBeaker()
     with pytest.raises(SystemExit):  # Hydra reports the error and exits 1
         launch(monkeypatch, tmp_path, ["+hydra.launcher.secrets.HF_TOKEN=nope"], fake)
     assert "hydra.launcher.secrets.HF_TOKEN: Beaker secret 'nope' does not exist" in capfd.readouterr().err
     assert fake.created == []
-    proc = cli(tmp_path, ["hydra.launcher.budget=null", "hydra.launcher.dry_run=true"])
+    proc = cli(warm_python, tmp_path, ["hydra.launcher.budget=null", "hydra.launcher.dry_run=true"])
     assert proc.returncode == 2 and proc.stderr == "error: hydra.launcher.budget: required to submit to Beaker\n"
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -49,10 +48,10 @@ def bench(tmp_path):
     return bench_dir, cand, pages, len(rest)
 
 
-def test_cli_writes_both_reports(bench, tmp_path):
+def test_cli_writes_both_reports(bench, tmp_path, warm_python):
     bench_dir, cand, pages, n_text = bench
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "olmocr.bench", f"bench_dir={bench_dir}", f"candidates={cand}",
+    proc = subprocess.run([warm_python, "-m", "olmocr.bench", f"bench_dir={bench_dir}", f"candidates={cand}",
                            "workers=2", f"hydra.run.dir={run_dir}"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((run_dir / "results.json").read_text())

@@ -4,19 +4,18 @@ import glob
 import json
 import os
 import subprocess
-import sys
 
 from test_index import EXPECTED_BAD, messy  # noqa: F401  (fixture)
 
 
-def run_stage(args, cwd, env_cache):
+def run_stage(python, args, cwd, env_cache):
     env = dict(os.environ, OLMOCR_CACHE=env_cache)
-    return subprocess.run([sys.executable, "-m", "olmocr.data", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([python, "-m", "olmocr.data", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env=env)
 
 
-def test_default_config_loads_every_bundled_page(tmp_path, cache_dir):
-    proc = run_stage([], tmp_path, cache_dir)
+def test_default_config_loads_every_bundled_page(tmp_path, cache_dir, warm_python):
+    proc = run_stage(warm_python, [], tmp_path, cache_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = glob.glob(str(tmp_path / "outputs" / "check_data" / "*"))
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
@@ -28,9 +27,9 @@ def test_default_config_loads_every_bundled_page(tmp_path, cache_dir):
     assert os.path.exists(os.path.join(run_dir, ".hydra", "config.yaml"))
 
 
-def test_messy_folder_is_reported_not_fatal(messy, tmp_path, cache_dir):  # noqa: F811
-    proc = run_stage(["~data.train.synth", f"+data.train.messy={{roots: ['{messy}']}}", "~data.eval.synth", "num_workers=2"],
-                     tmp_path, cache_dir)
+def test_messy_folder_is_reported_not_fatal(messy, tmp_path, cache_dir, warm_python):  # noqa: F811
+    proc = run_stage(warm_python, ["~data.train.synth", f"+data.train.messy={{roots: ['{messy}']}}",
+                                   "~data.eval.synth", "num_workers=2"], tmp_path, cache_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (run_dir,) = glob.glob(str(tmp_path / "outputs" / "check_data" / "*"))
     summary = json.load(open(os.path.join(run_dir, "summary.json")))

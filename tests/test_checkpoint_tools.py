@@ -3,7 +3,6 @@
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -221,7 +220,7 @@ def test_calibration_pages_are_rendered_at_inference_size(grpo_runs, tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_against_itself_and_against_fp8(grpo_runs, fp8, tmp_path):
+def test_compare_against_itself_and_against_fp8(grpo_runs, fp8, tmp_path, warm_python):
     common = ["pages.count=3", "max_new_tokens=24"]
     same = stage("compare", [f"reference={grpo_runs[0]}", f"candidate={grpo_runs[0]}", *common], tmp_path / "same")
     assert same["engine"] == "transformers" and same["tokens"] > 0
@@ -233,7 +232,7 @@ def test_compare_against_itself_and_against_fp8(grpo_runs, fp8, tmp_path):
     table = (tmp_path / "fp8" / "compare.md").read_text()
     assert all(r["page_id"] in table for r in quantized["results"])
     # The threshold drives the exit code: every mismatch is over a threshold of 0.
-    proc = subprocess.run([sys.executable, "-m", "olmocr.compare", f"reference={grpo_runs[0]}", f"candidate={fp8}",
+    proc = subprocess.run([warm_python, "-m", "olmocr.compare", f"reference={grpo_runs[0]}", f"candidate={fp8}",
                            *common, "threshold=0", f"hydra.run.dir={tmp_path}/cli"], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-2000:]

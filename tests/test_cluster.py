@@ -11,15 +11,15 @@ from olmocr.cli import stages, submit_on_cluster
 from olmocr.config import PROJECT_ROOT
 
 
-def stage(args, tmp_path, module="olmocr.synth", env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}",
+def stage(python, args, tmp_path, module="olmocr.synth", env=None, timeout=300):
+    return subprocess.run([python, "-m", module, *args, f"hydra.sweep.dir={tmp_path / 'sweep'}",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=PROJECT_ROOT, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
-def test_frontier_script_follows_olcf_guidance(tmp_path):
-    proc = stage(["-m", "cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.nodes=2", "seed=1,2"],
-                 tmp_path, module="olmocr.train", env={"SLURM_ACCOUNT": "abc123"})
+def test_frontier_script_follows_olcf_guidance(tmp_path, warm_python):
+    proc = stage(warm_python, ["-m", "cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.nodes=2",
+                               "seed=1,2"], tmp_path, module="olmocr.train", env={"SLURM_ACCOUNT": "abc123"})
     assert proc.returncode == 0, proc.stderr
     scripts = sorted(p for p in os.listdir(tmp_path / "sweep") if p.startswith("sbatch_"))
     assert scripts == ["sbatch_0.sh", "sbatch_1.sh"]  # one job per sweep point
@@ -36,13 +36,13 @@ def test_frontier_script_follows_olcf_guidance(tmp_path):
     assert srun.endswith(f"-u -m submitit.core._submit {tmp_path / 'sweep' / '.submitit'}")
 
 
-def test_one_command_submits_without_minus_m(tmp_path):
+def test_one_command_submits_without_minus_m(tmp_path, warm_python):
     assert submit_on_cluster(["x", "cluster=slurm", "seed=1"]) == ["x", "--multirun", "cluster=slurm", "seed=1"]
     assert submit_on_cluster(["x", "cluster=local"]) == ["x", "cluster=local"]
     assert submit_on_cluster(["x", "-m", "cluster=slurm"]) == ["x", "-m", "cluster=slurm"]
-    proc = stage(["cluster=slurm", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1",
-                  "hydra.launcher.srun_args=['--cpu-bind=cores']", "+hydra.launcher.additional_parameters.mail-type=END"],
-                 tmp_path, module="olmocr.train")
+    proc = stage(warm_python, ["cluster=slurm", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1",
+                               "hydra.launcher.srun_args=['--cpu-bind=cores']",
+                               "+hydra.launcher.additional_parameters.mail-type=END"], tmp_path, module="olmocr.train")
     assert proc.returncode == 0, proc.stderr
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
     assert "#SBATCH --account=p1" in script and "#SBATCH --mail-type=END" in script
@@ -50,11 +50,11 @@ def test_one_command_submits_without_minus_m(tmp_path):
     assert "--cpu-bind=cores" in next(line for line in script.splitlines() if line.startswith("srun "))
 
 
-def test_a_stage_that_is_not_distributed_gets_one_task_with_the_nodes_gpus(tmp_path):
+def test_a_stage_that_is_not_distributed_gets_one_task_with_the_nodes_gpus(tmp_path, warm_python):
     """Eight tasks of one GPU each would start eight pipeline workers racing for the node's GPUs: a stage
     that does not declare itself distributed gets one task per node, holding what the eight would."""
-    proc = stage(["cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1", "workers=0"],
-                 tmp_path, module="olmocr.pipeline")
+    proc = stage(warm_python, ["cluster=frontier", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1",
+                               "workers=0"], tmp_path, module="olmocr.pipeline")
     assert proc.returncode == 0, proc.stderr
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text().splitlines()
     for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-task=8", "#SBATCH --cpus-per-task=56"):
@@ -63,32 +63,33 @@ def test_a_stage_that_is_not_distributed_gets_one_task_with_the_nodes_gpus(tmp_p
     assert "--gpus-per-task=8 --gpu-bind=closest" in srun
 
 
-def test_nothing_is_submitted_without_an_account_or_sbatch(tmp_path):
+def test_nothing_is_submitted_without_an_account_or_sbatch(tmp_path, warm_python):
     env = {k: v for k, v in os.environ.items() if k != "SLURM_ACCOUNT"}
-    proc = subprocess.run([sys.executable, "-m", "olmocr.synth", "cluster=slurm", f"hydra.sweep.dir={tmp_path}/a"],
+    proc = subprocess.run([warm_python, "-m", "olmocr.synth", "cluster=slurm", f"hydra.sweep.dir={tmp_path}/a"],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and proc.stderr.startswith("error: hydra.launcher.account: set the SLURM project")
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1  # one line, not Hydra's trace
-    proc = stage(["cluster=slurm", "hydra.launcher.account=p1"], tmp_path, env={"PATH": os.path.dirname(sys.executable)})
+    proc = stage(warm_python, ["cluster=slurm", "hydra.launcher.account=p1"], tmp_path,
+                 env={"PATH": os.path.dirname(sys.executable)})
     assert proc.returncode == 2 and "submits with sbatch, which is not on PATH" in proc.stderr
     assert not (tmp_path / "sweep" / ".submitit").exists() or not os.listdir(tmp_path / "sweep" / ".submitit")
 
 
-def test_unknown_cluster_names_the_options(tmp_path):
-    proc = stage(["cluster=frontire"], tmp_path)
+def test_unknown_cluster_names_the_options(tmp_path, warm_python):
+    proc = stage(warm_python, ["cluster=frontire"], tmp_path)
     assert proc.returncode != 0
     assert "Could not find 'cluster/frontire'" in proc.stderr and "frontier" in proc.stderr
 
 
-def test_a_users_cluster_file_needs_no_code(tmp_path):
+def test_a_users_cluster_file_needs_no_code(tmp_path, warm_python):
     mine = tmp_path / "conf" / "cluster"
     mine.mkdir(parents=True)
     (mine / "mylab.yaml").write_text(
         "# @package _global_\ndefaults:\n  - slurm\n  - _self_\n"
         "hydra:\n  launcher:\n    account: lab\n    partition: a100\n    tasks_per_node: 4\n"
         "    setup: ['source /opt/lab/env.sh']\n")
-    proc = stage([f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "cluster=mylab", "hydra.launcher.dry_run=true"],
-                 tmp_path, module="olmocr.train")
+    proc = stage(warm_python, [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "cluster=mylab",
+                               "hydra.launcher.dry_run=true"], tmp_path, module="olmocr.train")
     assert proc.returncode == 0, proc.stderr
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
     assert "#SBATCH --partition=a100" in script and "#SBATCH --ntasks-per-node=4" in script

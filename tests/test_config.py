@@ -2,7 +2,6 @@ import glob
 import importlib.util
 import os
 import subprocess
-import sys
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -136,8 +135,8 @@ def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     assert key in message
 
 
-def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "olmocr.data", "data.steps.render.longest_sid=1024"],
+def test_cli_reports_a_typo_and_exits_nonzero(tmp_path, warm_python):
+    proc = subprocess.run([warm_python, "-m", "olmocr.data", "data.steps.render.longest_sid=1024"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "data.steps.render.longest_sid" in proc.stderr
@@ -146,8 +145,8 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path):
 
 
 @pytest.mark.parametrize("module", STAGES)
-def test_every_stage_answers_help_and_dry_run_without_working(module, tmp_path):
-    run = [sys.executable, "-m", module]
+def test_every_stage_answers_help_and_dry_run_without_working(module, tmp_path, warm_python):
+    run = [warm_python, "-m", module]
     proc = subprocess.run([*run, "--help", "dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"python -m {module}") and "== Configuration groups" in proc.stdout
@@ -160,8 +159,8 @@ def test_every_stage_answers_help_and_dry_run_without_working(module, tmp_path):
     assert not glob.glob(str(tmp_path / "outputs" / "**" / "*.json"), recursive=True)  # nothing ran
 
 
-def test_a_missing_model_is_one_line_before_any_data_work(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "olmocr.train", "model=qwen25_vl_7b",
+def test_a_missing_model_is_one_line_before_any_data_work(tmp_path, warm_python):
+    proc = subprocess.run([warm_python, "-m", "olmocr.train", "model=qwen25_vl_7b",
                            f"model.name_or_path={tmp_path}/nonexistent"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2
@@ -170,9 +169,9 @@ def test_a_missing_model_is_one_line_before_any_data_work(tmp_path):
 
 
 @pytest.mark.parametrize("multirun", ["-m", "hydra.mode=MULTIRUN"])
-def test_multirun_gives_one_dir_per_job(tmp_path, multirun):
+def test_multirun_gives_one_dir_per_job(tmp_path, multirun, warm_python):
     proc = subprocess.run(
-        [sys.executable, "-m", "olmocr.synth", multirun, "seed=1,2", "num_pages=2", f"hydra.sweep.dir={tmp_path}/sweep"],
+        [warm_python, "-m", "olmocr.synth", multirun, "seed=1,2", "num_pages=2", f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr

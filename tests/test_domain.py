@@ -10,7 +10,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 
 import pytest
 from chat_server import ChatServer, answer, good, pixels_key
@@ -23,7 +22,7 @@ PAGES = sorted(glob.glob(f"{SAMPLE}/train/pdfs/*.pdf"))[:10]
 
 
 @pytest.mark.slow
-def test_the_recipe_turns_a_pdf_folder_into_a_model_scored_on_its_own_pages(tmp_path, cache_dir):
+def test_the_recipe_turns_a_pdf_folder_into_a_model_scored_on_its_own_pages(tmp_path, cache_dir, warm_python):
     pdfs = tmp_path / "my_pdfs"
     pdfs.mkdir()
     for pdf in PAGES:
@@ -31,7 +30,7 @@ def test_the_recipe_turns_a_pdf_folder_into_a_model_scored_on_its_own_pages(tmp_
     truth = {page_keys(pdf, 1)[0]: answer(open(pdf[:-4] + ".md", encoding="utf-8").read()) for pdf in PAGES}
     out = tmp_path / "out"
     with ChatServer(script=lambda request: truth.get(pixels_key(request.image), good("not a page of mine"))) as teacher:
-        env = {**os.environ, "PYTHON": sys.executable, "HELDOUT": "0.3", "STEPS": "4",
+        env = {**os.environ, "PYTHON": warm_python, "HELDOUT": "0.3", "STEPS": "4",
                "TEACHER": f"server=external server.url={teacher.url} server.model_name=scripted work=ocr "
                           f"convert=default convert.steps.render.longest_side={SIDE}"}
         proc = subprocess.run(["bash", "scripts/domain.sh", str(pdfs), str(out)], cwd=PROJECT_ROOT, env=env,

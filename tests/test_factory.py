@@ -7,7 +7,6 @@ import glob
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,18 +18,18 @@ from olmocr.config import PROJECT_ROOT
 SIZES = {"TRAIN_PAGES": 8, "BENCH_PAGES": 3, "SFT_STEPS": 8, "GRPO_STEPS": 2, "COMPARE_PAGES": 2}
 
 
-def factory(out) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable, **{k: str(v) for k, v in SIZES.items()}}
+def factory(out, python: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": python, **{k: str(v) for k, v in SIZES.items()}}
     return subprocess.run(["bash", "scripts/factory.sh", str(out)], cwd=PROJECT_ROOT, env=env, capture_output=True,
                           text=True, timeout=1200)
 
 
 @pytest.mark.slow
-def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir):
+def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir, warm_python):
     from olmocr.models import HubModel
 
     out = tmp_path / "factory"
-    proc = factory(out)
+    proc = factory(out, warm_python)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     bench = SIZES["BENCH_PAGES"]
     assert len(glob.glob(f"{out}/pages/train/pdfs/*.pdf")) == SIZES["TRAIN_PAGES"]
@@ -63,7 +62,7 @@ def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir):
     made = {p: os.path.getmtime(p) for p in (out / "pages/train/synth.jsonl", out / "release/soup/model.safetensors",
                                              out / "release/fp8/config.json", out / "compare/compare.json",
                                              out / "bench/results.json", next((out / "candidates/soup").iterdir()))}
-    again = factory(out)
+    again = factory(out, warm_python)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert {p: os.path.getmtime(p) for p in made} == made
     log = again.stdout + again.stderr

@@ -240,18 +240,17 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
 
 
 @pytest.mark.slow
-def test_colocated_vllm_generates_from_the_weights_each_step_updated(tmp_path, cache_dir, tiny):
+def test_colocated_vllm_generates_from_the_weights_each_step_updated(tmp_path, cache_dir, tiny, warm_python):
     """GRPO with vLLM inside the trainer (the CPU build here): two steps, then the bench eval decodes with that
     engine after its weight sync. Its answers are the trained weights' own greedy answers (transformers on
     the saved step), not the initial weights': the updates reach the engine."""
     import subprocess
-    import sys
 
     from olmocr.config import PROJECT_ROOT, build
 
     # A process of its own: this one may have imported trl's GRPO trainer for transformers generation already.
     out = str(tmp_path / "run")
-    proc = subprocess.run([sys.executable, "-m", "olmocr.train", "+experiment=grpo_tiny", "callbacks.plots=null",
+    proc = subprocess.run([warm_python, "-m", "olmocr.train", "+experiment=grpo_tiny", "callbacks.plots=null",
                            "algo.generation=vllm_colocate", "eval.bench.engine=vllm", "optimizer.lr=3e-2",
                            "trainer.max_duration.value=2", "trainer.save_interval=2", "trainer.eval_interval=2",
                            "trainer.keep_best=null", f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, capture_output=True,

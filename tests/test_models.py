@@ -79,14 +79,13 @@ def test_label_masking_with_each_family_processor(family_model):
 
 
 @pytest.mark.slow
-def test_concurrent_builds_wait_for_one_another(tmp_path):
+def test_concurrent_builds_wait_for_one_another(tmp_path, warm_python):
     """Ranks of one job build the same tiny model at once: one builds, the others reuse it."""
     import subprocess
-    import sys
 
     code = ("import sys; from olmocr.models import TinyModel; "
             "print(TinyModel(cache_dir=sys.argv[1], vocab_size=700).path)")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([warm_python, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 from chat_server import SERVER_ERROR, ChatServer, answer, good
@@ -83,9 +82,9 @@ def test_samples_within_the_margin_give_no_pair_and_a_rerun_skips_mined_pages(tm
 
 
 @pytest.mark.slow
-def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny):
+def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny, warm_python):
     run_dir = tmp_path / "pairs"
-    command = [sys.executable, "-m", "olmocr.pairs", f"bench_dir={BENCH}", f"model.cache_dir={os.path.dirname(tiny.path)}",
+    command = [warm_python, "-m", "olmocr.pairs", f"bench_dir={BENCH}", f"model.cache_dir={os.path.dirname(tiny.path)}",
                "samples=4", "margin=0.2", "convert.max_tokens=48", "convert.concurrency=1", "progress=false",
                f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,

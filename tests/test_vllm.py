@@ -61,19 +61,19 @@ def test_the_vllm_serve_command_is_one_the_installed_vllm_accepts(tiny):
         build(compose("pipeline", ["server=vllm", "server.cpu_kv_cache_gib=0"]).server, model=tiny)
 
 
-def run_stage(module: str, args: list[str], cwd, timeout: int = 500) -> str:
-    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+def run_stage(python: str, module: str, args: list[str], cwd, timeout: int = 500) -> str:
+    result = subprocess.run([python, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
                             timeout=timeout, env={**os.environ, "PYTHONPATH": PROJECT_ROOT})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 
 
 @pytest.mark.slow
-def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny):
+def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny, warm_python):
     workspace, run_dir = tmp_path / "ws", tmp_path / "run"
-    log = run_stage("olmocr.pipeline", [f"workspace={workspace}", f"pdfs=[{SAMPLE}/eval/pdfs]", *VLLM_SERVER,
-                                        f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false",
-                                        f"hydra.run.dir={run_dir}"], tmp_path)
+    args = [f"workspace={workspace}", f"pdfs=[{SAMPLE}/eval/pdfs]", *VLLM_SERVER,
+            f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false", f"hydra.run.dir={run_dir}"]
+    log = run_stage(warm_python, "olmocr.pipeline", args, tmp_path)
     assert "vllm serve (pid" in log and "ready on" in log
     pdfs = sorted(glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
     docs = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
@@ -192,11 +192,11 @@ def guided_bench_pages_are_in_the_page_format_and_scored(trl_server, tiny, tmp_p
     from olmocr.pipeline.bench import candidate_path
 
     candidates, run_dir = tmp_path / "candidates", tmp_path / "run"
-    run_stage("olmocr.pipeline.bench", [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", "server=external",
-                                        f"server.url={trl_server}/v1", f"server.model_name={tiny.path}",
-                                        "convert.guided=true", "convert.max_tokens=120", "convert.temperatures=[0]",
-                                        f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false",
-                                        f"hydra.run.dir={run_dir}"], tmp_path)
+    args = [f"bench_dir={SAMPLE}/eval", f"candidates={candidates}", "server=external", f"server.url={trl_server}/v1",
+            f"server.model_name={tiny.path}", "convert.guided=true", "convert.max_tokens=120",
+            "convert.temperatures=[0]", f"model.cache_dir={os.path.dirname(tiny.path)}", "progress=false",
+            f"hydra.run.dir={run_dir}"]
+    run_stage(sys.executable, "olmocr.pipeline.bench", args, tmp_path)
     pages = [json.loads(line) for line in open(run_dir / "pages.jsonl")]
     assert sorted(p["pdf"] for p in pages) == sorted(os.path.basename(p) for p in glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
     # Constrained to the page format, the random model's answers open with front matter that parses: no
@@ -216,7 +216,7 @@ def guided_bench_pages_are_in_the_page_format_and_scored(trl_server, tiny, tmp_p
 
 
 @pytest.mark.slow
-def test_compare_with_vllm_decodes_as_transformers_and_serves_the_fp8_compression(tmp_path, tiny):
+def test_compare_with_vllm_decodes_as_transformers_and_serves_the_fp8_compression(tmp_path, tiny, warm_python):
     """vLLM's offline engine against transformers: the tiny model token for token (float32 in both), and the
     model `olmocr.compress` wrote, loaded by vLLM as compressed-tensors FP8 (both in one process: two engines,
     one after the other)."""
@@ -224,9 +224,9 @@ def test_compare_with_vllm_decodes_as_transformers_and_serves_the_fp8_compressio
 
     fp8 = tmp_path / "fp8"
     compress(compose("compress", [f"source={tiny.path}", f"output={fp8}"]), str(tmp_path / "compress"))
-    run_stage("olmocr.compare", ["-m", f"reference={tiny.path}", f"candidate={tiny.path},{fp8}", "engine=vllm",
-                                       "dtype=float32", "pages.count=3", "max_new_tokens=24",
-                                       f"hydra.sweep.dir={tmp_path}/sweep"], tmp_path)
+    args = ["-m", f"reference={tiny.path}", f"candidate={tiny.path},{fp8}", "engine=vllm", "dtype=float32",
+            "pages.count=3", "max_new_tokens=24", f"hydra.sweep.dir={tmp_path}/sweep"]
+    run_stage(warm_python, "olmocr.compare", args, tmp_path)
     same, quantized = (json.load(open(tmp_path / "sweep" / str(job) / "compare.json")) for job in (0, 1))
     assert same["engine"] == quantized["engine"] == "vllm"
     # vLLM built the prompt the reference's processor builds, image tokens and all, and chose the same tokens.
