@@ -91,3 +91,43 @@ def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
     assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3) and metrics[3]["train/loss"] < 0.69
     assert os.path.exists(os.path.join(result["checkpoint"], "adapter_model.safetensors"))
     assert not os.path.exists(os.path.join(result["checkpoint"], "model.safetensors"))
+
+
+def test_the_trainers_loader_workers_leave_the_jobs_signals_to_it(tmp_path, cache_dir):
+    """A scheduler's requeue sends SIGTERM to every process of the job and a preemption notice SIGUSR1/2: the
+    loader workers Hugging Face's Trainer starts ignore them (the trainer decides), and the run goes on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from olmocr.config import PROJECT_ROOT
+
+    pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "olmocr.train", "+experiment=dpo_tiny", f"data.train=[{pairs}]",
+                             "trainer.num_workers=1", "trainer.max_duration.value=6", "trainer.eval_interval=null",
+                             "trainer.save_interval=null", "trainer.keep_best=null", "callbacks.plots=null",
+                             f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    trainer, signalled = psutil.Process(proc.pid), set()
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:  # forked by the trainer: its command line (not its name: torch renames it)
+            workers = [p for p in trainer.children() if p.cmdline() == trainer.cmdline() and p.pid not in signalled]
+        except psutil.NoSuchProcess:
+            continue
+        for worker in workers:  # what the scheduler's signals for the job reach too
+            for sig in (signal.SIGUSR2, signal.SIGTERM):
+                try:
+                    worker.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+            signalled.add(worker.pid)
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert signalled, "the trainer started no loader worker"
+    assert sorted(rows(str(out))) == [1, 2, 3, 4, 5, 6]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing.context
 import signal
 
 import torch
@@ -35,15 +36,37 @@ class ResumableSampler(Sampler[int]):
         return -(-(self.length - self.position) // self.world_size)
 
 
+JOB_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def deaf_to_job_signals(worker_id: int) -> None:
     """A loader worker leaves the job's signals to the trainer. A scheduler that requeues a job sends SIGTERM
     to every process of the job, and a worker dying of it made the trainer raise ("DataLoader worker …
     killed by signal") while the scheduler ran the job again; a preemption notice (SIGUSR1/2) reached the
     worker with the trainer's own handler (forked with it), which then requeued the job and wrote its result
     a second time. Either way the submitting command reported a failure for a job that went on. The
-    trainer ends its workers (and they exit when it is gone); SIGKILL still ends them with the job."""
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
+    trainer ends its workers (and they exit when it is gone); SIGKILL still ends them with the job.
+    Started by :class:`WorkerContext`, the worker has held these signals blocked since its fork: one that
+    came before this runs is dropped here instead of killing it."""
+    for sig in JOB_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, JOB_SIGNALS)
+
+
+class _WorkerProcess(multiprocessing.context.ForkProcess):
+    def start(self):
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, JOB_SIGNALS)
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)  # the trainer's own arrive now
+
+
+class WorkerContext(multiprocessing.context.ForkContext):
+    """Loader workers forked with the job's signals blocked, until :func:`deaf_to_job_signals` (their
+    ``worker_init_fn``) ignores them: a signal for the job while a worker starts cannot end it."""
+
+    Process = _WorkerProcess
 
 
 def epoch_loader(dataset, collator, batch_size: int, seed: int, epoch: int, position: int, rank: int,
@@ -52,4 +75,5 @@ def epoch_loader(dataset, collator, batch_size: int, seed: int, epoch: int, posi
     sampler = ResumableSampler(len(dataset), seed, epoch, position, rank, world_size, shuffle)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator, num_workers=num_workers,
                       persistent_workers=False, pin_memory=torch.cuda.is_available(),
-                      worker_init_fn=deaf_to_job_signals if num_workers else None)
+                      worker_init_fn=deaf_to_job_signals if num_workers else None,
+                      multiprocessing_context=WorkerContext() if num_workers else None)

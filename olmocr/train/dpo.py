@@ -16,7 +16,7 @@ import os
 import trl
 from omegaconf import DictConfig
 
-from olmocr.train.hf import HFRecipe, RunCheckpoints
+from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
 LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
@@ -56,7 +56,7 @@ def dpo_arguments(base: dict, algo: dict):
     return trl.DPOConfig(**args)
 
 
-class DPOTrainer(RunCheckpoints, trl.DPOTrainer):
+class DPOTrainer(LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.DPOTrainer):
     """trl's DPO trainer, resuming with the weights our loader brought back."""
 
 

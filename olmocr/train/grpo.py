@@ -22,7 +22,7 @@ import torch
 import trl
 from omegaconf import DictConfig
 
-from olmocr.train.hf import HFRecipe, RunCheckpoints
+from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
 
@@ -129,7 +129,7 @@ def trainer_class(generation: str) -> type:
         raise ValueError(f"algo.generation={generation}: this process imported trl's GRPO trainer without vLLM "
                          "(for a run that generated with transformers); start the run in a process of its own")
 
-    class GRPOTrainer(RunCheckpoints, trl.GRPOTrainer):
+    class GRPOTrainer(LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.GRPOTrainer):
         """trl's GRPO trainer, resuming with the weights our loader brought back."""
 
     return GRPOTrainer

@@ -4,9 +4,11 @@ callbacks."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
+from olmocr.train.data import WorkerContext, deaf_to_job_signals
 from olmocr.train.recipe import Recipe
 
 log = logging.getLogger("olmocr.train")
@@ -35,6 +37,27 @@ class RunCheckpoints:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             prune(complete_checkpoints(self.args.output_dir), keep_last, best.step if best else None)
+
+
+class LoaderWorkersLeaveJobSignals:
+    """For a Trainer subclass: the loader workers the Trainer starts (``dataloader_num_workers``) ignore the
+    job's signals as our own loop's do (:func:`olmocr.train.data.deaf_to_job_signals` says what went wrong
+    without it)."""
+
+    def _get_dataloader(self, *args, **kwargs):
+        loader = super()._get_dataloader(*args, **kwargs)
+        # accelerate's loader iterates the DataLoader it wraps, which starts the workers
+        iterated = getattr(loader, "base_dataloader", loader)
+        if iterated.num_workers and iterated.multiprocessing_context is None:  # not a start method the user chose
+            iterated.multiprocessing_context = WorkerContext()
+            iterated.worker_init_fn = functools.partial(_deaf_then, iterated.worker_init_fn)
+        return loader
+
+
+def _deaf_then(first, worker_id: int) -> None:
+    deaf_to_job_signals(worker_id)
+    if first is not None:
+        first(worker_id)
 
 
 def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, use_cpu: bool,
