@@ -82,6 +82,17 @@ def temp_under_basetemp(tmp_path_factory):
     tempfile.tempdir = None  # gettempdir() caches its first answer
 
 
+@pytest.fixture(autouse=True)
+def session_environment():
+    """Each test starts from the session's environment: what an in-process test's libraries put in
+    os.environ (importing vLLM sets TORCHINDUCTOR_COMPILE_THREADS, PYTORCH_NVML_BASED_CUDA_CHECK, …) is not
+    inherited by the processes later tests start."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
     """An executable that runs ``python [-u] -m/-c/script …`` as a process forked from a warm interpreter that

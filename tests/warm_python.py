@@ -162,7 +162,8 @@ def _command(request: dict, fds: list[int], environment: dict, added: dict) -> N
     signal.signal(signal.SIGINT, signal.default_int_handler)
     unbuffered = argv[:1] == ["-u"]
     rest = argv[1:] if unbuffered else argv
-    changed = {k for k in set(env) | set(environment) if env.get(k) != environment.get(k)}
+    changed = {k for k in set(env) | set(environment) if env.get(k) != environment.get(k)
+               and not (k in added and env.get(k) in (None, added[k]))}  # what the imports set: set either way
     extra_path = []
     if "PYTHONPATH" not in environment:  # its folders go on sys.path below, where a fresh interpreter puts them
         changed.discard("PYTHONPATH")
