@@ -99,11 +99,16 @@ def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
     has imported torch, torchvision and transformers (tests/warm_python.py): a stage's command without the
     8-12 s of CPU its imports cost. Use it where ``sys.executable`` would be; ``$PYTHON`` for the scripts."""
     import subprocess
+    import tempfile
 
     from warm_python import client_source
 
     folder = tmp_path_factory.mktemp("warm")
     socket_path, client = str(folder / "socket"), folder / "python"
+    short = None
+    if len(socket_path) > 100:  # a Unix socket's path has room for 107 bytes
+        short = tempfile.mkdtemp(prefix="warm-", dir="/tmp")
+        socket_path = os.path.join(short, "socket")
     server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "warm_python.py"), socket_path],
                               stdout=subprocess.PIPE, text=True)
     if server.stdout.readline().strip() != "ready":
@@ -113,6 +118,8 @@ def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
     yield str(client)
     server.terminate()
     server.wait(timeout=30)
+    if short:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
