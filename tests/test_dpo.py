@@ -93,9 +93,11 @@ def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
     assert not os.path.exists(os.path.join(result["checkpoint"], "model.safetensors"))
 
 
-def test_the_trainers_loader_workers_leave_the_jobs_signals_to_it(tmp_path, cache_dir):
+@pytest.mark.parametrize("algo", ["sft", "dpo"])
+def test_loader_workers_leave_the_jobs_signals_to_the_trainer(tmp_path, cache_dir, algo):
     """A scheduler's requeue sends SIGTERM to every process of the job and a preemption notice SIGUSR1/2: the
-    loader workers Hugging Face's Trainer starts ignore them (the trainer decides), and the run goes on."""
+    loader workers of our loop (SFT) and of Hugging Face's Trainer (DPO) ignore them, also one that arrives
+    as a worker starts (the trainer decides), and the run goes on."""
     import signal
     import subprocess
     import sys
@@ -105,13 +107,14 @@ def test_the_trainers_loader_workers_leave_the_jobs_signals_to_it(tmp_path, cach
 
     from olmocr.config import PROJECT_ROOT
 
-    pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
-    out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "olmocr.train", "+experiment=dpo_tiny", f"data.train=[{pairs}]",
-                             "trainer.num_workers=1", "trainer.max_duration.value=6", "trainer.eval_interval=null",
-                             "trainer.save_interval=null", "trainer.keep_best=null", "callbacks.plots=null",
-                             f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    recipe = (["data.steps.render.longest_side=256"] if algo == "sft" else
+              ["+experiment=dpo_tiny", f"data.train=[{easy_pairs(str(tmp_path / 'pairs.jsonl'))}]"])
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "olmocr.train", *recipe, "trainer.num_workers=1",
+                                 "trainer.max_duration.value=6", "trainer.eval_interval=null",
+                                 "trainer.save_interval=null", "trainer.keep_best=null", "callbacks.plots=null",
+                                 f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=err)
     trainer, signalled = psutil.Process(proc.pid), set()
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
@@ -119,7 +122,7 @@ def test_the_trainers_loader_workers_leave_the_jobs_signals_to_it(tmp_path, cach
             workers = [p for p in trainer.children() if p.cmdline() == trainer.cmdline() and p.pid not in signalled]
         except psutil.NoSuchProcess:
             continue
-        for worker in workers:  # what the scheduler's signals for the job reach too
+        for worker in workers:  # the moment it appears; the scheduler's signals for the job reach it too
             for sig in (signal.SIGUSR2, signal.SIGTERM):
                 try:
                     worker.send_signal(sig)
@@ -127,7 +130,6 @@ def test_the_trainers_loader_workers_leave_the_jobs_signals_to_it(tmp_path, cach
                     pass
             signalled.add(worker.pid)
         time.sleep(0.05)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     assert signalled, "the trainer started no loader worker"
     assert sorted(rows(str(out))) == [1, 2, 3, 4, 5, 6]

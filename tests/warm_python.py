@@ -7,8 +7,8 @@ libraries once and then forks one process per command: the command is a real pro
 working directory and standard streams, and it exits with its own status, which the caller sees as
 its own (a signal included).
 
-The caller runs :data:`CLIENT` (an executable file, so it also serves as ``$PYTHON`` for the scripts the
-tests run). It hands its stdin/stdout/stderr to the server, relays the signals it gets (TERM, INT, HUP,
+The caller runs the client :func:`client_source` writes (an executable file, so it also serves as
+``$PYTHON`` for the scripts the tests run). It hands its stdin/stdout/stderr to the server, relays the signals it gets (TERM, INT, HUP,
 USR1, USR2) to the forked process and ends as that process ends; if the caller is killed, the forked
 process and its process group are killed too.
 
