@@ -26,6 +26,18 @@ def test_tiny_trains_on_cuda_in_bf16(tmp_path, cache_dir):
     assert result["best"]["step"] in (3, 6)
 
 
+def test_compiled_blocks_train_on_cuda_with_inductor(tmp_path, cache_dir):
+    """Inductor's Triton kernels for the blocks, forward and backward, in bf16 (the CPU test runs the same graphs
+    without generated kernels)."""
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+        _, out = train(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.compile=true",
+                                  "trainer.max_duration.value=4", "trainer.eval_interval=2", "trainer.save_interval=null"])
+    got = losses(out)
+    assert sorted(got) == [1, 2, 3, 4] and all(torch.isfinite(torch.tensor(v)) for v in got.values())
+    evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"eval"' in line]
+    assert [r["step"] for r in evals] == [2, 4]
+
+
 def test_grpo_bench_eval_decodes_with_the_colocated_vllm_engine(tmp_path, cache_dir):
     """algo.generation=vllm_colocate: the bench eval pushes the current weights to trl's vLLM engine and decodes
     the held-out pages with it (engine=vllm insists on it)."""

@@ -73,6 +73,7 @@ def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, u
         per_device_train_batch_size=t["batch_size"], gradient_accumulation_steps=t["grad_accum"],
         max_grad_norm=t["clip_grad_norm"] or 0.0, gradient_checkpointing=t["activation_checkpointing"],
         dataloader_num_workers=t["num_workers"], deepspeed=deepspeed, torch_compile=t["compile"],
+        torch_compile_backend=t["compile_backend"] if t["compile"] else None,  # a backend alone turns compiling on
         ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
         eval_strategy="steps" if evaluate and t["eval_interval"] else "no", eval_steps=t["eval_interval"],

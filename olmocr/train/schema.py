@@ -106,6 +106,9 @@ class TrainerConfig:
     num_workers: int = 0
     activation_checkpointing: bool = False
     compile: bool = False
+    # torch.compile's backend: inductor generates kernels (Triton on GPUs, C++ on CPUs); aot_eager traces the
+    # blocks and their backward as inductor does and runs the graphs eagerly (debugging a compile failure)
+    compile_backend: str = "inductor"
     resume: bool = True
     device: str = "auto"
     # ddp (replicas), fsdp (FSDP2, sharded per block) or deepspeed (ZeRO stage zero_stage)

@@ -72,7 +72,7 @@ class SFT(Recipe):
                                   t.fsdp_reshard_after_forward, t.zero_stage, t.batch_size, t.grad_accum,
                                   t.clip_grad_norm)
         if t.compile:
-            log.info("compiling %d blocks", compile_blocks(self.model))
+            log.info("compiling %d blocks", compile_blocks(self.model, t.compile_backend))
         # FSDP replaces parameters with sharded ones, so the optimizer is built on the wrapped model.
         model = strategy.wrap(self.model)
         optimizer, scheduler = self.optimizer_and_scheduler(model)
