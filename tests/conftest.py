@@ -6,6 +6,12 @@ import sys
 
 import pytest
 
+# The venv holds no bytecode until a module is first imported (scripts/setup.sh): the session and every
+# process it starts write it then, once, where PYTHONDONTWRITEBYTECODE would have each of them compile
+# torch's and transformers' sources again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 # One share of the cores per xdist worker, set before torch starts its thread pool and inherited by every
@@ -16,11 +22,33 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
 
 import torch  # noqa: E402
 
+# vLLM's CPU build runs the model in a third process of its own (the multiprocessing executor, there to bind
+# OMP threads) unless told otherwise: the servers the tests start keep it in the engine's process, as vLLM
+# does on a single GPU, a vLLM import (20 s of CPU) less per server.
+if not torch.cuda.is_available():
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
 from olmocr.config import CONF_DIR, PROJECT_ROOT  # noqa: E402
 
 SAMPLE = os.path.join(PROJECT_ROOT, "data", "sample")
 # DeepSpeed's CPU communication op, built into the venv by scripts/setup.sh --dev (else on first use).
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
+
+# Each test starts from the session's environment: what the session's own fixtures set (session_setenv)
+# and nothing a library imported along the way put there (transformers' video processing imports opencv,
+# which sets LD_LIBRARY_PATH; vLLM sets TORCHINDUCTOR_COMPILE_THREADS, PYTORCH_NVML_BASED_CUDA_CHECK, …),
+# also when a session fixture did the import: a process a later test starts sees what it would alone, and
+# the warm interpreter's commands stay warm.
+SESSION_ENV: dict[str, str] = {}
+_STARTING_ENV = dict(os.environ)
+
+
+def session_setenv(key: str, value: str) -> None:
+    SESSION_ENV[key] = os.environ[key] = value
+
+
+def session_environment() -> dict[str, str]:
+    return {**_STARTING_ENV, **SESSION_ENV}
 # The tiny SFT run whose per-step losses tests/expected/tiny_sft_losses.json holds (measured on one machine;
 # other CPUs and libraries agree to well within 2e-3). A run stopped early with trainer.hard_stop.value
 # keeps the schedule of its 30 steps, and so these losses.
@@ -78,19 +106,15 @@ def temp_under_basetemp(tmp_path_factory):
     under pytest's base temp, which pytest prunes, instead of staying in /tmp after every run."""
     import tempfile
 
-    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    session_setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
     tempfile.tempdir = None  # gettempdir() caches its first answer
 
 
-@pytest.fixture(autouse=True)
-def session_environment():
-    """Each test starts from the session's environment: what an in-process test's libraries put in
-    os.environ (importing vLLM sets TORCHINDUCTOR_COMPILE_THREADS, PYTORCH_NVML_BASED_CUDA_CHECK, …) is not
-    inherited by the processes later tests start."""
-    saved = dict(os.environ)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
     yield
     os.environ.clear()
-    os.environ.update(saved)
+    os.environ.update(session_environment())
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +134,7 @@ def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
         short = tempfile.mkdtemp(prefix="warm-", dir="/tmp")
         socket_path = os.path.join(short, "socket")
     server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "warm_python.py"), socket_path],
-                              stdout=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, text=True, env=session_environment())
     if server.stdout.readline().strip() != "ready":
         raise RuntimeError(f"the warm interpreter did not start (exit status {server.wait()})")
     client.write_text(client_source(sys.executable, socket_path))
@@ -126,7 +150,7 @@ def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
 def cache_dir(tmp_path_factory) -> str:
     """One model/index cache for the session, isolated from the user's ~/.cache/olmocr."""
     path = str(tmp_path_factory.mktemp("olmocr-cache"))
-    os.environ["OLMOCR_CACHE"] = path
+    session_setenv("OLMOCR_CACHE", path)
     return path
 
 

@@ -89,8 +89,9 @@ def test_grpo_server_layout():
 
 @pytest.mark.slow
 def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
-    """Two replicas of 2 "GPUs": the leader's first serves (a stand-in here: no vLLM on CPU, so the
-    trainers generate with transformers), the other of each trains, and both trainers are one job."""
+    """Two replicas of 2 "GPUs": the leader's first serves (a stand-in here: the server layout's weight sync
+    needs CUDA, so the trainers generate with transformers; test_vllm runs the real server), the other of each
+    trains, and both trainers are one job."""
     port = free_port()
     marker = tmp_path / "server_started"
     stand_in = [sys.executable, "-c", f"import time; open({str(marker)!r}, 'a').write('x'); time.sleep(600)"]
