@@ -92,15 +92,15 @@ def wait_for(condition, timeout_s: float, what: str):
 
 def test_two_tasks_of_one_node_train_data_parallel_to_the_stored_losses(slurm, tmp_path, cache_dir):
     """Two tasks on one node join one gloo group from the job's SLURM environment: each step sees both
-    ranks' samples, and the losses are the stored run's (one process, batch 2)."""
-    proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.save_interval=null"],
+    ranks' samples, and the losses are the stored run's (one process, batch 2), its first 10 steps."""
+    proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.save_interval=null", "trainer.hard_stop.value=10"],
                   env={"OLMOCR_CACHE": cache_dir})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = job_dir(tmp_path)
     assert "cluster" not in os.path.basename(run)  # the job dir does not depend on where it ran
     want = stored_losses()
     got = train_losses(run)
-    assert list(got) == list(range(1, 31))
+    assert list(got) == list(range(1, 11))
     assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
     rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
     assert all(r["train/samples"] == 2 for r in rows)
@@ -116,9 +116,10 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
     and the run ends with the losses of one uninterrupted run, every step once, no page dropped, and the
     submitting command succeeds (the SIGTERM reaches the data loader's worker too, which must not take the
     trainer down with a failure while the job goes on). (A held-out loss each step makes the steps slow
-    enough to interrupt twice.)"""
+    enough to interrupt twice; the run stops at step 16 of the stored run's 30, its schedule unchanged.)"""
     proc = submit(slurm, tmp_path, "olmocr.train",
-                  [*TWO_RANKS, "trainer.save_interval=2", "trainer.eval_interval=1", "eval.bench=null",
+                  [*TWO_RANKS, "trainer.save_interval=2", "trainer.hard_stop.value=16", "trainer.eval_interval=1",
+                   "eval.bench=null",
                    "trainer.num_workers=1", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1"],
                   env={"OLMOCR_CACHE": cache_dir}, wait=False)
     from olmocr.train.checkpoint import complete_checkpoints
@@ -148,7 +149,7 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
     # The scheduler's SIGTERM reaches the tools the job runs too; a render it ended is done again.
     assert not os.path.exists(os.path.join(run, "rejected.jsonl")), open(os.path.join(run, "rejected.jsonl")).read()
     got, want = train_losses(run), stored_losses()
-    assert list(got) == list(range(1, 31))
+    assert list(got) == list(range(1, 17))
     assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
     log = open(os.path.join(run, "train.log")).read()  # the stage's log, which every run appends to
     assert "Caught signal SIGUSR2" in log and log.count("requeued job") == 1  # the other restart: the scheduler's
