@@ -148,10 +148,13 @@ def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> str:
-    """One model/index cache for the session, isolated from the user's ~/.cache/olmocr."""
-    path = str(tmp_path_factory.mktemp("olmocr-cache"))
-    session_setenv("OLMOCR_CACHE", path)
-    return path
+    """One model/index cache for the session, isolated from the user's ~/.cache/olmocr and shared by the xdist
+    workers: what it holds (the tiny models) is built once, under a lock, by whichever asks first."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "olmocr-cache"
+    path.mkdir(exist_ok=True)
+    session_setenv("OLMOCR_CACHE", str(path))
+    return str(path)
 
 
 @pytest.fixture(scope="session")
