@@ -49,6 +49,8 @@ def session_setenv(key: str, value: str) -> None:
 
 def session_environment() -> dict[str, str]:
     return {**_STARTING_ENV, **SESSION_ENV}
+
+
 # The tiny SFT run whose per-step losses tests/expected/tiny_sft_losses.json holds (measured on one machine;
 # other CPUs and libraries agree to well within 2e-3). A run stopped early with trainer.hard_stop.value
 # keeps the schedule of its 30 steps, and so these losses.

@@ -227,6 +227,15 @@ def test_activation_checkpointing_gives_the_same_training(tmp_path, cache_dir):
     assert all(b[s] == pytest.approx(a[s], abs=1e-5) for s in a)
 
 
+COMPILED = []  # the graphs the backend below was given
+
+
+@torch._dynamo.register_backend(name="olmocr_test_aot_eager")
+def counted_aot_eager(graph, example_inputs, **kwargs):
+    COMPILED.append(graph)
+    return torch._dynamo.lookup_backend("aot_eager")(graph, example_inputs, **kwargs)
+
+
 @pytest.mark.slow
 def test_compile_trains(tmp_path, cache_dir):
     """Compiled blocks train to the stored losses, and a bench eval between steps decodes without recompiling
@@ -234,9 +243,11 @@ def test_compile_trains(tmp_path, cache_dir):
     differentiated by AOTAutograd as every backend does, run without generating kernels: the C++ ones inductor
     writes for a CPU are not what a GPU runs, and cost 55 s more CPU here (test_gpu compiles with inductor)."""
     expected = json.load(open(EXPECTED))
+    COMPILED.clear()
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        result, out = train(tmp_path, ["trainer.compile=true", "trainer.compile_backend=aot_eager",
+        result, out = train(tmp_path, ["trainer.compile=true", "trainer.compile_backend=olmocr_test_aot_eager",
                                        "trainer.max_duration.value=2", "trainer.eval_interval=1", "trainer.save_interval=null"])
+    assert COMPILED  # the blocks were compiled, by the backend trainer.compile_backend names
     # Step 1 only: Adam's first update is about lr * sign(gradient), so compiled kernels' last-bit differences in
     # tiny gradients move step 2's loss by a few 1e-3.
     assert losses(out)[1] == pytest.approx(expected["1"], abs=1e-3)

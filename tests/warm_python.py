@@ -8,9 +8,9 @@ working directory and standard streams, and it exits with its own status, which 
 its own (a signal included).
 
 The caller runs the client :func:`client_source` writes (an executable file, so it also serves as
-``$PYTHON`` for the scripts the tests run). It hands its stdin/stdout/stderr to the server, relays the signals it gets (TERM, INT, HUP,
-USR1, USR2) to the forked process and ends as that process ends; if the caller is killed, the forked
-process and its process group are killed too.
+``$PYTHON`` for the scripts the tests run). It hands its stdin/stdout/stderr to the server, relays the
+signals it gets (TERM, INT, HUP, USR1, USR2) to the forked process and ends as that process ends; if the
+caller is killed, the forked process and its process group are killed too.
 
 What a fork inherits that a fresh interpreter would not is kept from mattering:
 - A command whose environment differs from the server's in a variable that the preloaded libraries read
