@@ -102,6 +102,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def shared_folder(tmp_path_factory, name: str):
+    """A folder of the session that every xdist worker sees (beside the workers' own base temps)."""
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def built_once(tmp_path_factory, name: str, build) -> str:
+    """A folder that ``build(folder)`` fills once per session, by whichever xdist worker asks first (the others
+    wait for it), then read, never changed, by every test that uses it."""
+    from filelock import FileLock
+
+    root = shared_folder(tmp_path_factory, "built")
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return str(folder)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def temp_under_basetemp(tmp_path_factory):
     """Temporary files of the tests and of the processes they start (torchrun's log dirs, wandb's staging) go
@@ -152,9 +176,7 @@ def warm_python(tmp_path_factory, temp_under_basetemp) -> str:
 def cache_dir(tmp_path_factory) -> str:
     """One model/index cache for the session, isolated from the user's ~/.cache/olmocr and shared by the xdist
     workers: what it holds (the tiny models) is built once, under a lock, by whichever asks first."""
-    base = tmp_path_factory.getbasetemp()
-    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "olmocr-cache"
-    path.mkdir(exist_ok=True)
+    path = shared_folder(tmp_path_factory, "olmocr-cache")
     session_setenv("OLMOCR_CACHE", str(path))
     return str(path)
 
@@ -256,9 +278,7 @@ def slurm(tmp_path_factory):
     why = missing()
     if why:
         pytest.skip(why)
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "slurm"
-    root.mkdir(exist_ok=True)
+    root = shared_folder(tmp_path_factory, "slurm")
     # Eight CPUs a node: the tests' jobs run side by side (sharing this machine's cores) instead of queueing.
     cluster = LocalSlurm(str(root / "cluster"), nodes=2, cpus=8, kill_wait_s=1)
     users = root / "users"

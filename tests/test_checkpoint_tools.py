@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import SAMPLE
+from conftest import SAMPLE, built_once
 from olmocr.config import PROJECT_ROOT, compose
 
 LANGUAGE_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -19,20 +19,20 @@ def stage(name, overrides, out):
     return module.run(compose(name, overrides), str(out))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def grpo_runs(tmp_path_factory, cache_dir):
-    """Two GRPO seeds of the tiny model, three steps each; the checkpoints of steps 2 and 3 are kept."""
+    """Two GRPO seeds of the tiny model, three steps each; the checkpoints of steps 2 and 3 are kept. Trained
+    once per session (the tests only read them)."""
     from olmocr.train.__main__ import run
 
-    root = tmp_path_factory.mktemp("grpo")
-    runs = []
-    for seed in (1, 2):
-        out = str(root / f"seed{seed}")
-        run(compose("train", ["+experiment=grpo_tiny", f"seed={seed}", "trainer.max_duration.value=3",
-                              "trainer.save_interval=1", "trainer.eval_interval=null",
-                              "trainer.keep_best=null", "callbacks.plots=null"]), out)
-        runs.append(out)
-    return runs
+    def train(root):
+        for seed in (1, 2):
+            run(compose("train", ["+experiment=grpo_tiny", f"seed={seed}", "trainer.max_duration.value=3",
+                                  "trainer.save_interval=1", "trainer.eval_interval=null",
+                                  "trainer.keep_best=null", "callbacks.plots=null"]), str(root / f"seed{seed}"))
+
+    root = built_once(tmp_path_factory, "grpo_seeds", train)
+    return [os.path.join(root, f"seed{seed}") for seed in (1, 2)]
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +46,12 @@ def lora_run(tmp_path_factory, cache_dir):
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fp8(tmp_path_factory, grpo_runs):
-    """The tiny model's GRPO seed 1, FP8_DYNAMIC."""
-    out = tmp_path_factory.mktemp("fp8")
-    stage("compress", [f"source={grpo_runs[0]}", f"output={out}/model"], out)
-    return str(out / "model")
+    """The tiny model's GRPO seed 1, FP8_DYNAMIC (compressed once per session)."""
+    out = built_once(tmp_path_factory, "grpo_seed1_fp8",
+                     lambda root: stage("compress", [f"source={grpo_runs[0]}", f"output={root}/model"], root))
+    return os.path.join(out, "model")
 
 
 def page_inputs(processor):
