@@ -227,6 +227,13 @@ def test_activation_checkpointing_gives_the_same_training(tmp_path, cache_dir):
     assert all(b[s] == pytest.approx(a[s], abs=1e-5) for s in a)
 
 
+def test_an_unknown_compile_backend_is_refused_before_the_model_loads(tmp_path):
+    with pytest.raises(ValueError, match=r"^trainer.compile_backend: 'inductr' is not a torch.compile backend here; "
+                                         r"expected one of .*inductor.* or a debugging one \(aot_eager, eager\)$"):
+        train(tmp_path, ["trainer.compile=true", "trainer.compile_backend=inductr", "model=qwen25_vl_7b",
+                         f"model.name_or_path={tmp_path}/nonexistent"])  # a model that would fail to load
+
+
 COMPILED = []  # the graphs the backend below was given
 
 

@@ -86,6 +86,16 @@ def check_keep_best(metric: str | None, eval_interval: int | None, bench_eval) -
                              f"{', '.join(bench_eval.metric_names())}")
 
 
+def check_compile_backend(compile: bool, backend: str) -> None:
+    if not compile:
+        return
+    import torch._dynamo
+
+    if backend not in torch._dynamo.list_backends(exclude_tags=()):  # debugging ones (aot_eager) included
+        raise ValueError(f"trainer.compile_backend: {backend!r} is not a torch.compile backend here; expected one of "
+                         f"{', '.join(torch._dynamo.list_backends())} or a debugging one (aot_eager, eager)")
+
+
 def build_callbacks(configured: DictConfig, run_config: dict, output_dir: str) -> list:
     """The configured callbacks, then the one every run has: metrics.jsonl."""
     from olmocr.train.callbacks import MetricsFile
@@ -117,6 +127,7 @@ class Recipe:
         if self.cfg.eval.bench is not None and self.settings.eval_interval:
             self.bench_eval = build(self.cfg.eval.bench, output_dir=self.output_dir).load()
         check_keep_best(self.settings.keep_best, self.settings.eval_interval, self.bench_eval)
+        check_compile_backend(self.settings.compile, self.settings.compile_backend)
         self.best = BestCheckpoint(self.settings.keep_best)
         seed_everything(self.cfg.seed + self.dist.rank)
         self.source = build(self.cfg.model)
