@@ -35,6 +35,24 @@ def test_tiny_builds_reloads_and_generates(family_model):
     assert out.shape[1] == inputs["input_ids"].shape[1] + 4
 
 
+def test_compiling_leaves_a_vision_tower_eager_unless_it_runs_flash_attention(family_model):
+    """Under sdpa the vision blocks split their packed windows in Python (a graph break and one compile per
+    window count); under flash attention they are one graph like the decoder layers."""
+    from olmocr.models.tuning import compile_blocks
+
+    def compiled(model):
+        return {type(m).__name__ for m in model.modules() if getattr(m, "_compiled_call_impl", None) is not None}
+
+    model = family_model.load_model()
+    layers = model.config.text_config.num_hidden_layers
+    assert compile_blocks(model, "eager") == layers
+    assert compiled(model) == {n for n in model._no_split_modules if "Decoder" in n}
+    model = family_model.load_model()
+    model.model.visual.config._attn_implementation = "flash_attention_2"
+    assert compile_blocks(model, "eager") == layers + model.config.vision_config.depth
+    assert compiled(model) == set(model._no_split_modules)
+
+
 def test_tiny_is_built_once_and_keyed_on_its_config(cache_dir):
     a = TinyModel(cache_dir=os.path.join(cache_dir, "models"))
     stamp = os.path.getmtime(os.path.join(a.path, "config.json"))

@@ -57,17 +57,26 @@ def load_trainable(source, device="cpu", freeze_vision: bool = False, freeze_lan
 
 def compile_blocks(model, backend: str = "inductor") -> int:
     """``torch.compile`` every repeated block in place: the classes the model lists in ``_no_split_modules``
-    (its decoder layers and vision blocks). Blocks of one class share one compiled graph, so compiling takes
-    about as long for 28 layers as for one, and the glue around them (embeddings, rotary positions, the
-    output wrappers of transformers) stays eager, where compiling the whole model breaks its graph again
-    and again. Shape-generic from the start: pages are not padded to one length, so the second batch would
-    compile every block again (dynamo's first compile is for the first batch's shapes only); 31 kernels
-    instead of 66 for the tiny model, 40 s less to the first step on 2 cores. ``backend``: torch.compile's.
-    Returns how many blocks were compiled."""
+    (its decoder layers, and its vision blocks under flash attention). Blocks of one class share one compiled
+    graph, so compiling takes about as long for 28 layers as for one, and the glue around them (embeddings,
+    rotary positions, the output wrappers of transformers) stays eager, where compiling the whole model breaks
+    its graph again and again. Shape-generic from the start: pages are not padded to one length, so the
+    second batch would compile every block again (dynamo's first compile is for the first batch's shapes
+    only). ``backend``: torch.compile's. Returns how many blocks were compiled."""
+    from transformers.utils.generic import is_flash_attention_requested
+
     names = set()
     for module in model.modules():
         names |= set(getattr(module, "_no_split_modules", None) or [])
-    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    # Outside flash attention, the vision tower (``visual`` in the Qwen-VL families) splits its packed windows
+    # with a data-dependent ``.tolist()`` and attends to them one by one in a Python loop: each vision block
+    # breaks its graph there and compiles again for every count of windows a page size gives, up to dynamo's
+    # recompile limit. Those blocks stay eager (on the tiny model: 40 s less compiling, the same losses).
+    eager = set()
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] == "visual" and not is_flash_attention_requested(module.config):
+            eager |= {id(m) for m in module.modules()}
+    blocks = [m for m in model.modules() if type(m).__name__ in names and id(m) not in eager]
     if not blocks:
         raise ValueError(f"trainer.compile: {type(model).__name__} lists no repeated blocks (_no_split_modules)")
     for block in blocks:
