@@ -77,14 +77,20 @@ def pytest_xdist_auto_num_workers(config):
 def spread_slow_tests(items: list, workers: int) -> list:
     """The order that starts every worker on its share of the slow tests. xdist's worksteal scheduler hands
     worker i the i-th contiguous slice of the list and later moves tests from the end of a worker's slice
-    to an idle one: so each slice starts with every `workers`-th slow test, the fast ones fill the rest, and
-    no worker ends the run alone on a long test drawn last."""
+    to an idle one: so each slice starts with its slow tests, the fast ones fill the rest, and no worker
+    ends the run alone on a long test drawn last. The slow `vllm` tests share the first slice: the first of
+    them compiles vLLM's CPU kernels into that worker's inductor cache (its TMPDIR) and the others load
+    them, where each worker would compile them again (~13 s of C++ each)."""
     slow = [item for item in items if "slow" in item.keywords]
     fast = iter([item for item in items if "slow" not in item.keywords])
+    shares = [[] for _ in range(workers)]
+    shares[0] += [item for item in slow if item.get_closest_marker("vllm")]
+    for item in slow:
+        if not item.get_closest_marker("vllm"):
+            min(shares, key=len).append(item)
     ordered, left = [], len(items)
-    for i in range(workers):
+    for i, mine in enumerate(shares):
         size = left // (workers - i)  # xdist's: what is left, shared among the workers not yet served
-        mine = slow[i::workers]
         if len(mine) > size:  # more slow tests than tests: nothing to spread
             return sorted(items, key=lambda item: "slow" not in item.keywords)
         ordered += mine + [next(fast) for _ in range(size - len(mine))]

@@ -240,6 +240,7 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_colocated_vllm_generates_from_the_weights_each_step_updated(tmp_path, cache_dir, tiny, warm_python):
     """GRPO with vLLM inside the trainer (the CPU build here): two steps, then the bench eval decodes with that
     engine after its weight sync. Its answers are the trained weights' own greedy answers (transformers on

@@ -19,6 +19,8 @@ from conftest import SAMPLE
 
 from olmocr.config import PROJECT_ROOT, compose
 
+pytestmark = pytest.mark.vllm
+
 # Eager mode: graph capture costs a minute at start and buys nothing for a few pages.
 VLLM_SERVER = ["server=vllm", "server.max_model_len=4096", "server.cpu_kv_cache_gib=1",
                "server.extra_args=[--enforce-eager]"]
