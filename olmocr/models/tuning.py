@@ -71,7 +71,7 @@ def compile_blocks(model, backend: str = "inductor") -> int:
     # Outside flash attention, the vision tower (``visual`` in the Qwen-VL families) splits its packed windows
     # with a data-dependent ``.tolist()`` and attends to them one by one in a Python loop: each vision block
     # breaks its graph there and compiles again for every count of windows a page size gives, up to dynamo's
-    # recompile limit. Those blocks stay eager (on the tiny model: 40 s less compiling, the same losses).
+    # recompile limit. Those blocks stay eager (two steps of the tiny model: 22 s of CPU instead of 55 s).
     eager = set()
     for name, module in model.named_modules():
         if name.rsplit(".", 1)[-1] == "visual" and not is_flash_attention_requested(module.config):
