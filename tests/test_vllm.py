@@ -19,8 +19,6 @@ from conftest import SAMPLE
 
 from olmocr.config import PROJECT_ROOT, compose
 
-pytestmark = pytest.mark.vllm
-
 # Eager mode: graph capture costs a minute at start and buys nothing for a few pages.
 VLLM_SERVER = ["server=vllm", "server.max_model_len=4096", "server.cpu_kv_cache_gib=1",
                "server.extra_args=[--enforce-eager]"]
@@ -71,6 +69,7 @@ def run_stage(python: str, module: str, args: list[str], cwd, timeout: int = 500
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny, warm_python):
     workspace, run_dir = tmp_path / "ws", tmp_path / "run"
     args = [f"workspace={workspace}", f"pdfs=[{SAMPLE}/eval/pdfs]", *VLLM_SERVER,
@@ -122,6 +121,7 @@ def trl_vllm_serve(tiny, log):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_one_vllm_server_for_the_grpo_server_layout_a_wrong_model_name_and_guided_bench(tmp_path, tiny, processor):
     """One `trl vllm-serve` start (most of what these cost) serves three checks, in one test so that one
     worker starts it once."""
@@ -218,6 +218,7 @@ def guided_bench_pages_are_in_the_page_format_and_scored(trl_server, tiny, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_compare_with_vllm_decodes_as_transformers_and_serves_the_fp8_compression(tmp_path, tiny, warm_python):
     """vLLM's offline engine against transformers: the tiny model token for token (float32 in both), and the
     model `olmocr.compress` wrote, loaded by vLLM as compressed-tensors FP8 (both in one process: two engines,
