@@ -6,8 +6,10 @@ converted twice or lost.
                                            [--outages 15,60] [--runs 2]
 
 The workspace and the PDFs (bundled sample pages, one-page PDFs) are on a local S3 server (moto), reached
-through ``olmocr.utils.faultproxy``, which takes S3 away for each outage: the first a fifth of the fault-free
-wall time after the run's first S3 request, each next one a fifth later again after the previous ended. Pages go to a chat
+through ``olmocr.utils.faultproxy``, which takes S3 away for each outage: the first once a fifth of the pages are
+answered, each next one once another fifth are answered after the previous ended (by progress, not by the clock:
+the outages meet the same stage of the work however busy the machine is). Wall times run from a run's first S3
+request to its end (an interpreter's start is no part of recovery). Pages go to a chat
 server that answers a valid page after ``--page-s`` seconds (a model's time; no model is measured) and
 counts requests per page image: a page asked for again after it was answered is a page converted twice.
 Each run converts fault-free first, then with the outages, each in a fresh workspace; one worker process
@@ -42,6 +44,7 @@ class PageServer:
     def __init__(self, page_s: float):
         self.page_s = page_s
         self.answered: Counter = Counter()
+        self.count = 0  # answers since the server started
         self.lock = threading.Lock()
         self.url = serve(self._paced)
 
@@ -51,6 +54,7 @@ class PageServer:
         time.sleep(self.page_s)
         with self.lock:
             self.answered[hashlib.sha1(image.encode()).hexdigest()] += 1
+            self.count += 1
 
     def take(self) -> Counter:
         with self.lock:
@@ -73,29 +77,39 @@ def upload(endpoint: str, count: int) -> list[str]:
 
 
 def convert(args, name: str, pdfs: list[str], server: PageServer, proxy, env: dict, scratch: str,
-            outages: list[tuple[float, float]]) -> dict:
-    """One pipeline run on a fresh workspace; ``outages`` as (start after its first S3 request, seconds)."""
+            outages: list[float]) -> dict:
+    """One pipeline run on a fresh workspace with outages of these many seconds."""
     run_dir = os.path.join(scratch, f"{name}-run")
     command = [sys.executable, "-m", "olmocr.pipeline", f"workspace=s3://corpus/{name}", "pdfs=[s3://corpus/pdfs]",
                "server=external", f"server.url={server.url}", "server.model_name=paced", "work=ocr",
                "convert=default", f"workers={args.workers}", f"pages_per_group={args.pages_per_item}",
                "progress=false", f"hydra.run.dir={run_dir}"]
     refused_before = proxy.faulted()["outage"]
-    start = time.perf_counter()
+    every = max(1, round(len(pdfs) / 5))
+    began = []
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def take_away() -> None:
         seen = sum(proxy.counts.values())
         while sum(proxy.counts.values()) == seen and proc.poll() is None:  # started: its first S3 request
-            time.sleep(0.05)
-        began = time.perf_counter()
-        for at, seconds in outages:
-            time.sleep(max(0.0, began + at - time.perf_counter()))
+            time.sleep(0.01)
+        began.append(time.perf_counter())
+        answered = server.count
+        for seconds in outages:
+            while server.count < answered + every and proc.poll() is None:
+                time.sleep(0.01)
+            if proc.poll() is not None:
+                return
             proxy.outage(seconds)
+            while proxy.down and proc.poll() is None:
+                time.sleep(0.01)
+            answered = server.count
 
-    threading.Thread(target=take_away, daemon=True).start()
+    watcher = threading.Thread(target=take_away, daemon=True)
+    watcher.start()
     out, _ = proc.communicate()
-    wall = time.perf_counter() - start
+    wall = time.perf_counter() - (began or [time.perf_counter()])[0]
+    watcher.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{name}: the pipeline failed: {out[-3000:]}")
     answered = server.take()
@@ -130,12 +144,7 @@ def main() -> None:
         rows = []
         for run in range(args.runs):
             free = convert(args, f"free{run}", pdfs, server, proxy, env, scratch, [])
-            step, at, outages = free["wall_s"] / 5, 0.0, []
-            for seconds in lengths:
-                at += step
-                outages.append((at, seconds))
-                at += seconds
-            faulted = convert(args, f"faulted{run}", pdfs, server, proxy, env, scratch, outages)
+            faulted = convert(args, f"faulted{run}", pdfs, server, proxy, env, scratch, lengths)
             ratio = (faulted["wall_s"] - free["wall_s"]) / sum(lengths)
             rows.append({"free": free, "faulted": faulted, "ratio": ratio})
             print(f"run {run}: fault-free {free['wall_s']:.1f} s, with outages of {args.outages} s "

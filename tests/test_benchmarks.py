@@ -1,4 +1,5 @@
-"""Benchmark scripts run end to end (with small sizes), so they do not rot between measurements."""
+"""Benchmark scripts run end to end (with small sizes), so they do not rot between measurements: as commands forked
+from the warm interpreter (tests/warm_python.py), or in this process."""
 
 import os
 import re
@@ -22,8 +23,8 @@ def in_process(script: str, args: list[str], monkeypatch, capsys) -> str:
     return capsys.readouterr().out
 
 
-def test_bench_throughput_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/bench_throughput.py", "--pages", "12", "--repeats", "1",
+def test_bench_throughput_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/bench_throughput.py", "--pages", "12", "--repeats", "1",
                            "--group", "6"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -34,8 +35,8 @@ def test_bench_throughput_runs():
     assert re.search(r"medoid over 8 completions of \d+ bytes: [\d.]+ ms", out)
 
 
-def test_stage_startup_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/stage_startup.py", "--repeats", "1", "--stages", "olmocr.train",
+def test_stage_startup_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/stage_startup.py", "--repeats", "1", "--stages", "olmocr.train",
                            "olmocr.pipeline.stats"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     floor = float(re.search(r"^floor .*: ([\d.]+)s$", proc.stdout, re.M).group(1))
@@ -48,8 +49,8 @@ def test_stage_startup_runs():
 
 
 @pytest.mark.slow
-def test_checkpoint_tools_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/checkpoint_tools.py", "--copies", "2", "--repeats", "1",
+def test_checkpoint_tools_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/checkpoint_tools.py", "--copies", "2", "--repeats", "1",
                            "--layers", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     rows = {m: re.search(rf"^{re.escape(m)}\s+([\d.]+)\s+(\d+)\s+(\d+)\s+([\d.]+)$", proc.stdout, re.M)
@@ -60,8 +61,8 @@ def test_checkpoint_tools_runs():
     assert re.search(r"soup of 2 \(median of 1\): time [\d.]+x", proc.stdout)
 
 
-def test_workqueue_runs_in_bad_weather():
-    proc = subprocess.run([sys.executable, "benchmarks/workqueue.py", "--items", "12", "--workers", "3", "--runs", "1",
+def test_workqueue_runs_in_bad_weather(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/workqueue.py", "--items", "12", "--workers", "3", "--runs", "1",
                            "--faults", "0.1", "--no-upstream"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
@@ -72,8 +73,8 @@ def test_workqueue_runs_in_bad_weather():
     assert re.search(r"^ours\s+[\d.]+\s+\d+\s+0\s+0\s+[\d.]+$", proc.stdout, re.M), proc.stdout
 
 
-def test_pipeline_recovery_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/pipeline_recovery.py", "--pdfs", "8", "--pages-per-item", "1",
+def test_pipeline_recovery_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/pipeline_recovery.py", "--pdfs", "8", "--pages-per-item", "1",
                            "--page-s", "1", "--outages", "3", "--runs", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = re.search(r"^run 0: fault-free ([\d.]+) s, with outages of 3 s ([\d.]+) s: extra / outage -?[\d.]+; "
@@ -82,8 +83,8 @@ def test_pipeline_recovery_runs():
     assert run and int(run.group(3)) > 0, proc.stdout  # the outage was met
 
 
-def test_pipeline_throughput_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/pipeline_throughput.py", "--pdfs", "2", "--pages-per-pdf", "3",
+def test_pipeline_throughput_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/pipeline_throughput.py", "--pdfs", "2", "--pages-per-pdf", "3",
                            "--runs", "1", "--no-upstream"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "olmocr 0.4.27: skipped (--no-upstream)" in proc.stdout
@@ -92,8 +93,8 @@ def test_pipeline_throughput_runs():
     assert re.search(r"^filter=olmocr: [\d.]+ ms per document .* 0 of 6 pages filtered out", proc.stdout, re.M)
 
 
-def test_viewer_scale_runs():
-    proc = subprocess.run([sys.executable, "benchmarks/viewer_scale.py", "--documents", "30", "--baseline", "10",
+def test_viewer_scale_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/viewer_scale.py", "--documents", "30", "--baseline", "10",
                            "--pdfs", "3", "--repeats", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^ +30 documents: [\d.]+ s, peak RSS \d+ MiB, 30 document pages, index [\d.]+ MiB opens in "

@@ -3,6 +3,7 @@
 import os
 import signal
 import subprocess
+import sys
 import time
 
 
@@ -22,6 +23,12 @@ def test_a_command_gets_its_arguments_streams_directory_environment_and_status(w
     proc = subprocess.run([warm_python, "-u", "-m", "mod", "x"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
     assert (proc.returncode, proc.stdout) == (0, "__main__ ['x']\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "s.py").write_text("import sys\nprint(__file__, sys.argv, sys.path[0])\n")
+    for python in (warm_python, sys.executable):  # as the interpreter sets them
+        proc = subprocess.run([python, "scripts/s.py", "y"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        want = [str(tmp_path / "scripts" / "s.py"), "['scripts/s.py',", "'y']", str(tmp_path / "scripts")]
+        assert (proc.returncode, proc.stdout.split()) == (0, want), python
     proc = run(warm_python, "raise RuntimeError('boom')")
     assert proc.returncode == 1 and proc.stderr.rstrip().endswith("RuntimeError: boom")
 

@@ -16,7 +16,8 @@ What a fork inherits that a fresh interpreter would not is kept from mattering:
 - A command whose environment differs from the server's in a variable that the preloaded libraries read
   when imported (``PRELOAD_READS``: threads, caches, Hugging Face, Python's own settings) replaces itself
   with a fresh interpreter (``exec``): correct first, fast where it can be.
-- Anything but ``[-u] -m module …``, ``[-u] -c code …`` or ``[-u] script.py …`` is a fresh interpreter too.
+- Anything but ``[-u] -m module …``, ``[-u] -c code …`` or ``[-u] script.py …`` (a source file) is a fresh
+  interpreter too.
 - The forked process resets the signal dispositions, gets its own process group, and its own ``__main__``.
 Tests that signal a process group, or time a process's start, start ``sys.executable`` as before.
 """
@@ -169,7 +170,7 @@ def _command(request: dict, fds: list[int], environment: dict, added: dict) -> N
         changed.discard("PYTHONPATH")
         extra_path = [folder for folder in env.get("PYTHONPATH", "").split(os.pathsep) if folder]
     warm = (not any(k.startswith(PRELOAD_READS) and k != "PYTHON" for k in changed) and rest and
-            (rest[0] in ("-m", "-c") and len(rest) > 1 or not rest[0].startswith("-")))
+            (rest[0] in ("-m", "-c") and len(rest) > 1 or _source_file(rest[0], request["cwd"])))
     if not warm:
         os.execve(sys.executable, [sys.executable, *argv], env)
     os.environ.clear()
@@ -195,9 +196,14 @@ def _command(request: dict, fds: list[int], environment: dict, added: dict) -> N
             sys.path[0] = ""
             exec(compile(rest[1], "<string>", "exec"), main.__dict__)
         else:
+            # As the interpreter runs a script: argv[0] as given, __file__ absolute, its folder first on sys.path.
             sys.argv = list(rest)
-            sys.path[0] = os.path.dirname(os.path.abspath(rest[0]))
-            runpy.run_path(rest[0], run_name="__main__")
+            path = os.path.abspath(rest[0])
+            sys.path[0] = os.path.dirname(path)
+            with open(path, "rb") as source:
+                compiled = compile(source.read(), path, "exec")
+            main.__dict__.update(__name__="__main__", __file__=path, __package__=None, __spec__=None)
+            exec(compiled, main.__dict__)
     except SystemExit as end:
         if end.code is None or isinstance(end.code, int):
             code = end.code or 0
@@ -215,6 +221,14 @@ def _command(request: dict, fds: list[int], environment: dict, added: dict) -> N
         code = 1
     _shutdown()
     os._exit(code)
+
+
+def _source_file(argument: str, cwd: str) -> bool:
+    """A script the warm path runs: a Python source file (not an option, a folder or a zip with __main__)."""
+    import zipfile
+
+    path = os.path.join(cwd, argument)
+    return not argument.startswith("-") and os.path.isfile(path) and not zipfile.is_zipfile(path)
 
 
 def _shutdown() -> None:
