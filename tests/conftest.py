@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -56,6 +57,29 @@ def session_environment() -> dict[str, str]:
 # keeps the schedule of its 30 steps, and so these losses.
 STORED_RUN = ["data.steps.render.longest_side=256", "trainer.eval_interval=null", "trainer.batch_size=2",
               "trainer.max_duration.value=30", "callbacks.plots=null"]
+
+
+# trainer.compile in the CPU tests: the graphs dynamo traces, differentiated by AOTAutograd as every backend does,
+# run without generating kernels (the C++ ones inductor writes for a CPU are not what a GPU runs, and cost a
+# minute more CPU here; test_gpu compiles with inductor).
+COMPILE = ["trainer.compile=true", "trainer.compile_backend=olmocr_test_aot_eager"]
+COMPILED: list = []  # the graphs that backend was given
+
+
+@torch._dynamo.register_backend(name="olmocr_test_aot_eager")
+def counted_aot_eager(graph, example_inputs, **kwargs):
+    COMPILED.append(graph)
+    return torch._dynamo.lookup_backend("aot_eager")(graph, example_inputs, **kwargs)
+
+
+@contextlib.contextmanager
+def compiling(recompile_limit: int = 8):
+    """A compiled run in a test: dynamo starts afresh (no other test's entries count against its limits), and
+    hitting the recompile limit is an error, where a run past it would go on eagerly without a word."""
+    torch._dynamo.reset()
+    COMPILED.clear()
+    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=recompile_limit):
+        yield COMPILED
 
 
 def stored_losses() -> dict[int, float]:

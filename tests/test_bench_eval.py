@@ -126,7 +126,7 @@ def test_pages_that_cannot_be_read_at_an_eval_are_scored_listed_and_said(tmp_pat
 
 
 def test_decoding_does_not_trace_a_model_compiled_for_training(tmp_path, tiny):
-    """trainer.compile (or trl's torch_compile) compiles for training steps; generate's no-grad, cached calls
+    """trainer.compile compiles the blocks for training steps; generate's no-grad, cached calls
     would compile it again shape after shape, past dynamo's recompile limit. The eval decodes eagerly."""
     import torch
     from torch._dynamo.utils import counters

@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from conftest import SAMPLE
+from conftest import COMPILE, SAMPLE, compiling
 from safetensors.torch import load_file
 
 from olmocr.config import compose
@@ -91,6 +91,17 @@ def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
     assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3) and metrics[3]["train/loss"] < 0.69
     assert os.path.exists(os.path.join(result["checkpoint"], "adapter_model.safetensors"))
     assert not os.path.exists(os.path.join(result["checkpoint"], "model.safetensors"))
+
+
+def test_compiled_blocks_train_lora_against_the_disabled_adapter(tmp_path, cache_dir):
+    """trainer.compile compiles the blocks, as in SFT (not trl's whole-model compile, which recompiled the vision
+    tower at every window count). The policy's blocks and the reference's (the same blocks, adapter off, no
+    grad) take five graphs however many layers there are: the first layer's input needs no grad (the
+    embeddings are frozen) and the others' does, and the adapter's first switch off and on is a new one."""
+    with compiling(recompile_limit=5) as compiled:
+        result, out = dpo(tmp_path, ["finetune=lora", *COMPILE, "trainer.max_duration.value=2", "trainer.save_interval=null"])
+    assert compiled and sorted(rows(out)) == [1, 2]
+    assert rows(out)[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at the start
 
 
 @pytest.mark.parametrize("algo", ["sft", "dpo"])

@@ -10,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from conftest import SAMPLE, write_pdf
+from conftest import COMPILE, SAMPLE, compiling, write_pdf
 from olmocr.config import compose
 
 SEEN: list[dict] = []
@@ -147,6 +147,17 @@ def check_plots(rl: str) -> None:
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
+
+
+def test_compiled_blocks_train_while_generation_runs_eagerly(tmp_path, cache_dir):
+    """trainer.compile compiles the blocks, as in SFT: trl's whole-model compile recompiled the vision tower at
+    every window count (117 recompiles in two steps of the tiny model). Generation runs eagerly: through the
+    compiled decoder layers, the cached decode compiled them again for each layer's cache, past dynamo's limit
+    on a large model before the first training step (here: past the limit below, which the training graphs
+    fit with room for a no-grad pass)."""
+    with compiling(recompile_limit=3) as compiled:
+        result, _ = grpo(tmp_path, [*COMPILE, "trainer.max_duration.value=2", "trainer.save_interval=null"])
+    assert compiled and result["state"]["step"] == 2
 
 
 def test_config_errors_come_before_any_work(tmp_path):

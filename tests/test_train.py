@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from conftest import COMPILE, compiling
 
 from olmocr.config import PROJECT_ROOT, compose
 
@@ -234,27 +235,15 @@ def test_an_unknown_compile_backend_is_refused_before_the_model_loads(tmp_path):
                          f"model.name_or_path={tmp_path}/nonexistent"])  # a model that would fail to load
 
 
-COMPILED = []  # the graphs the backend below was given
-
-
-@torch._dynamo.register_backend(name="olmocr_test_aot_eager")
-def counted_aot_eager(graph, example_inputs, **kwargs):
-    COMPILED.append(graph)
-    return torch._dynamo.lookup_backend("aot_eager")(graph, example_inputs, **kwargs)
-
-
 @pytest.mark.slow
 def test_compile_trains(tmp_path, cache_dir):
     """Compiled blocks train to the stored losses, and a bench eval between steps decodes without recompiling
-    them shape after shape (which ended at dynamo's recompile limit: made an error here). Traced by dynamo and
-    differentiated by AOTAutograd as every backend does, run without generating kernels: the C++ ones inductor
-    writes for a CPU are not what a GPU runs, and cost 55 s more CPU here (test_gpu compiles with inductor)."""
+    them shape after shape (which ended at dynamo's recompile limit: an error here)."""
     expected = json.load(open(EXPECTED))
-    COMPILED.clear()
-    with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-        result, out = train(tmp_path, ["trainer.compile=true", "trainer.compile_backend=olmocr_test_aot_eager",
-                                       "trainer.max_duration.value=2", "trainer.eval_interval=1", "trainer.save_interval=null"])
-    assert COMPILED  # the blocks were compiled, by the backend trainer.compile_backend names
+    with compiling() as compiled:
+        result, out = train(tmp_path, [*COMPILE, "trainer.max_duration.value=2", "trainer.eval_interval=1",
+                                       "trainer.save_interval=null"])
+    assert compiled  # the blocks were compiled, by the backend trainer.compile_backend names
     # Step 1 only: Adam's first update is about lr * sign(gradient), so compiled kernels' last-bit differences in
     # tiny gradients move step 2's loss by a few 1e-3.
     assert losses(out)[1] == pytest.approx(expected["1"], abs=1e-3)

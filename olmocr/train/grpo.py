@@ -132,6 +132,13 @@ def trainer_class(generation: str) -> type:
     class GRPOTrainer(LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.GRPOTrainer):
         """trl's GRPO trainer, resuming with the weights our loader brought back."""
 
+        # Eagerly, under trainer.compile: the compiled blocks' cached, no-grad, token-at-a-time decode would
+        # compile them again for each layer's cache (its index, its first update), filling dynamo's recompile
+        # limit before the first training step, whose graphs would then never be compiled.
+        @torch.compiler.set_stance("force_eager")
+        def _generate_single_turn(self, *args, **kwargs):
+            return super()._generate_single_turn(*args, **kwargs)
+
     return GRPOTrainer
 
 

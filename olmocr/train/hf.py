@@ -72,8 +72,7 @@ def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, u
         output_dir=output_dir, max_steps=max_steps, seed=seed, use_cpu=use_cpu, bf16=t["precision"] == "bf16",
         per_device_train_batch_size=t["batch_size"], gradient_accumulation_steps=t["grad_accum"],
         max_grad_norm=t["clip_grad_norm"] or 0.0, gradient_checkpointing=t["activation_checkpointing"],
-        dataloader_num_workers=t["num_workers"], deepspeed=deepspeed, torch_compile=t["compile"],
-        torch_compile_backend=t["compile_backend"] if t["compile"] else None,  # a backend alone turns compiling on
+        dataloader_num_workers=t["num_workers"], deepspeed=deepspeed,
         ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
         eval_strategy="steps" if evaluate and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
@@ -118,8 +117,11 @@ class HFRecipe(Recipe):
         """Train (resuming from the newest checkpoint) with our console in place of the Trainer's printer."""
         from transformers import PrinterCallback
 
+        from olmocr.models.tuning import compile_blocks
         from olmocr.train.trl_callbacks import HFTrainerBridge
 
+        if self.settings.compile:  # the blocks, as our own loop does, not the Trainer's whole-model compile
+            log.info("compiling %d blocks", compile_blocks(self.model, self.settings.compile_backend))
         bridge = HFTrainerBridge(callbacks, self.dist.device, self.bench_eval, self.best, self.settings.eval_interval)
         trainer = self.trainer([bridge])
         trainer.keep = (self.settings.keep_last, self.best)
