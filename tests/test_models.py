@@ -111,3 +111,18 @@ def test_concurrent_builds_wait_for_one_another(tmp_path, warm_python):
     assert len(paths) == 1
     assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(next(iter(paths))),
                                                    os.path.basename(next(iter(paths))) + ".lock"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without a GPU prints")
+def test_saving_a_model_without_a_gpu_says_nothing_of_gpus(tmp_path, tiny, warm_python):
+    """transformers' save_pretrained imports DeepSpeed (accelerate checks for its engine), whose accelerator probe
+    warned on every CPU run of a GPU it "was unable to detect"."""
+    import subprocess
+
+    code = ("import sys; from olmocr.models import TinyModel; from olmocr.models.source import save_model; "
+            "tiny = TinyModel(cache_dir=sys.argv[1]); save_model(tiny.load_model(), tiny.load_processor(), sys.argv[2])")
+    proc = subprocess.run([warm_python, "-c", code, os.path.dirname(tiny.path), str(tmp_path / "saved")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert os.path.exists(tmp_path / "saved" / "model.safetensors")
+    assert "unable to detect" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr

@@ -69,7 +69,14 @@ class ModelSource:
 def save_model(model, processor, path: str, state_dict: dict | None = None) -> None:
     """The one model saver: full models and PEFT adapters alike (unwrapped from DDP), with the processor
     beside them. ``state_dict`` replaces the model's own tensors (the gathered weights of a sharded model)."""
+    import torch
+
     model = model.module if hasattr(model, "module") else model
+    if not torch.cuda.is_available():
+        # save_pretrained has accelerate check for a DeepSpeed engine, which imports DeepSpeed; on a machine
+        # without a GPU its accelerator probe warns of a GPU it "was unable to detect", on every CPU run. The
+        # CPU is what it falls back to; named, it is taken without a word.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     model.save_pretrained(path, **({"state_dict": state_dict} if state_dict is not None else {}))
     if processor is not None:
         processor.save_pretrained(path)
