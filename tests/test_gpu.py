@@ -38,6 +38,19 @@ def test_compiled_blocks_train_on_cuda_with_inductor(tmp_path, cache_dir):
     assert [r["step"] for r in evals] == [2, 4]
 
 
+def test_compiled_grpo_trains_on_cuda_with_inductor(tmp_path, cache_dir):
+    """GRPO's compiled blocks with inductor's kernels in bf16, generation eager (test_grpo checks the graphs on
+    CPU without generated kernels)."""
+    from conftest import compiling
+    from test_grpo import grpo
+
+    with compiling(recompile_limit=3):
+        result, out = grpo(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.compile=true",
+                                      "trainer.max_duration.value=2", "trainer.save_interval=null"])
+    rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"train"' in line]
+    assert result["state"]["step"] == 2 and all(torch.isfinite(torch.tensor(r["train/loss"])) for r in rows)
+
+
 def test_grpo_bench_eval_decodes_with_the_colocated_vllm_engine(tmp_path, cache_dir):
     """algo.generation=vllm_colocate: the bench eval pushes the current weights to trl's vLLM engine and decodes
     the held-out pages with it (engine=vllm insists on it)."""
