@@ -93,6 +93,7 @@ def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
     assert not os.path.exists(os.path.join(result["checkpoint"], "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_compiled_blocks_train_lora_against_the_disabled_adapter(tmp_path, cache_dir):
     """trainer.compile compiles the blocks, as in SFT (not trl's whole-model compile, which recompiled the vision
     tower at every window count). The policy's blocks and the reference's (the same blocks, adapter off, no

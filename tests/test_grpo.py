@@ -149,6 +149,7 @@ def check_plots(rl: str) -> None:
     assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_compiled_blocks_train_while_generation_runs_eagerly(tmp_path, cache_dir):
     """trainer.compile compiles the blocks, as in SFT: trl's whole-model compile recompiled the vision tower at
     every window count (117 recompiles in two steps of the tiny model). Generation runs eagerly: through the
