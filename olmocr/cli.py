@@ -64,15 +64,41 @@ class Stage:
     with :meth:`main`."""
 
     def __init__(self, run: Callable[[DictConfig, str | None], Any], config: str,
-                 launch: Launch | Callable[[DictConfig], Launch], succeeded: Callable[[Any], bool] | None):
-        self.run, self.config, self._launch, self.succeeded = run, config, launch, succeeded
+                 launch: Launch | Callable[[DictConfig], Launch], succeeded: Callable[[Any], bool] | None,
+                 check: Callable[[DictConfig], None] | None = None):
+        self.run, self.config, self._launch, self.succeeded, self._check = run, config, launch, succeeded, check
         self.module = _module_of(run)
         self.doc = (sys.modules[run.__module__].__doc__ or "").strip()
         self.task = self._task_function()
 
     def __call__(self, cfg: DictConfig, output_dir: str | None = None):
+        return self.run(self.check(cfg), output_dir)
+
+    def check(self, cfg: DictConfig) -> DictConfig:
+        """The config validated (:func:`olmocr.config.validate`) and checked by the stage's own ``check``:
+        what a run, a dry run and a launcher (before it submits) all do first. ValueError: what is wrong."""
         validate(cfg)
-        return self.run(cfg, output_dir)
+        if self._check is not None:
+            self._check(cfg)
+        return cfg
+
+    def check_job(self, job_config: DictConfig) -> None:
+        """:meth:`check` of a job a launcher composed (its ``hydra`` node included), as the job will see it."""
+        import copy
+
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import open_dict, read_write
+
+        task_config = copy.deepcopy(job_config)
+        with read_write(task_config), open_dict(task_config):
+            del task_config["hydra"]
+        hydra = HydraConfig.instance()
+        launching = hydra.cfg
+        hydra.set_config(job_config)  # ${hydra:…} interpolations resolve to the job's values
+        try:
+            self.check(task_config)
+        finally:
+            hydra.cfg = launching
 
     def __repr__(self) -> str:
         return f"Stage({self.module}, config={self.config})"
@@ -102,7 +128,7 @@ class Stage:
 
             try:
                 if cfg.get("dry_run"):
-                    print(OmegaConf.to_yaml(validate(cfg)))
+                    print(OmegaConf.to_yaml(self.check(cfg)))
                     return {"dry_run": True}
                 result = self(cfg, HydraConfig.get().runtime.output_dir)
             except ValueError as exc:
@@ -138,15 +164,18 @@ DECLARATION = re.compile(r"^@stage\(", re.M)
 
 
 def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Launch(),
-          succeeded: Callable[[Any], bool] | None = None) -> Callable[[Callable], Stage]:
+          succeeded: Callable[[Any], bool] | None = None,
+          check: Callable[[DictConfig], None] | None = None) -> Callable[[Callable], Stage]:
     """Declare a stage: ``run(cfg, output_dir)`` with its primary config ``conf/<config>.yaml``, what it needs
     from a cluster (a :class:`Launch`, or a function of the config giving one), and optionally ``succeeded``,
-    a check of its result (the command exits with code 1 when it fails)."""
+    a check of its result (the command exits with code 1 when it fails), and ``check``, the stage's checks of
+    its config's values that need nothing loaded or reached (ValueError naming the key), run after
+    :func:`olmocr.config.validate` by a run, a dry run and a launcher before it submits."""
     if not os.path.isfile(os.path.join(CONF_DIR, f"{config}.yaml")):
         raise ValueError(f"stage config {config!r}: conf/{config}.yaml does not exist")
 
     def declare(run: Callable) -> Stage:
-        declared = Stage(run, config, launch, succeeded)
+        declared = Stage(run, config, launch, succeeded, check)
         REGISTRY[declared.module] = declared
         return declared
 

@@ -12,6 +12,7 @@ composing, validating and ``--help`` stay fast.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -233,12 +234,33 @@ def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
     return merged
 
 
+def _unknown_keys(node: DictConfig, path: str = ""):
+    """Keys of schema-typed nodes that their schema lacks, with the schema's fields: Hydra adds a key given
+    as ``+trainer.batch_sise=…`` (what its own error for ``trainer.batch_sise=…`` suggests) without a word."""
+    if node._is_none() or node._is_missing() or node._is_interpolation():
+        return
+    kind = OmegaConf.get_type(node)
+    fields = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
+    for key in node.keys():
+        where = f"{path}.{key}" if path else str(key)
+        if fields is not None and key not in fields:
+            yield where, kind, fields
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            yield from _unknown_keys(child, where)
+
+
 def validate(cfg: DictConfig) -> DictConfig:
     """Check every ``_target_`` node against its target's signature; raise ValueError naming the key.
 
-    Also resolves every interpolation, so a bad ``${…}`` fails here rather than mid-run, and requires
-    every ``???`` value to be given.
+    Also rejects keys a schema lacks, resolves every interpolation, so a bad ``${…}`` fails here rather
+    than mid-run, and requires every ``???`` value to be given.
     """
+    for where, kind, fields in _unknown_keys(cfg):
+        leaf = where.rsplit(".", 1)[-1]
+        close = difflib.get_close_matches(leaf, sorted(fields), n=1)
+        hint = f"did you mean {where[:-len(leaf)]}{close[0]}?" if close else f"its keys: {', '.join(sorted(fields))}"
+        raise ValueError(f"{where}: no such key in {kind.__name__} ({hint})")
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:

@@ -273,6 +273,11 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_pytho
         launch(monkeypatch, tmp_path, ["+hydra.launcher.secrets.HF_TOKEN=nope"], fake)
     assert "hydra.launcher.secrets.HF_TOKEN: Beaker secret 'nope' does not exist" in capfd.readouterr().err
     assert fake.created == []
+    with pytest.raises(SystemExit):  # each job's config, as the job will check it: the sweep's second is refused
+        launch(monkeypatch, tmp_path, ["trainer.batch_size=2,0", "hydra.launcher.preemptible=false"], fake,
+               module="olmocr.train")
+    assert "error: trainer.batch_size: must be at least 1, got 0" in capfd.readouterr().err
+    assert fake.created == []
     proc = cli(warm_python, tmp_path, ["hydra.launcher.budget=null", "hydra.launcher.dry_run=true"])
     assert proc.returncode == 2 and proc.stderr == "error: hydra.launcher.budget: required to submit to Beaker\n"
     repo = tmp_path / "repo"

@@ -1,6 +1,7 @@
 """cluster=…: SLURM/Frontier sbatch scripts (dry runs), checks before submitting, a user's own cluster file,
 and every cluster file composing for every stage. Jobs run on a real scheduler in test_slurm.py."""
 
+import glob
 import os
 import subprocess
 import sys
@@ -96,7 +97,19 @@ def test_a_users_cluster_file_needs_no_code(tmp_path, warm_python):
     assert "source /opt/lab/env.sh" in script
 
 
-
+@pytest.mark.parametrize("overrides, error", [
+    (["trainer.batch_size=2,0"], "trainer.batch_size: must be at least 1, got 0"),  # the sweep's second job
+    (["data=folder"], "data.roots: required, give data.roots=…"),
+    (["+trainer.batch_sise=3"], "trainer.batch_sise: no such key in TrainerConfig (did you mean trainer.batch_size?)"),
+])
+def test_every_job_is_checked_as_it_will_check_itself_before_anything_is_submitted(overrides, error, tmp_path,
+                                                                                   warm_python):
+    """A job that would fail on its first line on the cluster, after hours in the queue, is refused here:
+    no script written, nothing submitted (without sbatch on PATH, the config is still checked first)."""
+    proc = stage(warm_python, ["-m", "cluster=slurm", "hydra.launcher.account=p1", *overrides], tmp_path,
+                 module="olmocr.train", env={"PATH": os.path.dirname(sys.executable)})
+    assert proc.returncode == 2 and proc.stderr == f"error: {error}\n"
+    assert not glob.glob(str(tmp_path / "sweep" / "sbatch_*")) and not (tmp_path / "sweep" / ".submitit").exists()
 
 
 LAUNCHERS = {"local": "BasicLauncher", "submitit_local": "LocalLauncher", "slurm": "OlmocrSlurmLauncher",

@@ -127,12 +127,40 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("pairs", "margn=0.2", "margn"),
     ("pairs", "rewards.bench.wieght=2", "wieght"),
     ("pipeline_stats", ["workspace=/tmp/ws", "window=5"], "window"),
+    # Added with `+`, as Hydra's own error for the plain typo suggests: the schema still has no such key.
+    ("train", "+trainer.batch_sise=3", "trainer.batch_sise: no such key in TrainerConfig (did you mean "
+                                       "trainer.batch_size?)"),
+    ("train", "+trainer.max_duration.valu=3", "trainer.max_duration.valu: no such key in DurationConfig"),
+    ("train", "+foo=1", "foo: no such key in TrainConfig (its keys: algo, callbacks,"),
+    ("synth", "+num_pagez=3", "num_pagez: no such key in SynthConfig (did you mean num_pages?)"),
+    ("pipeline", "+queue.leas=60", "queue.leas: no such key"),
 ])
 def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     with pytest.raises((ConfigCompositionException, ValueError)) as info:
         compose(config, override if isinstance(override, list) else [override])
     message = str(info.value) + str(getattr(info.value, "__cause__", ""))
     assert key in message
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.batch_size=0", "trainer.batch_size: must be at least 1, got 0"),
+    ("trainer.grad_accum=-2", "trainer.grad_accum: must be at least 1, got -2"),
+    ("trainer.max_duration.unit=epoch", "trainer.max_duration.unit: expected one of steps, epochs, tokens, got 'epoch'"),
+    ("trainer.max_duration.value=null", "trainer.max_duration.value: required, the run's length in steps"),
+    ("trainer.hard_stop.value=0", "trainer.hard_stop.value: must be positive, got 0"),
+    ("trainer.save_interval=-1", "trainer.save_interval: must be at least 0, or null for none, got -1"),
+    ("trainer.keep_last=0", "trainer.keep_last: must be at least 1, or null for every checkpoint, got 0"),
+    ("trainer.precision=fp16", "trainer.precision: expected one of fp32, bf16, got 'fp16'"),
+    ("trainer.strategy=zero", "trainer.strategy: expected one of ddp, fsdp, deepspeed, got 'zero'"),
+    ("trainer.zero_stage=3", "trainer.zero_stage: DeepSpeed's ZeRO stage 1 or 2, got 3"),
+    ("trainer.clip_grad_norm=0", "trainer.clip_grad_norm: must be positive, or null for no clipping, got 0"),
+    ("algo.name=ppo", "algo.name: expected one of sft, grpo, dpo, got 'ppo'"),
+])
+def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(override, message, tmp_path):
+    with pytest.raises(ValueError) as info:
+        STAGES["olmocr.train"](compose("train", [override]), str(tmp_path))
+    assert str(info.value) == message
+    assert os.listdir(tmp_path) == []  # no run info, no checkpoint: nothing ran
 
 
 def test_cli_reports_a_typo_and_exits_nonzero(tmp_path, warm_python):

@@ -72,20 +72,24 @@ def queue_before_submitting(cfg: DictConfig) -> None:
 LAUNCH = Launch(prepare=queue_before_submitting, prepared=("pdfs",))
 
 
-@stage("pipeline", launch=LAUNCH)
+def check(cfg: DictConfig) -> None:
+    from olmocr.pipeline.queue import check_queue
+
+    if cfg.workers < 0:
+        raise ValueError(f"workers: must be 0 (only add PDFs) or more, got {cfg.workers}")
+    check_queue(**cfg.queue)
+
+
+@stage("pipeline", launch=LAUNCH, check=check)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork
-    from olmocr.pipeline.queue import check_queue
     from olmocr.pipeline.store import store_errors
     from olmocr.pipeline.worker import Breaker, run_workers, when_answering
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
 
-    if cfg.workers < 0:
-        raise ValueError(f"workers: must be 0 (only add PDFs) or more, got {cfg.workers}")
-    check_queue(**cfg.queue)
     root, pdfs = cfg.workspace, list(cfg.pdfs)
     if root is None:  # a sample run; a real workspace never gets the sample PDFs by default
         root, pdfs = cfg.paths.sample_workspace, pdfs or [os.path.join(cfg.paths.sample_data, "eval", "pdfs")]

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import Launch, Sidecar, stage
 from olmocr.config import locate
+from olmocr.train.recipe import check_trainer
 from olmocr.train.vllm_server import server_command
 
 
@@ -34,10 +35,14 @@ def cluster_needs(cfg: DictConfig) -> Launch:
 RECIPES = {"sft": "olmocr.train.sft.SFT", "grpo": "olmocr.train.grpo.GRPO", "dpo": "olmocr.train.dpo.DPO"}
 
 
-@stage("train", launch=cluster_needs)
-def run(cfg: DictConfig, output_dir: str) -> dict:
+def check(cfg: DictConfig) -> None:
     if cfg.algo.name not in RECIPES:
         raise ValueError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
+    check_trainer(cfg.trainer)
+
+
+@stage("train", launch=cluster_needs, check=check)
+def run(cfg: DictConfig, output_dir: str) -> dict:
     return locate(RECIPES[cfg.algo.name])(cfg, output_dir).run()
 
 

@@ -115,8 +115,6 @@ def set_rng_state(state: dict) -> None:
 
 class CheckpointManager:
     def __init__(self, root: str, keep_last: int | None = 3, best: BestCheckpoint | None = None):
-        if keep_last is not None and keep_last < 1:
-            raise ValueError(f"trainer.keep_last must be at least 1 (or null to keep all), got {keep_last}")
         self.root = root
         self.keep_last = keep_last
         self.best = best or BestCheckpoint(None)

@@ -31,16 +31,15 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+DURATION_UNITS = ("steps", "epochs", "tokens")
+
+
 def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool = False,
                    tokens_per_sample: float | None = None) -> int:
     """Optimizer steps for a duration (``unit``: steps, epochs or tokens; ``value``) when each step takes
     ``per_step`` of an epoch's ``samples``. ``whole_epochs``: every epoch ends with a step of its own, short
     if need be (the Hugging Face Trainer's loop); otherwise a step may span two epochs (ours)."""
     unit, value = duration.unit, duration.value
-    if value is None:
-        raise ValueError("trainer.max_duration.value must be set")
-    if value <= 0:
-        raise ValueError(f"duration value must be positive, got {value}")
     if unit == "steps":
         return int(value)
     if unit == "epochs":
@@ -51,7 +50,45 @@ def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool 
         if tokens_per_sample is None:
             raise ValueError("trainer.max_duration.unit: this algorithm counts steps or epochs, not tokens")
         return max(1, math.ceil(value / (tokens_per_sample * per_step)))
-    raise ValueError(f"duration unit must be steps, epochs or tokens, got {unit!r}")
+    raise AssertionError(f"unit {unit!r} passed check_trainer")
+
+
+PRECISIONS = ("fp32", "bf16")
+STRATEGIES = ("ddp", "fsdp", "deepspeed")
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def check_trainer(t) -> None:
+    """The ``trainer`` settings' values (their types are the schema's), before anything is loaded or submitted."""
+
+    def at_least(key: str, low: int, none: str | None = None) -> None:
+        value = getattr(t, key)
+        if (value is None and none is None) or (value is not None and value < low):
+            raise ValueError(f"trainer.{key}: must be at least {low}{f', or null for {none}' if none else ''}, "
+                             f"got {value}")
+
+    for key, required in (("max_duration", True), ("hard_stop", False)):
+        duration = getattr(t, key)
+        if duration.unit not in DURATION_UNITS:
+            raise ValueError(f"trainer.{key}.unit: expected one of {', '.join(DURATION_UNITS)}, got {duration.unit!r}")
+        if duration.value is None and required:
+            raise ValueError(f"trainer.{key}.value: required, the run's length in {duration.unit}")
+        if duration.value is not None and duration.value <= 0:
+            raise ValueError(f"trainer.{key}.value: must be positive, got {duration.value:g}")
+    at_least("batch_size", 1)
+    at_least("grad_accum", 1)
+    at_least("eval_interval", 0, "none")
+    at_least("save_interval", 0, "none")
+    at_least("eval_max_batches", 1, "the whole eval set")
+    at_least("keep_last", 1, "every checkpoint")
+    at_least("num_workers", 0)
+    if t.clip_grad_norm is not None and t.clip_grad_norm <= 0:
+        raise ValueError(f"trainer.clip_grad_norm: must be positive, or null for no clipping, got {t.clip_grad_norm:g}")
+    for key, options in (("precision", PRECISIONS), ("strategy", STRATEGIES), ("device", DEVICES)):
+        if getattr(t, key) not in options:
+            raise ValueError(f"trainer.{key}: expected one of {', '.join(options)}, got {getattr(t, key)!r}")
+    if t.zero_stage not in (1, 2):
+        raise ValueError(f"trainer.zero_stage: DeepSpeed's ZeRO stage 1 or 2, got {t.zero_stage}")
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,8 @@ class BeakerLauncher(Launcher):
         key = job_dir.as_posix().lstrip("/")  # the run's place: the same for the same command
         task_overrides = [o for o in overrides if not o.startswith("hydra.")]
         module = stage.module if stage is not None else "(shipped job)"
+        if stage is not None:  # checked as the job will check it, before anything is submitted
+            stage.check_job(sweep_config)
         # Each job's own config decides what it needs (a sweep over algo=…, say).
         needs = stage.launch(sweep_config) if stage is not None else Launch()
         self._check_needs(module, needs)

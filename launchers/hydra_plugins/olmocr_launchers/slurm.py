@@ -82,9 +82,8 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
         SlurmJobEnvironment._requeue = requeue
         return super().__call__(*args, **kwargs)
 
-    def _prepared(self, stage, overrides: list[str]) -> list[str]:
+    def _prepared(self, stage, config, overrides: list[str]) -> list[str]:
         """A job's overrides once what its stage prepares before submitting is done (not in a dry run)."""
-        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         needs = stage.launch(config)
         if needs.prepare is not None and not self.params.get("dry_run"):
             needs.prepare(config)
@@ -102,6 +101,14 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
             fail(str(exc))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         dry_run = self.params.get("dry_run")
+        configs = []
+        if stage is not None:  # every job's config is checked as its job will check it, before anything else
+            try:
+                for overrides in job_overrides:
+                    configs.append(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
+                    stage.check_job(configs[-1])
+            except ValueError as exc:
+                fail(str(exc))
         if not dry_run:
             if shutil.which("sbatch") is None:
                 fail("cluster=slurm submits with sbatch, which is not on PATH here: submit from a login node, or "
@@ -114,7 +121,8 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                 fail(refusal(check.stderr + check.stdout, self.params))
         if stage is not None:
             try:
-                job_overrides = [self._prepared(stage, list(overrides)) for overrides in job_overrides]
+                job_overrides = [self._prepared(stage, config, list(overrides))
+                                 for config, overrides in zip(configs, job_overrides)]
             except ValueError as exc:
                 fail(str(exc))
         if dry_run:
