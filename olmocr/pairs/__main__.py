@@ -49,7 +49,16 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
         bar.close()
 
 
-@stage("pairs")
+def check(cfg: DictConfig) -> None:
+    if cfg.samples < 2:
+        raise ValueError(f"samples: a pair needs at least 2 samples per page, got {cfg.samples}")
+    if cfg.margin < 0:
+        raise ValueError(f"margin: must be 0 or more, got {cfg.margin}")
+    if not cfg.rewards:
+        raise ValueError("rewards: give the rewards that rank the samples, e.g. rewards=olmocr2")
+
+
+@stage("pairs", check=check)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.pairs.mine import PairFile
@@ -57,12 +66,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.rewards import build_rewards
     from olmocr.utils.runinfo import write_run_info
 
-    if cfg.samples < 2:
-        raise ValueError(f"samples: a pair needs at least 2 samples per page, got {cfg.samples}")
-    if cfg.margin < 0:
-        raise ValueError(f"margin: must be 0 or more, got {cfg.margin}")
-    if not cfg.rewards:
-        raise ValueError("rewards: give the rewards that rank the samples, e.g. rewards=olmocr2")
     rewards = build_rewards(OmegaConf.to_container(cfg.rewards, resolve=True))
     pages, problems = bench_pages(cfg.bench_dir)
     for problem in problems:
