@@ -126,3 +126,45 @@ def test_saving_a_model_without_a_gpu_says_nothing_of_gpus(tmp_path, tiny, warm_
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert os.path.exists(tmp_path / "saved" / "model.safetensors")
     assert "unable to detect" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_hub_id_the_hub_cannot_serve_fails_at_once_or_loads_from_the_cache(tmp_path, tiny, monkeypatch, caplog):
+    """The Hub's endpoint refuses connections (a compute node without internet): a hub id missing from the cache
+    is one line before transformers' retries (a minute and more of them, a warning each), and one in the cache
+    loads from it, with one warning saying so (the model servers the pipeline starts get HF_HUB_OFFLINE=1)."""
+    import shutil
+    import socket
+
+    import huggingface_hub.constants as constants
+
+    from olmocr.models import HubModel
+
+    with socket.socket() as closed:  # a port nothing listens on once this closes
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    caplog.set_level("WARNING")
+    missing = HubModel("olmocr-test/tiny-vlm", family="qwen2_5_vl", dtype="float32")
+    with pytest.raises(ValueError) as info:
+        missing.load_processor()
+    assert str(info.value) == (
+        f"model.name_or_path: olmocr-test/tiny-vlm is not in the local Hugging Face cache ({tmp_path / 'hub'}) and "
+        "the Hub cannot be reached (ConnectError: [Errno 111] Connection refused); download it where the Hub answers "
+        "(the same HF_HOME), or give a local folder")
+    # The cache's layout: a ref naming a commit, whose snapshot holds the files.
+    repo = tmp_path / "hub" / "models--olmocr-test--tiny-vlm"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    shutil.copytree(tiny.path, repo / "snapshots" / commit)
+    cached = HubModel("olmocr-test/tiny-vlm", family="qwen2_5_vl", dtype="float32")
+    processor, model = cached.load_processor(), cached.load_model()
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration" and processor.tokenizer is not None
+    assert torch.equal(next(model.parameters()), next(tiny.load_model().parameters()))
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "Retrying" in m or "thrown while requesting" in m], said
+    assert said == ["the Hub cannot be reached (ConnectError: [Errno 111] Connection refused): olmocr-test/tiny-vlm "
+                    "loads from the local cache"]
+    assert cached.server_env() == {"HF_HUB_OFFLINE": "1"}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import re
 from typing import TYPE_CHECKING
@@ -13,6 +15,9 @@ if TYPE_CHECKING:
     import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
+HUB_PROBE_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class ModelSource:
@@ -31,6 +36,9 @@ class ModelSource:
         self.image_min_pixels = image_min_pixels
         self.image_max_pixels = image_max_pixels
 
+    # True: a hub id that loads from the local cache alone, the Hub being out of reach (HubModel.offline)
+    offline = False
+
     @property
     def path(self) -> str:
         raise NotImplementedError
@@ -38,6 +46,10 @@ class ModelSource:
     def pretrained_kwargs(self) -> dict:
         """Extra ``from_pretrained`` arguments of this source (a hub revision, say)."""
         return {}
+
+    def server_env(self) -> dict[str, str]:
+        """Environment a model server loading :attr:`path` needs to load it as this process does."""
+        return {"HF_HUB_OFFLINE": "1"} if self.offline else {}
 
     def processor_kwargs(self) -> dict:
         size = {}
@@ -50,8 +62,9 @@ class ModelSource:
     def load_processor(self):
         from transformers import AutoProcessor
 
+        kwargs = {**self.pretrained_kwargs(), **self.processor_kwargs()}
         with _loading(self.path):
-            return AutoProcessor.from_pretrained(self.path, **self.pretrained_kwargs(), **self.processor_kwargs())
+            return AutoProcessor.from_pretrained(self.path, **kwargs)
 
     def load_model(self, device: str | torch.device = "cpu", path: str | None = None):
         """Load the weights (from ``path`` instead, e.g. a training checkpoint, when given)."""
@@ -118,4 +131,47 @@ class HubModel(ModelSource):
         return self.name_or_path
 
     def pretrained_kwargs(self) -> dict:
-        return {"revision": self.revision}
+        return {"revision": self.revision, **({"local_files_only": True} if self.offline else {})}
+
+    @functools.cached_property
+    def offline(self) -> bool:
+        """Whether the hub id loads from the local cache alone: the Hub does not answer (a compute node
+        without internet) and the cache holds the checkpoint. Asked once, with one request, where
+        transformers retries each file of a checkpoint for minutes before it falls back to the cache or
+        fails. ValueError (one line): the Hub refuses the id, the revision or the token, or it cannot be
+        reached and the cache lacks the checkpoint."""
+        from huggingface_hub import constants
+
+        if os.path.isdir(self.name_or_path) or constants.HF_HUB_OFFLINE:
+            return False  # a folder; or the environment's offline mode, which transformers already honours
+        import httpx
+        from huggingface_hub import HfApi, try_to_load_from_cache
+        from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, RepositoryNotFoundError,
+                                            RevisionNotFoundError)
+
+        name = self.name_or_path
+        try:
+            HfApi().model_info(name, revision=self.revision, timeout=HUB_PROBE_TIMEOUT_S)
+            return False
+        except GatedRepoError:
+            raise ValueError(f"model.name_or_path: {name}: access refused; accept its terms on the Hub and set "
+                             "HF_TOKEN") from None
+        except RevisionNotFoundError:
+            raise ValueError(f"model.revision: {name} has no revision {self.revision!r}") from None
+        except RepositoryNotFoundError:
+            raise ValueError(f"model.name_or_path: {name} is not on the Hub, or is private and HF_TOKEN is not "
+                             "set") from None
+        except HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            if status is not None and status < 500:  # a refused token (401), a rate limit: not an outage
+                raise ValueError(f"model.name_or_path: {name}: the Hub answered {status}"
+                                 + (" (HF_TOKEN refused)" if status == 401 else "")) from None
+            reason = f"the Hub answered {status}"
+        except (OSError, httpx.HTTPError) as exc:  # no route, no name resolution, a timeout
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'}"
+        if isinstance(try_to_load_from_cache(name, "config.json", revision=self.revision), str):
+            log.warning("the Hub cannot be reached (%s): %s loads from the local cache", reason, name)
+            return True
+        raise ValueError(f"model.name_or_path: {name} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) "
+                         f"and the Hub cannot be reached ({reason}); download it where the Hub answers (the same "
+                         "HF_HOME), or give a local folder")

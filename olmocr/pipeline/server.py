@@ -111,6 +111,7 @@ class ManagedServer(Server):
     """A server process this pipeline starts, watches and stops."""
 
     name = "server"
+    source = None  # the model it serves (olmocr.models.source.ModelSource), where it loads one
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 300.0,
                  max_restarts: int = 3, env: Mapping[str, str] | None = None):
@@ -153,6 +154,7 @@ class ManagedServer(Server):
     def _launch(self) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.log_path)), exist_ok=True)
         command = self.command()
+        env = {**os.environ, **self.env, **(self.source.server_env() if self.source is not None else {})}
         with open(self.log_path, "ab") as out:
             out.write(f"\n$ {' '.join(command)}\n".encode())
             out.flush()
@@ -162,7 +164,7 @@ class ManagedServer(Server):
             # processes), and a worker that dies without stopping it takes it along.
             guarded = [sys.executable, "-m", "olmocr.utils.guard", "--", *command]
             self._process = subprocess.Popen(guarded, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env={**os.environ, **self.env}, start_new_session=True)
+                                             env=env, start_new_session=True)
         log.info("%s (pid %d) starting on %s (log: %s)", self.name, self._process.pid, self.url, self.log_path)
         self._wait_healthy()
 
@@ -276,7 +278,7 @@ class TransformersServer(ManagedServer):
             importing.join()
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(self.source.path)
+        tokenizer = AutoTokenizer.from_pretrained(self.source.path, **self.source.pretrained_kwargs())
         self.special_tokens = tuple(sorted({t for t in tokenizer.all_special_tokens if t}, key=len, reverse=True))
 
     def command(self) -> list[str]:
