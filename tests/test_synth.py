@@ -111,11 +111,19 @@ def test_bundled_sample_is_what_the_generator_makes(tmp_path):
         assert filecmp.cmp(os.path.join(ref, "synth.jsonl"), os.path.join(out, "synth.jsonl"), shallow=False)
 
 
-def test_unknown_layout_or_language_is_named():
+def test_unknown_layout_or_language_and_values_out_of_range_are_named(tmp_path):
     with pytest.raises(ValueError, match="unknown layout.*'poster'"):
         PageGenerator(0, {"poster": 1.0})
     with pytest.raises(ValueError, match="unknown language.*'xx'"):
         PageGenerator(0, None, {"xx": 1.0})
+    with pytest.raises(ValueError, match=r"^language_weights: weights must be 0 or more with at least one positive"):
+        PageGenerator(0, None, {"en": 0.0})
+    for arguments, error in (({"num_pages": -1}, "num_pages: must be at least 1, got -1"),
+                             ({"num_pages": 2, "first_index": -3}, "first_index: must be 0 or more, got -3")):
+        with pytest.raises(ValueError) as info:
+            generate(str(tmp_path / "out"), **arguments)
+        assert str(info.value) == error
+    assert not os.path.exists(tmp_path / "out")  # refused before anything is written
 
 
 def test_synth_stage_starts_without_torch():

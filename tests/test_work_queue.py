@@ -177,6 +177,14 @@ def test_adding_groups_by_sampled_pages_and_is_idempotent(root, tmp_path):
     more = corpus(tmp_path / "more", 10, pages=lambda i: 4)
     added = ws.add(more, pages_per_group=8, sample=2)
     assert added.sampled == 2 and added.items_new == 5 and added.pages_estimated == 40
+    late = corpus(tmp_path / "late", 2)
+    for bad, error in (({"pages_per_group": 0}, "pages_per_group: must be at least 1, got 0"),
+                       ({"sample": -1}, "sample: must be 0 or more (PDFs whose pages are counted to size the items), "
+                                        "got -1")):
+        with pytest.raises(ValueError) as info:
+            ws.add(late, **bad)
+        assert str(info.value) == error
+    assert len(ws.items()) == len(items) + 5  # nothing queued by a refused call
 
 
 def test_concurrent_additions_keep_every_pdf(root, tmp_path):

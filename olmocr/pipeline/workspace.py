@@ -118,6 +118,8 @@ class Workspace:
         machines adding at once both keep their PDFs, and adding the same PDFs twice changes nothing."""
         if pages_per_group < 1:
             raise ValueError(f"pages_per_group: must be at least 1, got {pages_per_group}")
+        if sample < 0:
+            raise ValueError(f"sample: must be 0 or more (PDFs whose pages are counted to size the items), got {sample}")
         counts: dict[str, int | None] | None = None
         rng = random.Random()
         for attempt in range(1, max_attempts + 1):

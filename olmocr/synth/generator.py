@@ -51,6 +51,9 @@ class PageGenerator:
         if unknown:
             raise ValueError(f"language_weights: unknown language(s) {sorted(unknown)} "
                              f"(expected {', '.join(words.LANGUAGES)})")
+        for key, weights in (("layout_weights", self.layout_weights), ("language_weights", self.language_weights)):
+            if any(w < 0 for w in weights.values()) or not sum(weights.values()) > 0:
+                raise ValueError(f"{key}: weights must be 0 or more with at least one positive, got {weights}")
 
     # -- page description ---------------------------------------------------------------------------------
     def describe(self, index: int) -> Page:
@@ -182,6 +185,10 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
 
     Returns counts by layout and test type. The same arguments always give byte-identical files.
     """
+    if num_pages < 1:
+        raise ValueError(f"num_pages: must be at least 1, got {num_pages}")
+    if first_index < 0:
+        raise ValueError(f"first_index: must be 0 or more, got {first_index}")
     gen = PageGenerator(seed, layout_weights, language_weights)
     pdf_dir = os.path.join(out_dir, "pdfs")
     os.makedirs(pdf_dir, exist_ok=True)
