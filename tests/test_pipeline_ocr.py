@@ -486,6 +486,8 @@ def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{pdf}]", "workers=0"), tmp_path / "r0")
         before = gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read())
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run"), tmp_path / "r1")
+        with pytest.raises(ValueError, match=r"^workers=0 only adds PDFs, and pdfs= names none"):
+            run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", "workers=0"), tmp_path / "r2")
     assert gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read()) == before
     assert len(glob.glob(f"{workspace}/done/*.json")) == 1
 
