@@ -251,13 +251,17 @@ def test_compile_trains(tmp_path, cache_dir):
     assert [r["step"] for r in evals if "eval/bench/overall" in r] == [1, 2]
 
 
-def test_wandb_offline_logs_without_secrets(tmp_path, cache_dir, monkeypatch):
+def test_wandb_offline_logs_without_secrets_and_a_resumed_run_continues_its_wandb_run(tmp_path, cache_dir,
+                                                                                      monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-0123456789abcdef0123456789abcdef")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    _, out = train(tmp_path, ["logger=wandb", "trainer.max_duration.value=2", "trainer.save_interval=null"])
-    runs = glob.glob(os.path.join(out, "wandb", "offline-run-*"))
-    assert runs, os.listdir(out)
+    run = ["logger=wandb", "trainer.max_duration.value=2", "trainer.save_interval=1"]
+    train(tmp_path, [*run, "trainer.hard_stop.value=1"])
+    _, out = train(tmp_path, run)  # continues from step 1
+    runs = sorted(glob.glob(os.path.join(out, "wandb", "offline-run-*")))
+    run_id = open(os.path.join(out, "wandb_run_id")).read()
+    assert len(runs) == 2 and all(r.endswith(f"-{run_id}") for r in runs), (run_id, runs)
     for root, _, files in os.walk(out):
         for name in files:
             with open(os.path.join(root, name), "rb") as fh:
@@ -265,6 +269,25 @@ def test_wandb_offline_logs_without_secrets(tmp_path, cache_dir, monkeypatch):
     # An offline run keeps its config and history in the run's .wandb file until `wandb sync`.
     record = open(glob.glob(os.path.join(runs[0], "run-*.wandb"))[0], "rb").read()
     assert b"grad_accum" in record and b"train/loss" in record
+
+
+def test_wandb_online_without_its_server_is_one_line_before_the_model_loads(tmp_path, warm_python):
+    """In a process of its own: wandb keeps its settings for the life of a process that has used it."""
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on once this closes
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    env = {**os.environ, "WANDB_BASE_URL": url, "WANDB_MODE": "online", "WANDB_API_KEY": "k" * 40}
+    proc = subprocess.run([warm_python, "-m", "olmocr.train", "logger=wandb", *FAST, f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"error: callbacks.wandb: Failed to authenticate with {url}: ")
+    assert error.endswith("(WANDB_MODE=offline logs the run here for a later `wandb sync`; logger=console logs to the "
+                          "console only)")
+    assert "Traceback" not in proc.stderr and " - model " not in proc.stderr  # the model never loaded
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
 
 
 def test_profiler_writes_a_trace(tmp_path, cache_dir):

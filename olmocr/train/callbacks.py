@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import os
+import uuid
 
 from olmocr.config import runtime
 
@@ -163,18 +164,50 @@ class Console(Callback):
 @runtime("run_config", "output_dir")
 class Wandb(Callback):
     """Weights & Biases logging. The API key is read by wandb from WANDB_API_KEY, never from config;
-    ``mode: offline`` writes runs locally for a later ``wandb sync``."""
+    ``mode: offline`` writes runs locally for a later ``wandb sync``. A run that continues (after a
+    preemption, a hard stop, a requeue) logs into the same W&B run: its id is kept in the run dir. Online,
+    the server and the key are checked when the callback is built, before the model loads."""
+
+    MODES = ("online", "offline", "disabled")
+    LOGIN_TIMEOUT_S = 30
 
     def __init__(self, project: str, run_config: dict, output_dir: str, entity: str | None = None,
                  name: str | None = None, mode: str = "online", tags: list[str] | None = None):
+        if mode not in self.MODES:
+            raise ValueError(f"callbacks.wandb.mode: expected one of {', '.join(self.MODES)}, got {mode!r}")
+        self.id_path = os.path.join(output_dir, "wandb_run_id")
         self.kwargs = dict(project=project, entity=entity, name=name, mode=mode, tags=tags, config=run_config,
                            dir=output_dir)
+        if mode == "online" and int(os.environ.get("RANK", "0")) == 0:
+            self._check_login()
+
+    def _check_login(self) -> None:
+        """An unreachable server or a refused key, now in one line, not after wandb.init's 90 s and a trace
+        when the first step is due."""
+        import wandb
+
+        try:
+            wandb.login(verify=True, timeout=self.LOGIN_TIMEOUT_S)
+        except wandb.errors.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"callbacks.wandb: {reason} (WANDB_MODE=offline logs the run here for a later "
+                             "`wandb sync`; logger=console logs to the console only)") from None
+
+    def run_id(self) -> str:
+        """The W&B run of this run dir: made on the first start, read on every later one."""
+        if not os.path.exists(self.id_path):
+            os.makedirs(os.path.dirname(self.id_path) or ".", exist_ok=True)
+            with open(self.id_path + ".tmp", "w") as fh:
+                fh.write(uuid.uuid4().hex[:12])
+            os.replace(self.id_path + ".tmp", self.id_path)
+        with open(self.id_path) as fh:
+            return fh.read().strip()
 
     def on_fit_start(self, trainer):
         if trainer.rank == 0:
             import wandb
 
-            self.run = wandb.init(resume="allow", **self.kwargs)
+            self.run = wandb.init(id=self.run_id(), resume="allow", **self.kwargs)
 
     def on_step_end(self, trainer, metrics):
         if trainer.rank == 0:

@@ -165,6 +165,8 @@ class Recipe:
             self.bench_eval = build(self.cfg.eval.bench, output_dir=self.output_dir).load()
         check_keep_best(self.settings.keep_best, self.settings.eval_interval, self.bench_eval)
         check_compile_backend(self.settings.compile, self.settings.compile_backend)
+        # Built before the model loads: a logging service out of reach or a refused key stops the run here.
+        callbacks = build_callbacks(self.cfg.callbacks, self.resolved, self.output_dir)
         self.best = BestCheckpoint(self.settings.keep_best)
         seed_everything(self.cfg.seed + self.dist.rank)
         self.source = build(self.cfg.model)
@@ -185,7 +187,6 @@ class Recipe:
         self.length = self.run_length()
         log.info("model %s: %.2fM of %.2fM parameters train; %d %s, %d steps of %d", self.source.path,
                  trainable / 1e6, total / 1e6, len(self.train_data), self.unit, self.length.total, self.per_step)
-        callbacks = build_callbacks(self.cfg.callbacks, self.resolved, self.output_dir)
         result = self.fit(callbacks)
         if self.dist.rank == 0:
             result["best"] = self.best.record
