@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import COMPILE, compiling
+from conftest import COMPILE, SAMPLE, compiling
 
 from olmocr.config import PROJECT_ROOT, compose
 
@@ -288,6 +288,22 @@ def test_wandb_online_without_its_server_is_one_line_before_the_model_loads(tmp_
                           "console only)")
     assert "Traceback" not in proc.stderr and " - model " not in proc.stderr  # the model never loaded
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_data_that_cannot_be_read_stops_the_run_before_the_weights_load(tmp_path, tiny):
+    """A checkpoint folder whose weights are gone: loading them would fail, and for a real model take minutes.
+    A data folder that does not exist must be what the run reports, before the weights are read."""
+    import shutil
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(tiny.path, checkpoint)
+    for weights in checkpoint.glob("*.safetensors"):
+        weights.unlink()
+    model = ["model=qwen25_vl_7b", f"model.name_or_path={checkpoint}", "model.dtype=float32"]
+    with pytest.raises(ValueError, match=r"^data root '.*/nonexistent' is not a directory"):
+        train(tmp_path, [*model, "data=folder", f"data.roots=[{tmp_path}/nonexistent]"])
+    with pytest.raises(ValueError, match=rf"^model: cannot load {checkpoint}"):  # the weights are unreadable indeed
+        train(tmp_path, [*model, "data=folder", f"data.roots=[{SAMPLE}/train/pdfs]"])
 
 
 def test_profiler_writes_a_trace(tmp_path, cache_dir):

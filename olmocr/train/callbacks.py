@@ -14,6 +14,10 @@ log = logging.getLogger("olmocr.train")
 
 
 class Callback:
+    def on_run_start(self, rank: int) -> None:
+        """Before the model loads (called by the recipe, for every algorithm): check what the callback needs
+        from outside (a service, a key), so that a run it would fail stops before any heavy work."""
+
     def on_fit_start(self, trainer) -> None: ...
     def on_step_end(self, trainer, metrics: dict) -> None: ...
     def on_eval_end(self, trainer, metrics: dict) -> None: ...
@@ -166,7 +170,7 @@ class Wandb(Callback):
     """Weights & Biases logging. The API key is read by wandb from WANDB_API_KEY, never from config;
     ``mode: offline`` writes runs locally for a later ``wandb sync``. A run that continues (after a
     preemption, a hard stop, a requeue) logs into the same W&B run: its id is kept in the run dir. Online,
-    the server and the key are checked when the callback is built, before the model loads."""
+    the server and the key are checked before the model loads (:meth:`on_run_start`)."""
 
     MODES = ("online", "offline", "disabled")
     LOGIN_TIMEOUT_S = 30
@@ -178,12 +182,12 @@ class Wandb(Callback):
         self.id_path = os.path.join(output_dir, "wandb_run_id")
         self.kwargs = dict(project=project, entity=entity, name=name, mode=mode, tags=tags, config=run_config,
                            dir=output_dir)
-        if mode == "online" and int(os.environ.get("RANK", "0")) == 0:
-            self._check_login()
 
-    def _check_login(self) -> None:
+    def on_run_start(self, rank: int) -> None:
         """An unreachable server or a refused key, now in one line, not after wandb.init's 90 s and a trace
         when the first step is due."""
+        if rank != 0 or self.kwargs["mode"] != "online":
+            return
         import wandb
 
         try:

@@ -167,6 +167,8 @@ class Recipe:
         check_compile_backend(self.settings.compile, self.settings.compile_backend)
         # Built before the model loads: a logging service out of reach or a refused key stops the run here.
         callbacks = build_callbacks(self.cfg.callbacks, self.resolved, self.output_dir)
+        for callback in callbacks:
+            callback.on_run_start(self.dist.rank)
         self.best = BestCheckpoint(self.settings.keep_best)
         seed_everything(self.cfg.seed + self.dist.rank)
         self.source = build(self.cfg.model)
@@ -181,9 +183,11 @@ class Recipe:
             shutdown()
             return {"state": {"step": finished}, "checkpoint": self.resume_from, "total_steps": finished}
         self.processor = self.source.load_processor()
+        # The data before the weights: a missing folder, refused credentials or unusable pages stop the run
+        # before minutes of loading a large model.
+        self.train_data, self.eval_data = self.datasets()
         self.model = self.load_model()
         trainable, total = trainable_summary(self.model)
-        self.train_data, self.eval_data = self.datasets()
         self.length = self.run_length()
         log.info("model %s: %.2fM of %.2fM parameters train; %d %s, %d steps of %d", self.source.path,
                  trainable / 1e6, total / 1e6, len(self.train_data), self.unit, self.length.total, self.per_step)
