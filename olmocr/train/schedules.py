@@ -21,10 +21,11 @@ def _lambda_lr(optimizer, factor) -> LambdaLR:
     return LambdaLR(optimizer, factor)
 
 
-def _warmup_steps(warmup: float, total_steps: int) -> int:
-    if warmup < 0:
-        raise ValueError(f"scheduler.warmup must be >= 0, got {warmup}")
-    return int(round(warmup * total_steps)) if warmup < 1 else int(warmup)
+def _warmup_steps(value: float, total_steps: int, key: str = "warmup") -> int:
+    """Steps of a phase given as steps (>= 1) or a fraction of the run (< 1); ``key`` names it in errors."""
+    if value < 0:
+        raise ValueError(f"scheduler.{key} must be >= 0, got {value:g}")
+    return int(round(value * total_steps)) if value < 1 else int(value)
 
 
 def _warmup(step: int, warmup_steps: int) -> float | None:
@@ -63,7 +64,7 @@ def constant(optimizer, total_steps: int, warmup: float = 0.0) -> LambdaLR:
 def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, final_ratio: float = 0.0) -> LambdaLR:
     """Warm-up, stable, then linear decay over the last ``decay`` (steps, or fraction of the run)."""
     w = _warmup_steps(warmup, total_steps)
-    d = _warmup_steps(decay, total_steps)
+    d = _warmup_steps(decay, total_steps, "decay")
     if w + d > total_steps:
         raise ValueError(f"scheduler: warm-up ({w}) and decay ({d}) steps exceed the run ({total_steps} steps)")
 
