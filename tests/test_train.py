@@ -259,6 +259,10 @@ def test_wandb_offline_logs_without_secrets_and_a_resumed_run_continues_its_wand
     run = ["logger=wandb", "trainer.max_duration.value=2", "trainer.save_interval=1"]
     train(tmp_path, [*run, "trainer.hard_stop.value=1"])
     _, out = train(tmp_path, run)  # continues from step 1
+    with pytest.raises(ValueError) as info:  # before the model loads, like every trainer value
+        train(tmp_path, [*run, "callbacks.wandb.mode=ofline"], "typo")
+    assert str(info.value) == "callbacks.wandb.mode: expected one of online, offline, disabled, got 'ofline'"
+    assert not os.path.exists(tmp_path / "typo" / "checkpoints")
     runs = sorted(glob.glob(os.path.join(out, "wandb", "offline-run-*")))
     run_id = open(os.path.join(out, "wandb_run_id")).read()
     assert len(runs) == 2 and all(r.endswith(f"-{run_id}") for r in runs), (run_id, runs)

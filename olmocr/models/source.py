@@ -166,7 +166,7 @@ class HubModel(ModelSource):
             if status is not None and status < 500:  # a refused token (401), a rate limit: not an outage
                 raise ValueError(f"model.name_or_path: {name}: the Hub answered {status}"
                                  + (" (HF_TOKEN refused)" if status == 401 else "")) from None
-            reason = f"the Hub answered {status}"
+            reason = f"the Hub answered {status or 'with an error'}"
         except (OSError, httpx.HTTPError) as exc:  # no route, no name resolution, a timeout
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'}"
         if isinstance(try_to_load_from_cache(name, "config.json", revision=self.revision), str):

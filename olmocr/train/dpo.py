@@ -39,8 +39,8 @@ def check(cfg: DictConfig) -> None:
     unknown = sorted(set(algo.trl_args) - trl_config_fields())
     if unknown:
         raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl DPOConfig field(s)")
-    if t.max_duration.unit not in ("steps", "epochs") or t.max_duration.value is None:
-        raise ValueError("trainer.max_duration: DPO counts steps or epochs, with a value")
+    if t.max_duration.unit not in ("steps", "epochs"):
+        raise ValueError(f"trainer.max_duration.unit: DPO counts steps or epochs, got {t.max_duration.unit!r}")
     if t.strategy == "fsdp":
         raise ValueError("trainer.strategy=fsdp is not available for DPO: use ddp or deepspeed (ZeRO-1/2)")
 

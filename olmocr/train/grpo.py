@@ -48,8 +48,6 @@ def check(cfg: DictConfig, world_size: int) -> None:
         raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl GRPOConfig field(s)")
     if t.max_duration.unit not in ("steps", "epochs"):
         raise ValueError(f"trainer.max_duration.unit: GRPO counts steps or epochs, got {t.max_duration.unit!r}")
-    if t.max_duration.value is None:
-        raise ValueError("trainer.max_duration.value must be set")
     completions = t.batch_size * t.grad_accum * world_size
     if algo.num_generations < 2 or completions % algo.num_generations:
         raise ValueError(
