@@ -133,6 +133,11 @@ class Stage:
                 result = self(cfg, HydraConfig.get().runtime.output_dir)
             except ValueError as exc:
                 fail(str(exc))
+            except Exception as exc:
+                full = _no_space(exc, cfg, HydraConfig.get().runtime.output_dir)
+                if full is None:
+                    raise
+                fail(full)
             if self.succeeded is not None and not self.succeeded(result):
                 raise SystemExit(1)
             return result
@@ -265,6 +270,48 @@ def submit_on_cluster(argv: list[str]) -> list[str]:
     if clusters and clusters[-1] != "local" and not {"-m", "--multirun"} & set(argv):
         return [argv[0], "--multirun", *argv[1:]]
     return argv
+
+
+def _no_space(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
+    """A stage that ran out of disk (or quota), in one line. When the error does not say where the write
+    went, what is free on each file system the stage may write to: its run dir, the temporary folder, and
+    every local path its config names (the full one reads ~0 B)."""
+    import shutil
+    import tempfile
+
+    from olmocr.diskspace import existing_parent, free_space, no_space
+
+    full = no_space(exc)
+    if full is None:
+        return None
+    if full.filename is None and not full.outcome:
+        places = {"the run dir": run_dir, "the temporary folder": tempfile.gettempdir()}
+        try:
+            values = OmegaConf.to_container(cfg, resolve=True)
+        except Exception:  # noqa: BLE001 - a value that no longer resolves: the others still help
+            values = OmegaConf.to_container(cfg, resolve=False)
+        for key, value in _leaves(values):
+            if isinstance(value, str) and os.sep in value and "${" not in value and "://" not in value:
+                places.setdefault(key, value)
+        by_device: dict[int, list[str]] = {}
+        for name, path in places.items():
+            with contextlib.suppress(OSError):
+                by_device.setdefault(os.stat(existing_parent(path)).st_dev, []).append(name)
+        groups = sorted(by_device.values(), key=lambda names: shutil.disk_usage(existing_parent(places[names[0]])).free)
+        full.outcome = "free: " + "; ".join(
+            f"{free_space(places[names[0]])} where {', '.join(names[:3])}{', …' if len(names) > 3 else ''} "
+            f"{'is' if len(names) == 1 else 'are'}" for names in groups)
+    return str(full)
+
+
+def _leaves(node, prefix: str = ""):
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix and isinstance(key, str) else f"{prefix}[{key}]" if prefix else str(key)
+        if isinstance(value, (dict, list)):
+            yield from _leaves(value, name)
+        else:
+            yield name, value
 
 
 def fail(message: str):

@@ -156,6 +156,44 @@ def built_once(tmp_path_factory, name: str, build) -> str:
     return str(folder)
 
 
+class SmallDisk:
+    """A folder on a file system of its own (a small tmpfs): the full disk a long job meets."""
+
+    def __init__(self, path):
+        self.path = path
+        self._filler = path / ".filler"
+
+    def leave(self, free: int) -> None:
+        """Fill the file system until ``free`` bytes are left (0 and a full disk)."""
+        self.free()
+        target = shutil.disk_usage(self.path).free - free
+        if target > 0:
+            with open(self._filler, "wb") as fh:
+                os.posix_fallocate(fh.fileno(), 0, target)
+
+    def free(self) -> None:
+        """Give back what :meth:`leave` took."""
+        self._filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MB file system mounted for the test (root only: elsewhere the test says it cannot mount one)."""
+    import subprocess
+
+    path = tmp_path / "disk"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(path)], capture_output=True,
+                             text=True) if os.geteuid() == 0 else None
+    if mounted is None or mounted.returncode:
+        pytest.skip("a small file system of its own needs root and mount: "
+                    + (mounted.stderr.strip() if mounted else "not root"))
+    try:
+        yield SmallDisk(path)
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def temp_under_basetemp(tmp_path_factory):
     """Temporary files of the tests and of the processes they start (torchrun's log dirs, wandb's staging) go

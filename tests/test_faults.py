@@ -356,3 +356,49 @@ def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_se
         with pytest.raises(Unavailable, match=r"s3://corpus/pdfs/doc_0000.pdf: PermissionError: Forbidden") as caught:
             Inventory(Access(endpoint=proxy.endpoint))(Item("x", (remote,), 1))
     assert transient(caught.value)
+
+
+def test_a_full_disk_under_the_workspace_is_waited_out_without_litter_and_left_within_seconds(small_disk, tmp_path,
+                                                                                               caplog):
+    """The disk fills as an item finishes converting: its outputs wait, claim held, for the disk to have room
+    (a full disk still answers reads, so the pause looks with a write); no retry leaves a temporary file
+    behind; the work goes on within seconds of the space coming back, the conversion not redone."""
+    import threading
+
+    from olmocr.pipeline.worker import PROBE_S, run_workers
+    from work_helpers import Slow
+
+    class FillsTheDisk(Slow):
+        calls = 0
+
+        def __call__(self, item):
+            FillsTheDisk.calls += 1
+            output = super().__call__(item)
+            small_disk.leave(0)
+            return output
+
+    ws = Workspace(str(small_disk.path / "ws"))
+    pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b")]
+    ws.add(pdfs, pages_per_group=10)
+    reports = []
+    caplog.set_level("WARNING", logger="olmocr.pipeline")
+    worker = threading.Thread(target=lambda: reports.append(
+        run_workers(ws, FillsTheDisk(0), retry_wait_s=30, progress=False)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while "pausing up to 30 s" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.1)
+    failures = caplog.text.count("writing the outputs of item")
+    assert failures == 3, caplog.text
+    assert "failed (NoSpace: no space left on device writing " in caplog.text
+    time.sleep(3 * PROBE_S)
+    assert caplog.text.count("writing the outputs of item") == failures  # paused: no write tried but the look
+    litter = [name for _, _, files in os.walk(ws.root) for name in files if name.endswith(".tmp")]
+    assert not litter
+    small_disk.free()
+    freed = time.monotonic()
+    worker.join(timeout=30)
+    assert time.monotonic() - freed < PROBE_S + 3
+    [report] = reports
+    assert report.done == 1 and FillsTheDisk.calls == 1
+    check_every_pdf_once(ws, pdfs)

@@ -135,3 +135,20 @@ def test_synth_stage_starts_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_a_stage_that_fills_its_disk_ends_in_one_line_saying_where_space_is_short(small_disk, tmp_path):
+    """A write that does not say where it went (Python's buffered writes do not): the line gives what is free
+    on each file system the stage writes to, its config's paths among them, the full one first."""
+    import re
+    import subprocess
+    import sys
+
+    small_disk.leave(50_000)
+    run = subprocess.run([sys.executable, "-m", "olmocr.synth", "num_pages=200", f"out_dir={small_disk.path / 'pages'}",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+    error = run.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: no space left on device; free: \d+(\.\d)? [KB]+ where out_dir is; "
+                        r"\d+\.\d [KMGT]B where the run dir, the temporary folder, \S.* are", error), error

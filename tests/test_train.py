@@ -314,3 +314,47 @@ def test_profiler_writes_a_trace(tmp_path, cache_dir):
     _, out = train(tmp_path, ["+callbacks.profiler={_target_: olmocr.train.callbacks.Profiler, wait: 0, warmup: 1, "
                               "active: 1}", "trainer.max_duration.value=3", "trainer.save_interval=null"])
     assert glob.glob(os.path.join(out, "profile", "*.pt.trace.json"))
+
+
+def test_a_full_disk_at_a_checkpoint_keeps_the_newest_and_says_so_in_one_line(small_disk, tiny):
+    """The first checkpoint fits, the second finds the disk full: one line says where the write went, what is
+    free there and which checkpoint is kept; the partial files are gone (their space back) and the kept one
+    loads. torch's and safetensors' own writers, which the Hugging Face Trainer's checkpoints go through,
+    lose the OS error; a full disk is still known from what they raise."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from olmocr.train.checkpoint import CheckpointManager, complete_checkpoints, model_dir
+    from olmocr.diskspace import NoSpace, no_space
+
+    model, processor = tiny.load_model(), tiny.load_processor()
+    state = {"optimizer": {name: torch.randn_like(p) for name, p in model.state_dict().items()}}
+    root = small_disk.path / "checkpoints"
+    manager = CheckpointManager(str(root), keep_last=3)
+    manager.begin(1)
+    first = manager.commit(1, model, processor, state)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(first) for f in files)
+    small_disk.leave(size // 2)  # room for half a checkpoint
+    free = shutil.disk_usage(small_disk.path).free
+    manager.begin(2)
+    with pytest.raises(NoSpace) as caught:
+        manager.commit(2, model, processor, state)
+    message = str(caught.value)
+    assert message.startswith(f"no space left on device writing {root / 'step_000002.partial'}"), message
+    assert f"; checkpoint of step 2 not saved, its partial files removed; the newest kept is {first} (" in message
+    assert message.endswith(" MB), which a run started again resumes from") and "\n" not in message
+    assert os.listdir(root) == ["step_000001"] and list(complete_checkpoints(str(root))) == [1]
+    assert shutil.disk_usage(small_disk.path).free >= free - 4096
+    reloaded = tiny.load_model(path=model_dir(first))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+
+    small_disk.leave(100)
+    tensors = {"w": torch.zeros(100_000)}
+    for name, write in [("torch.save of a path", lambda path: torch.save(tensors, path)),
+                        ("safetensors", lambda path: save_file(tensors, path))]:
+        with pytest.raises(Exception) as caught:  # noqa: PT011 - what each library raises is the point
+            write(str(small_disk.path / "weights"))
+        assert not isinstance(caught.value, OSError), name
+        assert isinstance(no_space(caught.value), NoSpace), (name, caught.value)
+    assert no_space(RuntimeError("size mismatch for lm_head.weight")) is None

@@ -26,6 +26,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
+from olmocr.diskspace import no_space
 from olmocr.utils.io import Access
 
 
@@ -93,12 +94,20 @@ class LocalStore(Store):
         the disk before the results it vouches for)."""
         path = self._path(name)
         folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:  # a full disk: its retries must not fill it further with what they left
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            full = no_space(exc, path)
+            if full is None:
+                raise
+            raise full from exc
         return tmp
 
     def read(self, name: str) -> Versioned | None:

@@ -77,7 +77,7 @@ class Breaker:
         if streak < self.pause_after:
             return 0.0
         wait = min(self.wait_s * 2 ** (streak - self.pause_after), self.wait_max_s)
-        log.warning("%d failures in a row from outside the items (the last, on %s: %s): pausing %.0f s", streak,
+        log.warning("%d failures in a row from outside the items (the last, on %s: %s): pausing up to %.0f s", streak,
                     what, cause, wait)
         return wait
 
@@ -159,7 +159,7 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
             claim = queue.claim_next()
         except store_errors() as exc:
             log.warning("the workspace did not answer (%s: %s)", type(exc).__name__, exc)
-            _pause_until_answering(queue, shared, max(shared.breaker.failed(exc, "the workspace"), 1.0))
+            _pause_until_answering(queue, shared, exc, "the workspace")
             continue
         if claim is None:
             if not linger or queue.outstanding == 0:
@@ -245,25 +245,30 @@ def _stored(call: Callable, queue: WorkQueue, shared: _Shared, what: str):
             return call()
         except store_errors() as exc:
             log.warning("%s failed (%s: %s); trying again", what, type(exc).__name__, exc)
-            if not _pause_until_answering(queue, shared, max(shared.breaker.failed(exc, "the workspace"), 1.0)):
+            if not _pause_until_answering(queue, shared, exc, "the workspace"):
                 return STOPPED
 
 
 PROBE_S = 2.0
 
 
-def _pause_until_answering(queue: WorkQueue, shared: _Shared, seconds: float) -> bool:
-    """Pause up to ``seconds`` while the workspace does not answer, looking every PROBE_S (one cheap
-    read), so work resumes within seconds of the storage coming back; False when the worker stops."""
+def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException, what: str) -> bool:
+    """Count ``exc`` (the workspace failing ``what``) and pause as the breaker says while the workspace does
+    not answer, looking every PROBE_S, so work resumes within seconds of the storage coming back; False when
+    the worker stops. The look is one cheap read, or after a full disk (which still answers reads) one small
+    write."""
     from olmocr.pipeline.store import store_errors
     from olmocr.pipeline.workspace import INDEX
+    from olmocr.diskspace import no_space
 
+    seconds = max(shared.breaker.failed(exc, what), 1.0)
+    look = queue.ws.sign_in if no_space(exc) else functools.partial(queue.ws.store.exists, INDEX)
     deadline = time.monotonic() + seconds
     while not shared.stop.wait(min(PROBE_S, max(0.0, deadline - time.monotonic()))):
         if time.monotonic() >= deadline:
             return True
         try:
-            queue.ws.store.exists(INDEX)
+            look()
             return True
         except store_errors():
             pass

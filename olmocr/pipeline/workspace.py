@@ -101,12 +101,17 @@ class Workspace:
             raise ValueError(f"workspace: {self.root} has no work index (add PDFs: python -m olmocr.pipeline "
                              f"workspace={self.root} pdfs=[…])")
         if writable:
-            name = f"{WORKERS}/{socket.gethostname()}_{os.getpid()}.json"
-            data = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}).encode()
-            self.store.write(name, data)
+            name, data = self.sign_in()
             found = self.store.read(name)
             if found is None or found.data != data:
                 raise ValueError(f"workspace: {self.store.url(name)} did not read back as written")
+
+    def sign_in(self) -> tuple[str, bytes]:
+        """Write this process's ``workers/<host>_<pid>.json`` (again): a write that costs the workspace nothing."""
+        name = f"{WORKERS}/{socket.gethostname()}_{os.getpid()}.json"
+        data = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}).encode()
+        self.store.write(name, data)
+        return name, data
 
     def add(self, pdfs: list[str], pages_per_group: int = 500, sample: int = 100, seed: int = 0,
             max_attempts: int = 50, pdf_access: Access | None = None) -> Added:

@@ -11,6 +11,7 @@ Layout of one checkpoint, written to a temporary name and renamed when complete:
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from olmocr.models.source import save_model
+from olmocr.diskspace import NoSpace, no_space
 from olmocr.utils.sync import BEST, MARKERS
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -113,6 +115,55 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def unsaved(exc: Exception, folder: str, step: int, root: str) -> NoSpace | None:
+    """After writing checkpoint ``folder`` failed: its partial files removed (never resumed from, and a full
+    disk gets their space back), and for a full disk or a spent quota the error to raise instead, saying
+    which checkpoint is the newest kept and what one takes."""
+    full = no_space(exc, folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    if full is None:
+        return None
+    kept = complete_checkpoints(root)
+    newest = kept[max(kept)] if kept else None
+    full.filename = full.filename or folder
+    full.outcome = (f"checkpoint of step {step} not saved, its partial files removed; " + (
+        f"the newest kept is {newest} ({_size(newest) / 1e6:.1f} MB), which a run started again resumes from"
+        if newest else "no checkpoint kept yet"))
+    return full
+
+
+def _size(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder) for f in files)
+
+
+def _save_state(state: dict, path: str) -> None:
+    """``torch.save``, with the OS error of a failed write kept: torch reports a file it could not finish as
+    a position mismatch, which would hide a full disk."""
+    with open(path, "wb") as fh:
+        writer = _Writes(fh)
+        try:
+            torch.save(state, writer)
+        except RuntimeError as exc:
+            if writer.error is not None:
+                raise writer.error from exc
+            raise
+
+
+class _Writes(io.RawIOBase):
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+
 class CheckpointManager:
     def __init__(self, root: str, keep_last: int | None = 3, best: BestCheckpoint | None = None):
         self.root = root
@@ -141,9 +192,15 @@ class CheckpointManager:
 
     def commit(self, step: int, model, processor, state: dict, model_state: dict | None = None) -> str:
         staging, final = self.staging(step), self.path(step)
-        save_model(model, processor, os.path.join(staging, "model"), model_state)
-        self.best.write(staging)
-        torch.save({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))
+        try:
+            save_model(model, processor, os.path.join(staging, "model"), model_state)
+            self.best.write(staging)
+            _save_state({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))
+        except Exception as exc:
+            full = unsaved(exc, staging, step, self.root)
+            if full is None:
+                raise
+            raise full from exc
         shutil.rmtree(final, ignore_errors=True)
         os.rename(staging, final)
         prune({s: self.path(s) for s in self.steps()}, self.keep_last, self.best.step)

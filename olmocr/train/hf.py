@@ -19,7 +19,8 @@ class RunCheckpoints:
     Trainer's own reload misses checkpoints saved with transformers' key conversion, Qwen2.5-VL, and
     would silently keep the initial weights); optimizer, scheduler, RNG and data position are still
     restored by the Trainer. Checkpoints are kept as our own loop keeps them: each carries ``best.json``
-    (written before the Trainer's marker), and ``keep_last`` prunes all but the newest and the best."""
+    (written before the Trainer's marker), ``keep_last`` prunes all but the newest and the best, and one whose
+    writing failed is removed (:func:`olmocr.train.checkpoint.unsaved`)."""
 
     keep: tuple = (None, None)  # (keep_last, olmocr.train.checkpoint.BestCheckpoint), set by the recipe
 
@@ -27,14 +28,21 @@ class RunCheckpoints:
         pass
 
     def _save_checkpoint(self, model, trial):
-        from olmocr.train.checkpoint import complete_checkpoints, prune
+        from olmocr.train.checkpoint import complete_checkpoints, prune, unsaved
 
         keep_last, best = self.keep
-        if self.args.should_save and best is not None:
-            folder = os.path.join(self.args.output_dir, f"checkpoint-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            best.write(folder)
-        super()._save_checkpoint(model, trial)
+        step = self.state.global_step
+        folder = os.path.join(self.args.output_dir, f"checkpoint-{step}")
+        try:
+            if self.args.should_save and best is not None:
+                os.makedirs(folder, exist_ok=True)
+                best.write(folder)
+            super()._save_checkpoint(model, trial)
+        except Exception as exc:
+            full = unsaved(exc, folder, step, self.args.output_dir) if self.args.should_save else None
+            if full is None:
+                raise
+            raise full from exc
         if self.args.should_save:
             prune(complete_checkpoints(self.args.output_dir), keep_last, best.step if best else None)
 

@@ -1,0 +1,75 @@
+"""A write refused for want of space (a full disk, a spent quota), recognised whichever library did the
+writing, and said in one line by every stage (:func:`olmocr.cli.fail`)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+
+NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+TORCH_WRITE_FAILED = ("unexpected pos", "basic_ios::clear", "PytorchStreamWriter failed writing")
+
+
+class NoSpace(OSError):
+    """A write refused for want of space (a full disk or a spent quota), in one line: where, how much is
+    free there, and what became of the work (``outcome``)."""
+
+    def __init__(self, code: int, path: str | None, outcome: str = ""):
+        super().__init__(code, NO_SPACE[code], path)
+        self.outcome = outcome
+
+    def __str__(self) -> str:
+        where = f" writing {self.filename}" if self.filename else ""
+        free = free_space(self.filename) if self.filename else None
+        return (f"{self.strerror}{where}" + (f" ({free} free there)" if free else "")
+                + (f"; {self.outcome}" if self.outcome else ""))
+
+
+def no_space(exc: BaseException, path: str | None = None) -> NoSpace | None:
+    """The full disk or spent quota behind ``exc`` (itself or what led to it), or None. Libraries that
+    write in native code lose the OS error: safetensors keeps only its message ("(os error 28)"), and
+    torch's file writer reports a short write as a position mismatch and a failed close as a stream error
+    (TORCH_WRITE_FAILED), which on a regular file mean the disk refused the rest. ``path``: where the write
+    went, when the error does not say."""
+    seen: BaseException | None = exc
+    visited = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        if isinstance(seen, NoSpace):
+            return seen
+        text = str(seen)
+        if isinstance(seen, OSError) and seen.errno in NO_SPACE:
+            return NoSpace(seen.errno, seen.filename or path)
+        for code in NO_SPACE:
+            if f"(os error {code})" in text:
+                return NoSpace(code, path)
+        if isinstance(seen, RuntimeError) and any(sign in text for sign in TORCH_WRITE_FAILED):
+            return NoSpace(errno.ENOSPC, path)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def free_space(path: str) -> str | None:
+    """The free space of the file system holding ``path`` (or its nearest existing parent), readable."""
+    if "://" in path:
+        return None
+    try:
+        free = float(shutil.disk_usage(existing_parent(path)).free)
+    except OSError:
+        return None
+    if free < 1000:
+        return f"{free:.0f} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        free /= 1000
+        if free < 1000 or unit == "TB":
+            break
+    return f"{free:.1f} {unit}"
+
+
+def existing_parent(path: str) -> str:
+    """``path`` made absolute, or its nearest parent that exists (where a file written there would go)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
