@@ -93,6 +93,30 @@ def test_round_trip_through_s3(tmp_path, s3_server):
                                "checkpoints/step_000002/trainer_state.pt", "metrics.jsonl"]
 
 
+def test_check_writes_and_removes_one_object_and_a_refused_write_is_one_line(tmp_path, s3_server, monkeypatch,
+                                                                              capsys):
+    """Credentials that read but do not write: a pull works, the check a job makes before its stage does not."""
+    import boto3
+
+    from olmocr.utils.faultproxy import FaultProxy
+
+    client = boto3.client("s3", endpoint_url=s3_server)
+    client.create_bucket(Bucket="runs")
+    sync.push(run_dir(str(tmp_path / "run")), "s3://runs/exp")
+    before = {o["Key"] for o in client.list_objects_v2(Bucket="runs")["Contents"]}
+    assert sync.main(["check", "s3://runs/exp"]) == 0
+    assert {o["Key"] for o in client.list_objects_v2(Bucket="runs")["Contents"]} == before
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("PUT", "POST", "DELETE")) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        assert sync.main(["pull", "s3://runs/exp", str(tmp_path / "restored")]) == 0
+        capsys.readouterr()
+        assert sync.main(["check", "s3://runs/exp"]) == 1
+    assert capsys.readouterr().err == ("error: cannot write to s3://runs/exp (and remove what was written): "
+                                       "PermissionError: Access Denied\n")
+    assert sync.main(["check", "s3://runs/exp", str(tmp_path)]) == 1
+    assert sync.main(["push", str(tmp_path)]) == 1
+
+
 def test_watcher_pushes_until_stopped_and_once_more(tmp_path):
     src, dst = str(tmp_path / "run"), str(tmp_path / "copy")
     write(f"{src}/metrics.jsonl", "step 1\n")

@@ -65,6 +65,26 @@ def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
     assert "exp1/.hydra/config.yaml" in keys
 
 
+def test_a_sync_target_that_refuses_writes_ends_the_task_before_its_stage(tmp_path, cache_dir, s3_server):
+    """Read-only credentials for sync_to: the restore works, the write check does not, and the stage never
+    starts (a run would otherwise train for days with no copy kept)."""
+    import boto3
+
+    from olmocr.utils.faultproxy import FaultProxy
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
+    run_dir = tmp_path / "run"
+    script = task_script(stage_command("olmocr.train", TINY, str(run_dir)), run_dir=str(run_dir),
+                         sync_to="s3://runs/exp1/")
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("PUT", "POST", "DELETE")) as proxy:
+        proc = run_script(script, cache_dir, AWS_ENDPOINT_URL=proxy.endpoint)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert err.splitlines() == ["error: cannot write to s3://runs/exp1 (and remove what was written): PermissionError: "
+                                "Access Denied", "olmocr: cannot keep the run dir in s3://runs/exp1"]
+    assert not (run_dir / ".hydra").exists()
+
+
 def vllm(gpus: int = 1) -> Sidecar:
     return Sidecar(command=lambda host: ["trl", "vllm-serve", "--model", "m", "--host", host], gpus=gpus,
                    host_key="algo.vllm_server_host")

@@ -12,7 +12,9 @@ drawn evenly from
 * ``internal_error`` (500 InternalError) and ``slow_down`` (503 SlowDown), the server never seeing it,
 * ``stall``: the request waits ``stall_s`` (a range) before it goes on,
 
-and, only when asked for, ``access_denied`` (403 AccessDenied, as for the wrong credentials).
+and, only when asked for, ``access_denied`` (403 AccessDenied, as for the wrong credentials). ``methods``
+keeps the faults to requests of some HTTP methods: ``access_denied`` on PUT, POST and DELETE alone is
+read-only credentials.
 
 :meth:`FaultProxy.outage` takes the server away altogether for a while: every request in it is reset.
 Faults are drawn from a seeded generator; ``counts`` says how many of each met which kind of request.
@@ -71,7 +73,7 @@ def request_kind(method: str, headers) -> str:
 class FaultProxy:
     def __init__(self, upstream: str, rate: float = 0.1, faults: tuple[str, ...] = FAULTS,
                  stall_s: tuple[float, float] = (1.0, 4.0), seed: int = 0, host: str = "127.0.0.1", port: int = 0,
-                 cover: tuple[str, ...] = ()):
+                 cover: tuple[str, ...] = (), methods: tuple[str, ...] = ()):
         unknown = set(faults) - set(KNOWN)
         if unknown or not faults:
             raise ValueError(f"faults: expected some of {', '.join(KNOWN)}, got {', '.join(faults) or 'none'}")
@@ -85,6 +87,7 @@ class FaultProxy:
         # Request kinds (request_kind's names) whose first request is always faulted: a run that makes few of
         # them (If-Match rewrites) still meets a fault in one, whatever the draws.
         self.uncovered = set(cover)
+        self.methods = set(methods)  # empty: every method
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.counts: Counter = Counter()  # (fault or "ok", request kind) -> requests
@@ -119,7 +122,8 @@ class FaultProxy:
 
     def _draw(self, kind: str) -> str:
         with self.lock:
-            fault = "outage" if self.down else (
+            exposed = not self.methods or kind.split()[0] in self.methods
+            fault = "outage" if self.down else "ok" if not exposed else (
                 self.rng.choice(self.faults) if self.rng.random() < self.rate or kind in self.uncovered else "ok")
             if fault not in ("ok", "outage"):
                 self.uncovered.discard(kind)
@@ -240,10 +244,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--rate", type=float, default=0.1, help="share of requests that meet a fault")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated: " + ", ".join(KNOWN))
+    parser.add_argument("--methods", default="", help="comma-separated HTTP methods that may meet a fault (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     proxy = FaultProxy(args.upstream, args.rate, tuple(filter(None, args.faults.split(","))), seed=args.seed,
-                       host=args.host, port=args.port).start()
+                       host=args.host, port=args.port,
+                       methods=tuple(m.upper() for m in filter(None, args.methods.split(",")))).start()
     print(f"AWS_ENDPOINT_URL={proxy.endpoint} ({args.rate:g} of requests faulted: {args.faults})", flush=True)
     try:
         threading.Event().wait()

@@ -4,6 +4,7 @@ machine that can disappear (a preemptible cluster job) resumes elsewhere.
     python -m olmocr.utils.sync pull REMOTE RUN_DIR          restore a run dir before the stage starts
     python -m olmocr.utils.sync push RUN_DIR REMOTE          copy it out (once)
     python -m olmocr.utils.sync push RUN_DIR REMOTE --every 60   ... and again every minute until stopped
+    python -m olmocr.utils.sync check REMOTE                 can this machine write (and remove) there?
 
 Checkpoints are the directories under ``<run>/checkpoints/``. A checkpoint counts as complete when its
 marker is there (``trainer_state.pt`` for this project's trainer, ``trainer_state.json`` for a
@@ -136,6 +137,21 @@ def pull(src: str, dst: str) -> tuple[int, int]:
     return copied, unchanged
 
 
+CHECK = ".olmocr_sync_check"
+
+
+def check(dst: str) -> None:
+    """Write one small object under ``dst`` and remove it, as pushing does (checkpoints written, pruned ones
+    removed): a job checks this before its stage starts, so credentials that may read but not write fail it
+    at once, not after days of training that no copy kept."""
+    import socket
+
+    fs, dst = filesystem(dst), dst.rstrip("/")
+    fs.makedirs(dst, exist_ok=True)
+    fs.pipe_file(f"{dst}/{CHECK}", f"{socket.gethostname()} {time.time()}\n".encode())
+    fs.rm_file(f"{dst}/{CHECK}")
+
+
 def watch(src: str, dst: str, every: float) -> None:
     """Push every ``every`` seconds until SIGTERM/SIGINT, then push once more."""
     stop = []
@@ -145,8 +161,9 @@ def watch(src: str, dst: str, every: float) -> None:
         if os.path.isdir(src):
             try:
                 push(src, dst)
-            except OSError as exc:  # a network blip must not end the watcher: the next round retries
-                print(f"olmocr sync: push failed, retrying: {exc}", file=sys.stderr)
+            except Exception as exc:  # noqa: BLE001 - a network blip or credentials that expired mid-run must
+                # not end the watcher: the next round tries again
+                print(f"olmocr sync: push to {dst} failed, trying again in {every:g} s: {_gist(exc)}", file=sys.stderr)
         deadline = time.monotonic() + every
         while not stop and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -155,14 +172,28 @@ def watch(src: str, dst: str, every: float) -> None:
         print(f"push {src} -> {dst}: {copied} copied, {unchanged} unchanged", flush=True)
 
 
+def _gist(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m olmocr.utils.sync", description=__doc__.splitlines()[0])
-    parser.add_argument("direction", choices=("push", "pull"))
+    parser.add_argument("direction", choices=("push", "pull", "check"))
     parser.add_argument("src")
-    parser.add_argument("dst")
+    parser.add_argument("dst", nargs="?")
     parser.add_argument("--every", type=float, default=None, help="push: repeat every N seconds until stopped")
     args = parser.parse_args(argv)
     try:
+        if args.direction == "check":
+            if args.dst is not None or args.every is not None:
+                raise ValueError("check takes one place (REMOTE) and no --every")
+            try:
+                check(args.src)
+            except Exception as exc:  # noqa: BLE001 - whatever refused the write, in one line
+                raise OSError(f"cannot write to {args.src} (and remove what was written): {_gist(exc)}") from exc
+            return 0
+        if args.dst is None:
+            raise ValueError(f"{args.direction} takes two places (from, to)")
         if args.every is not None:
             if args.direction != "push":
                 raise ValueError("--every goes with push")

@@ -13,7 +13,8 @@ wrapped in what the stage declares it needs (:class:`olmocr.cli.Launch`) on the 
   the only process that talks to the server, runs beside it). trl 1.16 talks to one server, and a job
   needs the same number of processes on each machine, so the first S GPUs of the other replicas stay idle;
 - a persistent run dir: with ``sync_to``, the run dir is first restored from there (a retried or
-  re-submitted task resumes from its newest complete checkpoint), then pushed every ``sync_every``
+  re-submitted task resumes from its newest complete checkpoint), the leader checks it can write there
+  (the task ends at once if not), then pushed every ``sync_every``
   seconds while the stage runs and once more at exit, also on failure (``python -m olmocr.utils.sync``;
   a checkpoint is only ever taken for complete once its marker file arrived, so a killed upload is
   never resumed from).
@@ -51,8 +52,11 @@ def _sync(run_dir: str, remote: str, every: int) -> list[str]:
     sync = "python -m olmocr.utils.sync"
     return [
         f"{sync} pull {remote} {run} || {{ echo 'olmocr: cannot restore the run dir from {remote}' >&2; exit 1; }}",
-        # the leader keeps the persistent copy: other replicas write nothing the run needs back
-        f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then {sync} push {run} {remote} --every {every} & sync_pid=$!; fi',
+        # The leader keeps the persistent copy (other replicas write nothing the run needs back), once it has
+        # shown it can: credentials that read but do not write would let a run go on for days uncopied.
+        f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then {sync} check {remote} || '
+        f"{{ echo 'olmocr: cannot keep the run dir in {remote}' >&2; exit 1; }}; "
+        f"{sync} push {run} {remote} --every {every} & sync_pid=$!; fi",
         'finish() { status=$?; if [ -n "${sync_pid:-}" ]; then kill -TERM "$sync_pid" 2>/dev/null; '
         "wait \"$sync_pid\" || echo 'olmocr: output sync failed' >&2; fi; exit $status; }",
         "trap finish EXIT",
