@@ -134,10 +134,10 @@ class Stage:
             except ValueError as exc:
                 fail(str(exc))
             except Exception as exc:
-                full = _no_space(exc, cfg, HydraConfig.get().runtime.output_dir)
-                if full is None:
+                fault = _fault(exc, cfg, HydraConfig.get().runtime.output_dir)
+                if fault is None:
                     raise
-                fail(full)
+                fail(fault)
             if self.succeeded is not None and not self.succeeded(result):
                 raise SystemExit(1)
             return result
@@ -272,15 +272,17 @@ def submit_on_cluster(argv: list[str]) -> list[str]:
     return argv
 
 
-def _no_space(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
-    """A stage that ran out of disk (or quota), in one line. When the error does not say where the write
-    went, what is free on each file system the stage may write to: its run dir, the temporary folder, and
-    every local path its config names (the full one reads ~0 B)."""
+def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
+    """A fault outside the code that ended the stage (:mod:`olmocr.faults`), in one line, or None. Out of disk
+    (or quota) without saying where the write went: what is free on each file system the stage may write to,
+    its run dir, the temporary folder and every local path its config names (the full one reads ~0 B)."""
     import shutil
     import tempfile
 
-    from olmocr.diskspace import existing_parent, free_space, no_space
+    from olmocr.faults import Unreachable, existing_parent, free_space, no_space
 
+    if isinstance(exc, Unreachable):
+        return str(exc)
     full = no_space(exc)
     if full is None:
         return None

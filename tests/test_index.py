@@ -167,9 +167,9 @@ def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
     reads = collections.Counter()
     original = olmocr.utils.io.read_bytes
 
-    def counting(path, access=None):
+    def counting(path, access=None, wait_s=0.0):
         reads[path] += 1
-        return original(path, access)
+        return original(path, access, wait_s)
 
     for module in (olmocr.utils.io, olmocr.data.steps, olmocr.formats.pdf):
         monkeypatch.setattr(module, "read_bytes", counting)

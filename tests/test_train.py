@@ -3,8 +3,10 @@
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -326,7 +328,7 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_newest_and_says_so_in_one_line(sm
     from safetensors.torch import save_file
 
     from olmocr.train.checkpoint import CheckpointManager, complete_checkpoints, model_dir
-    from olmocr.diskspace import NoSpace, no_space
+    from olmocr.faults import NoSpace, no_space
 
     model, processor = tiny.load_model(), tiny.load_processor()
     state = {"optimizer": {name: torch.randn_like(p) for name, p in model.state_dict().items()}}
@@ -358,3 +360,80 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_newest_and_says_so_in_one_line(sm
         assert not isinstance(caught.value, OSError), name
         assert isinstance(no_space(caught.value), NoSpace), (name, caught.value)
     assert no_space(RuntimeError("size mismatch for lm_head.weight")) is None
+
+
+def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refused_credentials(tmp_path, s3_server,
+                                                                                               monkeypatch, caplog):
+    """Pages read from S3 while training: an outage is waited out (data.storage_wait_s), no page dropped for
+    it; credentials refused later stop the run with the page and the refusal, not a page skipped each step."""
+    import threading
+
+    import s3fs
+
+    from olmocr.faults import Unreachable
+    from olmocr.utils.faultproxy import FaultProxy
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
+    fs.mkdir("pages")
+    fs.put(os.path.join(SAMPLE, "train", "pdfs") + "/", "pages/train/", recursive=True)
+    out = tmp_path / "run"
+    caplog.set_level("WARNING", logger="olmocr.io")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+
+        def steps_logged() -> int:
+            return len(open(out / "metrics.jsonl").readlines()) if (out / "metrics.jsonl").exists() else 0
+
+        def faults():
+            while steps_logged() < 1:
+                time.sleep(0.05)
+            proxy.outage(20)  # longer than s3fs and botocore wait out by themselves
+            while steps_logged() < 8:
+                time.sleep(0.05)
+            proxy.faults, proxy.methods, proxy.rate = ("access_denied",), {"GET"}, 1.0
+
+        thread = threading.Thread(target=faults, daemon=True)
+        thread.start()
+        with pytest.raises(Unreachable) as caught:
+            train(tmp_path, ["data=folder", "data.roots=[s3://pages/train]", "data.eval_fraction=0", "data.storage_wait_s=120",
+                             "trainer.max_duration.value=40", "trainer.save_interval=null"])
+        thread.join(timeout=10)
+    assert proxy.faulted()["outage"] > 0
+    assert "the storage does not answer (EndpointConnectionError" in caplog.text
+    assert "the storage answers again, after " in caplog.text
+    assert re.fullmatch(r"s3://pages/train/\S+\.(md|pdf): the storage refused the credentials \(PermissionError: "
+                        r"Access Denied\)", str(caught.value)), caught.value
+    assert 8 <= steps_logged() < 40
+    assert not (out / "rejected.jsonl").exists() or not open(out / "rejected.jsonl").read()
+
+
+def test_a_read_that_waits_past_its_patience_and_a_fault_raised_in_a_loader_worker_are_one_line(s3_server,
+                                                                                                 monkeypatch):
+    import s3fs
+    from torch.utils.data import DataLoader
+
+    from olmocr.faults import Unreachable
+    from olmocr.utils.faultproxy import FaultProxy
+    from olmocr.utils.io import read_bytes
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
+    fs.mkdir("pages")
+    fs.pipe("pages/a.md", b"a")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        assert read_bytes("s3://pages/a.md", wait_s=5) == b"a"
+        proxy.outage(600)
+        with pytest.raises(Unreachable, match=r"^s3://pages/a.md: the storage did not answer for \d+ s "
+                                              r"\(EndpointConnectionError: [^\n]+\)$"):
+            read_bytes("s3://pages/a.md", wait_s=1)
+
+    class Refused(torch.utils.data.Dataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            raise Unreachable("s3://pages/a.md: the storage refused the credentials (PermissionError: Access Denied)")
+
+    with pytest.raises(Unreachable) as caught:
+        next(iter(DataLoader(Refused(), num_workers=1)))
+    assert str(caught.value) == "s3://pages/a.md: the storage refused the credentials (PermissionError: Access Denied)"

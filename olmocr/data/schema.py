@@ -10,6 +10,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 import olmocr.models.schema  # noqa: F401 - the data stage composes the model group
 from olmocr.config import TYPED_MAP_ENTRIES, StageConfig, store
 
+# How long a read of training data waits out remote storage that does not answer before the run stops (it
+# resumes from its newest checkpoint); a page is never dropped for it (olmocr.utils.io.read_bytes).
+STORAGE_WAIT_S = 600.0
 
 @dataclass
 class SourceConfig:
@@ -32,6 +35,7 @@ class DataConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
+    storage_wait_s: float = STORAGE_WAIT_S
 
 
 @dataclass
@@ -44,6 +48,7 @@ class FolderDataConfig:
     eval_fraction: float = 0.05
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
+    storage_wait_s: float = STORAGE_WAIT_S
 
 
 @dataclass
@@ -63,6 +68,7 @@ class BenchDataConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote bench roots here before reading them
+    storage_wait_s: float = STORAGE_WAIT_S
 
 
 @dataclass

@@ -48,14 +48,20 @@ class Step:
         return f"{type(self).__name__}({fields})"
 
 
+@runtime("storage_wait_s")
 class ParseFrontMatter(Step):
-    """Read the .md beside the PDF and split it into typed front matter and page text."""
+    """Read the .md beside the PDF and split it into typed front matter and page text. ``storage_wait_s``
+    (training: ``data.storage_wait_s``): how long a remote read waits out storage that does not answer, rather
+    than dropping the page (:func:`olmocr.utils.io.read_bytes`)."""
+
+    def __init__(self, storage_wait_s: float = 0.0):
+        self.storage_wait_s = storage_wait_s
 
     def __call__(self, sample):
         if sample.get("md_path") is None:
             raise Reject("missing_md", f"{sample.get('pdf_path')} has no .md beside it")
         try:
-            sample["meta"], sample["text"] = parse_document(read_text(sample["md_path"]))
+            sample["meta"], sample["text"] = parse_document(read_text(sample["md_path"], wait_s=self.storage_wait_s))
         except FrontMatterError as exc:
             raise Reject("front_matter", f"{sample['md_path']}: {exc}") from None
         except (UnicodeDecodeError, OSError) as exc:
@@ -63,15 +69,18 @@ class ParseFrontMatter(Step):
         return sample
 
 
+@runtime("storage_wait_s")
 class CheckPdf(Step):
     """Open the PDF's structure (no rendering): reject missing, empty, encrypted, unreadable or
-    multi-page files before any expensive step. Keeps the bytes for later steps.
+    multi-page files before any expensive step. Keeps the bytes for later steps; reads them as
+    :class:`ParseFrontMatter` reads the .md.
 
     A caller that has already opened the document for all its pages (the batch pipeline) passes
     ``pdf_bytes``, ``num_pages`` and ``page_size`` in the sample, and the PDF is not parsed again."""
 
-    def __init__(self, max_pages: int | None = 1):
+    def __init__(self, max_pages: int | None = 1, storage_wait_s: float = 0.0):
         self.max_pages = max_pages
+        self.storage_wait_s = storage_wait_s
 
     def __call__(self, sample):
         path = sample.get("pdf_path")
@@ -85,7 +94,7 @@ class CheckPdf(Step):
         data, num_pages, size = sample.get("pdf_bytes"), sample.get("num_pages"), sample.get("page_size")
         try:
             if data is None or num_pages is None:
-                data = read_bytes(path)
+                data = read_bytes(path, wait_s=self.storage_wait_s)
                 info = pdf_info(path, data)
                 num_pages, size = info.num_pages, (info.width, info.height) if page == 1 else None
             if self.max_pages is not None and num_pages > self.max_pages:

@@ -101,9 +101,9 @@ def export_source(source: str, records: list[dict], out, counts: Counter, pdf_ac
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from tqdm import tqdm
 
-    from olmocr.pipeline.store import open_store, store_errors
+    from olmocr.pipeline.store import open_store
     from olmocr.pipeline.workspace import Workspace
-    from olmocr.utils.io import Access
+    from olmocr.utils.io import Access, store_errors
     from olmocr.utils.runinfo import write_run_info
 
     if "://" in cfg.out_dir and not cfg.out_dir.startswith("s3://"):

@@ -26,7 +26,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
-from olmocr.diskspace import no_space
+from olmocr.faults import no_space
 from olmocr.utils.io import Access
 
 
@@ -252,28 +252,6 @@ class S3Store(Store):
             if _condition_failed(exc):
                 return None
             raise
-
-
-def store_errors() -> tuple[type[BaseException], ...]:
-    """What a store raises when it cannot do its work: a full disk, a missing bucket, no credentials,
-    an endpoint that does not answer."""
-    try:
-        from botocore.exceptions import BotoCoreError
-    except ImportError:
-        return (OSError,)
-    return (OSError, BotoCoreError)
-
-
-def refused(exc: BaseException) -> bool:
-    """Is a store error a refusal of this worker's credentials (none found, or not allowed), which waiting
-    does not mend, rather than the store not answering now?"""
-    if isinstance(exc, PermissionError):
-        return True
-    try:
-        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
-    except ImportError:
-        return False
-    return isinstance(exc, (NoCredentialsError, PartialCredentialsError))
 
 
 def open_store(root: str, access: Access | None = None) -> Store:

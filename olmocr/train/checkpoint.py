@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from olmocr.models.source import save_model
-from olmocr.diskspace import NoSpace, no_space
+from olmocr.faults import NoSpace, no_space
 from olmocr.utils.sync import BEST, MARKERS
 
 STEP_DIR = re.compile(r"^step_(\d+)$")

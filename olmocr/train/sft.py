@@ -53,7 +53,8 @@ class SFT(Recipe):
         data = OmegaConf.to_container(self.cfg.data, resolve=True)
         train, evals, self.report = build_datasets(
             *sources(data), data["steps"], cache_dir=os.path.join(self.cfg.paths.cache, "index"),
-            report_path=os.path.join(self.output_dir, "rejected.jsonl"), seed=self.cfg.seed, processor=self.processor)
+            report_path=os.path.join(self.output_dir, "rejected.jsonl"), seed=self.cfg.seed, processor=self.processor,
+            storage_wait_s=data["storage_wait_s"])
         return train, evals
 
     def tokens_per_sample(self) -> float:

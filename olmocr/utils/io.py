@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import fsspec
 
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://")
+MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
+
+log = logging.getLogger("olmocr.io")
 
 
 def is_remote(path: str) -> bool:
@@ -41,15 +46,48 @@ def filesystem(path: str, access: Access | None = None):
     return fsspec.filesystem(protocol, **((access or Access()).s3_options() if protocol == "s3" else {}))
 
 
-def read_bytes(path: str, access: Access | None = None) -> bytes:
+def read_bytes(path: str, access: Access | None = None, wait_s: float = 0.0) -> bytes:
+    """``path``'s bytes. Remote, with ``wait_s``: storage that does not answer (an outage, resets, timeouts,
+    5xx past the client's own retries) is waited out for up to ``wait_s``, looking again with growing pauses,
+    and refused credentials end the wait at once, both as :class:`olmocr.faults.Unreachable`; a missing file is
+    FileNotFoundError either way."""
     if not is_remote(path):
         with open(path, "rb") as fh:
             return fh.read()
-    return filesystem(path, access).cat_file(path)
+    if not wait_s:
+        return filesystem(path, access).cat_file(path)
+    return _patiently(lambda: filesystem(path, access).cat_file(path), path, wait_s)
 
 
-def read_text(path: str, access: Access | None = None) -> str:
-    return read_bytes(path, access).decode("utf-8")
+def read_text(path: str, access: Access | None = None, wait_s: float = 0.0) -> str:
+    return read_bytes(path, access, wait_s).decode("utf-8")
+
+
+def _patiently(call, path: str, wait_s: float):
+    from olmocr.faults import Unreachable
+
+    since, pause = None, 1.0
+    while True:
+        try:
+            found = call()
+        except FileNotFoundError:
+            raise
+        except store_errors() as exc:
+            gist = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
+            if refused(exc):
+                raise Unreachable(f"{path}: the storage refused the credentials ({gist})") from None
+            now = time.monotonic()
+            if since is None:
+                since = now
+                log.warning("%s: the storage does not answer (%s); waiting up to %.0f s", path, gist, wait_s)
+            if now - since >= wait_s:
+                raise Unreachable(f"{path}: the storage did not answer for {now - since:.0f} s ({gist})") from None
+            time.sleep(min(pause, wait_s - (now - since)))
+            pause = min(2 * pause, MAX_PAUSE_S)
+            continue
+        if since is not None:
+            log.warning("%s: the storage answers again, after %.0f s", path, time.monotonic() - since)
+        return found
 
 
 @contextlib.contextmanager
@@ -65,3 +103,25 @@ def local_path(path: str, data: bytes | None = None) -> Iterator[str]:
         tmp.write(read_bytes(path) if data is None else data)
         tmp.flush()
         yield tmp.name
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What storage (a local folder, S3 through s3fs) raises when it cannot do its work: a full disk, a missing
+    bucket, no credentials, an endpoint that does not answer."""
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:
+        return (OSError,)
+    return (OSError, BotoCoreError)
+
+
+def refused(exc: BaseException) -> bool:
+    """Is a storage error a refusal of this process's credentials (none found, or not allowed), which waiting
+    does not mend, rather than the storage not answering now?"""
+    if isinstance(exc, PermissionError):
+        return True
+    try:
+        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+    except ImportError:
+        return False
+    return isinstance(exc, (NoCredentialsError, PartialCredentialsError))

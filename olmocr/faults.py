@@ -1,5 +1,7 @@
-"""A write refused for want of space (a full disk, a spent quota), recognised whichever library did the
-writing, and said in one line by every stage (:func:`olmocr.cli.fail`)."""
+"""Faults outside the code that end a stage, each said in one line by every stage (:func:`olmocr.cli.fail`):
+a write refused for want of space (a full disk, a spent quota), recognised whichever library did the
+writing, and storage or a service that refused the credentials or did not answer for as long as the stage
+waits for it (:class:`Unreachable`)."""
 
 from __future__ import annotations
 
@@ -73,3 +75,15 @@ def existing_parent(path: str) -> str:
     while not os.path.exists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
     return path
+
+
+class Unreachable(RuntimeError):
+    """Storage or a service that refused this process's credentials, or did not answer for as long as the stage
+    waits: what is done is kept (a training run resumes from its newest checkpoint) and the stage stops."""
+
+    def __init__(self, message: str):
+        # Raised in a DataLoader worker, it is built again in the main process from "Caught Unreachable in
+        # DataLoader worker process N.\nOriginal Traceback …" ending in "olmocr.faults.Unreachable: <message>".
+        name = f"{type(self).__module__}.{type(self).__qualname__}: "
+        last = message.rstrip().rsplit("\n", 1)[-1]
+        super().__init__(last[len(name):] if message.startswith("Caught ") and last.startswith(name) else message)
