@@ -140,6 +140,14 @@ def test_s3_sources_and_output_round_trip(grpo_runs, s3_server, tmp_path):
     assert sorted(os.listdir(back)) == sorted(os.listdir(local))
     assert (back / "model.safetensors").read_bytes() == (local / "model.safetensors").read_bytes()
     assert json.loads((back / "provenance.json").read_text())["weights_sha256"] == record["weights_sha256"]
+    # An upload stopped part way (its provenance.json, written last, missing) is named as such, then replaced.
+    fs.rm("s3://ckpt/released/provenance.json")
+    with pytest.raises(ValueError, match=r"^output: s3://ckpt/released holds an unfinished upload \(no provenance.json"):
+        stage("prepare", ["sources=[s3://ckpt/runs/seed0,s3://ckpt/runs/seed1]", "output=s3://ckpt/released"],
+              tmp_path / "run3")
+    stage("prepare", ["sources=[s3://ckpt/runs/seed0,s3://ckpt/runs/seed1]", "output=s3://ckpt/released",
+                      "overwrite=true"], tmp_path / "run4")
+    assert fs.exists("s3://ckpt/released/provenance.json")
 
 
 def test_mismatched_architectures_fail_naming_the_tensor(grpo_runs, cache_dir, tmp_path):

@@ -224,7 +224,11 @@ class Output:
         self.remote = is_remote(path)
         self.path = path.rstrip("/") if self.remote else os.path.abspath(os.path.expanduser(path))
         self.fs = filesystem(self.path)
-        if self.fs.exists(self.path) and self.fs.ls(self.path) and not overwrite:
+        there = self.fs.ls(self.path, detail=False) if self.fs.exists(self.path) else []
+        if there and not overwrite:
+            if self.remote and not any(name.rstrip("/").endswith("/provenance.json") for name in there):
+                raise ValueError(f"output: {path} holds an unfinished upload (no provenance.json, which is written last: "
+                                 "a run stopped part way); overwrite=true replaces it")
             raise ValueError(f"output: {path} exists and is not empty (overwrite=true replaces it)")
         self.root = self.path if self.remote else self.path + ".partial"
         if self.fs.exists(self.root) and (overwrite or not self.remote):
