@@ -273,26 +273,36 @@ def submit_on_cluster(argv: list[str]) -> list[str]:
 
 
 def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
-    """A fault outside the code that ended the stage (:mod:`olmocr.faults`), in one line, or None. Out of disk
-    (or quota) without saying where the write went: what is free on each file system the stage may write to,
-    its run dir, the temporary folder and every local path its config names (the full one reads ~0 B)."""
-    import shutil
-    import tempfile
-
-    from olmocr.faults import Unreachable, existing_parent, free_space, no_space
+    """A fault outside the code that ended the stage (:mod:`olmocr.faults`), in one line, or None."""
+    from olmocr.faults import Unreachable, no_space, outside
 
     if isinstance(exc, Unreachable):
         return str(exc)
     full = no_space(exc)
-    if full is None:
+    if full is not None:
+        return _no_space(full, cfg, run_dir)
+    fault = outside(exc)
+    if fault is None:
         return None
+    # No error of s3fs says which bucket: the places the config names do.
+    remote = [f"{key}={value}" for key, value in _leaves(_values(cfg))
+              if isinstance(value, str) and value.startswith(("s3://", "gs://", "gcs://"))]
+    return fault + (f"; the config's remote places: {', '.join(remote[:3])}{', …' if len(remote) > 3 else ''}"
+                    if remote else "")
+
+
+def _no_space(full, cfg: DictConfig, run_dir: str) -> str:
+    """Out of disk (or quota) without saying where the write went: what is free on each file system the stage
+    may write to, its run dir, the temporary folder and every local path its config names (the full one reads
+    ~0 B), the fullest first."""
+    import shutil
+    import tempfile
+
+    from olmocr.faults import existing_parent, free_space
+
     if full.filename is None and not full.outcome:
         places = {"the run dir": run_dir, "the temporary folder": tempfile.gettempdir()}
-        try:
-            values = OmegaConf.to_container(cfg, resolve=True)
-        except Exception:  # noqa: BLE001 - a value that no longer resolves: the others still help
-            values = OmegaConf.to_container(cfg, resolve=False)
-        for key, value in _leaves(values):
+        for key, value in _leaves(_values(cfg)):
             if isinstance(value, str) and os.sep in value and "${" not in value and "://" not in value:
                 places.setdefault(key, value)
         by_device: dict[int, list[str]] = {}
@@ -304,6 +314,13 @@ def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
             f"{free_space(places[names[0]])} where {', '.join(names[:3])}{', …' if len(names) > 3 else ''} "
             f"{'is' if len(names) == 1 else 'are'}" for names in groups)
     return str(full)
+
+
+def _values(cfg: DictConfig) -> dict:
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - a value that no longer resolves: the others still help
+        return OmegaConf.to_container(cfg, resolve=False)
 
 
 def _leaves(node, prefix: str = ""):

@@ -1,7 +1,8 @@
 """Faults outside the code that end a stage, each said in one line by every stage (:func:`olmocr.cli.fail`):
 a write refused for want of space (a full disk, a spent quota), recognised whichever library did the
-writing, and storage or a service that refused the credentials or did not answer for as long as the stage
-waits for it (:class:`Unreachable`)."""
+writing; storage or a service that refused the credentials or did not answer for as long as the stage
+waits for it (:class:`Unreachable`); and what storage and network errors are (:func:`store_errors`,
+:func:`refused`, :func:`outside`)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,44 @@ class Unreachable(RuntimeError):
         name = f"{type(self).__module__}.{type(self).__qualname__}: "
         last = message.rstrip().rsplit("\n", 1)[-1]
         super().__init__(last[len(name):] if message.startswith("Caught ") and last.startswith(name) else message)
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What storage (a local folder, S3 through s3fs) raises when it cannot do its work: a full disk, a missing
+    bucket, no credentials, an endpoint that does not answer."""
+    try:
+        from botocore.exceptions import BotoCoreError
+    except ImportError:
+        return (OSError,)
+    return (OSError, BotoCoreError)
+
+
+def refused(exc: BaseException) -> bool:
+    """Is a storage error a refusal of this process's credentials (none found, or not allowed), which waiting
+    does not mend, rather than the storage not answering now?"""
+    if isinstance(exc, PermissionError):
+        return True
+    try:
+        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+    except ImportError:
+        return False
+    return isinstance(exc, (NoCredentialsError, PartialCredentialsError))
+
+
+def outside(exc: BaseException) -> str | None:
+    """``exc`` (or what led to it) as a fault of storage or the network, in words, or None: credentials refused,
+    a local permission denied, or no answer (refused or reset connections, timeouts, a client giving up)."""
+    seen: BaseException | None = exc
+    visited = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        gist = f"{type(seen).__name__}: {str(seen).splitlines()[0] if str(seen) else 'no message'}"
+        if isinstance(seen, PermissionError) and seen.filename:
+            return f"permission denied: {seen.filename}"
+        if isinstance(seen, store_errors()) and refused(seen):
+            return f"the storage refused the credentials ({gist})"
+        if isinstance(seen, (ConnectionError, TimeoutError)) or (
+                isinstance(seen, store_errors()) and not isinstance(seen, OSError)):
+            return f"the storage or a service did not answer ({gist})"
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -214,3 +215,30 @@ def test_model_output_is_drawn_but_never_run():
     assert '[figure: a chart]' in html and '<td colspan="2"><mark>cell</mark></td>' in html
     assert html.count("<math") == 2 and 'display="inline"' in html and 'display="block"' in html
     assert '<code class="fail" title="KaTeX cannot parse this">\\badmacro</code>' in html
+
+
+def test_a_stage_whose_storage_refuses_or_does_not_answer_ends_in_one_line_naming_the_remote_places(tmp_path,
+                                                                                                  s3_server):
+    """s3fs's errors name no bucket: the line gives the error's gist and the config's remote places."""
+    import boto3
+
+    from olmocr.faults import outside
+    from olmocr.utils.faultproxy import FaultProxy
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="converted")
+    command = [sys.executable, "-m", "olmocr.report.viewer", "results=s3://converted/ws", f"hydra.run.dir={tmp_path}/run"]
+    for fault, expected in [("access_denied", "error: the storage refused the credentials (PermissionError: Access "
+                                              "Denied); the config's remote places: results=s3://converted/ws"),
+                            ("outage", r"error: the storage or a service did not answer \(EndpointConnectionError: "
+                                       r"Could not connect to the endpoint URL: \"http://127\.0\.0\.1:\d+/converted\?"
+                                       r"[^\"]+\"\); the config's remote places: results=s3://converted/ws")]:
+        with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
+            if fault == "outage":
+                proxy.outage(600)
+            run = subprocess.run(command, cwd=tmp_path, env={**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint},
+                                 capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+        assert re.fullmatch(re.escape(expected) if fault == "access_denied" else expected,
+                            run.stderr.strip().splitlines()[-1]), run.stderr[-1000:]
+    assert outside(PermissionError(13, "Permission denied", "/data/runs")) == "permission denied: /data/runs"
+    assert outside(RuntimeError("a bug")) is None

@@ -28,7 +28,7 @@ log = logging.getLogger("olmocr.datasets")
 @stage("datasets")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.datasets.files import STATE, Source, State, by_reason, reasons_text, write_atomic
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.utils.io import Access, is_remote
     from olmocr.utils.runinfo import write_run_info
 

@@ -49,7 +49,7 @@ _QUEUED: set[tuple[str, tuple[str, ...]]] = set()  # what this process queued: j
 def queue_before_submitting(cfg: DictConfig) -> None:
     """Add ``pdfs=`` to the workspace here, once, before a cluster job's workers start (they only work);
     the jobs of a sweep (``-m replica='range(N)'``) queue their PDFs once between them."""
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -86,7 +86,7 @@ def check(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.pipeline.worker import Breaker, run_workers, when_answering
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access

@@ -103,7 +103,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     from olmocr.pipeline.store import open_store
     from olmocr.pipeline.workspace import Workspace
-    from olmocr.utils.io import Access, store_errors
+    from olmocr.faults import store_errors
+    from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
 
     if "://" in cfg.out_dir and not cfg.out_dir.startswith("s3://"):

@@ -5,7 +5,7 @@ tried again later), or something no item can get past (:class:`StopWork`: the ru
 from __future__ import annotations
 
 from olmocr.formats.pdf import MissingTool
-from olmocr.utils.io import store_errors
+from olmocr.faults import store_errors
 
 
 class StopWork(RuntimeError):

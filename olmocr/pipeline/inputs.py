@@ -148,7 +148,7 @@ def _regular_file(path: str) -> None:
 def _reading(path: str, access: Access | None, read):
     """``read()``, its failures sorted into the document's (DocumentError) and the storage's (Unavailable)."""
     from olmocr.pipeline.failures import Unavailable
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.utils.io import filesystem
 
     try:

@@ -299,7 +299,7 @@ class LeaseKeeper:
             return list(self._held.values())
 
     def _loop(self) -> None:
-        from olmocr.utils.io import store_errors
+        from olmocr.faults import store_errors
 
         while not self._stop.wait(self.lease_s / 3):
             for queue, claim in self.held():
@@ -312,7 +312,7 @@ class LeaseKeeper:
     def release_all(self) -> int:
         """Give back every claim still held (a stopping worker); returns how many. A claim the store does not
         take back now (it is unreachable) expires after its lease instead."""
-        from olmocr.utils.io import store_errors
+        from olmocr.faults import store_errors
 
         self._stop.set()
         released = 0

@@ -21,7 +21,7 @@ log = logging.getLogger("olmocr.pipeline.requeue")
 @stage("pipeline_requeue")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
     from olmocr.pipeline.queue import requeue
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 

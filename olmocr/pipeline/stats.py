@@ -145,7 +145,7 @@ def describe(stats: dict) -> str:
 
 @stage("pipeline_stats")
 def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 

@@ -86,7 +86,7 @@ def when_answering(call: Callable, breaker: Breaker, what: str):
     """``call()``, waited out while the store does not answer (as ``breaker`` says, up to its
     ``give_up_after_s``), so a worker starting in a brownout starts late rather than not at all; a refusal
     of the credentials raises at once."""
-    from olmocr.utils.io import refused, store_errors
+    from olmocr.faults import refused, store_errors
 
     while True:
         try:
@@ -151,7 +151,7 @@ def _work(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
 
 
 def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, poll_s: float) -> None:
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
 
     keeper, stop, report, lock, wake = shared.keeper, shared.stop, shared.report, shared.lock, shared.wake
     while not stop.is_set():
@@ -238,7 +238,7 @@ STOPPED = object()  # what _stored returns when the worker stops first
 def _stored(call: Callable, queue: WorkQueue, shared: _Shared, what: str):
     """``call()``'s value, tried again while the workspace does not answer; STOPPED when the worker stops
     first."""
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
 
     while True:
         try:
@@ -257,7 +257,7 @@ def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException
     not answer, looking every PROBE_S, so work resumes within seconds of the storage coming back; False when
     the worker stops. The look is one cheap read, or after a full disk (which still answers reads) one small
     write."""
-    from olmocr.utils.io import store_errors
+    from olmocr.faults import store_errors
     from olmocr.pipeline.workspace import INDEX
     from olmocr.faults import no_space
 

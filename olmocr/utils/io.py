@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from olmocr.faults import Unreachable, refused, store_errors
+
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://")
 MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
 
@@ -64,8 +66,6 @@ def read_text(path: str, access: Access | None = None, wait_s: float = 0.0) -> s
 
 
 def _patiently(call, path: str, wait_s: float):
-    from olmocr.faults import Unreachable
-
     since, pause = None, 1.0
     while True:
         try:
@@ -103,25 +103,3 @@ def local_path(path: str, data: bytes | None = None) -> Iterator[str]:
         tmp.write(read_bytes(path) if data is None else data)
         tmp.flush()
         yield tmp.name
-
-
-def store_errors() -> tuple[type[BaseException], ...]:
-    """What storage (a local folder, S3 through s3fs) raises when it cannot do its work: a full disk, a missing
-    bucket, no credentials, an endpoint that does not answer."""
-    try:
-        from botocore.exceptions import BotoCoreError
-    except ImportError:
-        return (OSError,)
-    return (OSError, BotoCoreError)
-
-
-def refused(exc: BaseException) -> bool:
-    """Is a storage error a refusal of this process's credentials (none found, or not allowed), which waiting
-    does not mend, rather than the storage not answering now?"""
-    if isinstance(exc, PermissionError):
-        return True
-    try:
-        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
-    except ImportError:
-        return False
-    return isinstance(exc, (NoCredentialsError, PartialCredentialsError))
