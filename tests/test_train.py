@@ -437,3 +437,23 @@ def test_a_read_that_waits_past_its_patience_and_a_fault_raised_in_a_loader_work
     with pytest.raises(Unreachable) as caught:
         next(iter(DataLoader(Refused(), num_workers=1)))
     assert str(caught.value) == "s3://pages/a.md: the storage refused the credentials (PermissionError: Access Denied)"
+
+
+def test_a_diverging_run_stops_in_one_line_before_saving_what_it_diverged_into(tmp_path, caplog):
+    """An absurd learning rate: after the first update the loss is NaN. Steps whose loss or gradients are not
+    finite are not applied and nothing is saved meanwhile; three in a row stop the run, naming the newest
+    checkpoint, which is from before."""
+    from safetensors.torch import load_file
+
+    with pytest.raises(ValueError) as caught:
+        train(tmp_path, ["optimizer.lr=1e9", "trainer.max_duration.value=10", "trainer.save_interval=1"])
+    assert str(caught.value) == (
+        "step 4: loss nan, gradient norm nan; 3 steps in a row, none applied: training diverged and stops before "
+        "saving anything of it; the newest checkpoint is of step 1: lower optimizer.lr (or trainer.clip_grad_norm) "
+        "and run again to resume from it")
+    assert caplog.text.count("its update was not applied") == 2
+    out = tmp_path / "run"
+    assert os.listdir(out / "checkpoints") == ["step_000001"]
+    weights = load_file(out / "checkpoints" / "step_000001" / "model" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    assert [round(v, 3) if v == v else "nan" for v in losses(str(out)).values()][1:] == ["nan"] * 3

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 
@@ -113,9 +114,11 @@ class Replicated:
         params = [p for p in model.parameters() if p.requires_grad]
         # With FSDP the norm is a DTensor over all shards; full_tensor() makes it one number.
         norm = torch.nn.utils.clip_grad_norm_(params, clip_grad_norm or float("inf"))
-        optimizer.step()
+        norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        if math.isfinite(norm):  # else the update would write NaN into every weight (the trainer says why)
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return norm
 
     def model_state(self, model) -> dict | None:
         return None  # save_pretrained reads the unwrapped model directly

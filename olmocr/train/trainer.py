@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from olmocr.train.distributed import DistInfo, Replicated
 from olmocr.train.schema import TrainerConfig
 
 log = logging.getLogger(__name__)
+
+NONFINITE_STOP = 3  # steps in a row with a loss or gradients that are not finite: training has diverged
 
 
 @dataclass
@@ -50,6 +53,7 @@ class Trainer:
         self.bench_eval = bench_eval  # olmocr.train.bench_eval.BenchEval, or None
         self.state = TrainState()
         self.data_wait = 0.0
+        self.nonfinite = 0  # steps in a row whose loss or gradients were not finite
         self._clock = (time.perf_counter(), 0.0)
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -62,9 +66,12 @@ class Trainer:
             window = next(windows)
             metrics = self.train_step(window)
             self._emit("on_step_end", metrics)
+            self.check_finite(metrics)
             evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
             new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
-            if new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step:
+            # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
+            if not self.nonfinite and (new_best or self._due(self.settings.save_interval)
+                                       or self.state.step == self.stop_step):
                 self.save()
         self._emit("on_fit_end")
         return self.state
@@ -94,6 +101,32 @@ class Trainer:
                 "train/lr": self.optimizer.param_groups[0]["lr"], "train/tokens": tokens, "train/samples": samples,
                 "perf/samples_per_s": samples / elapsed, "perf/tokens_per_s": tokens / elapsed,
                 "perf/data_wait_percent": wait_percent}
+
+    def check_finite(self, metrics: dict) -> None:
+        """A step whose loss or gradient norm is not finite was not applied (the strategy skips the update): one
+        bad batch is passed over with a warning. Weights that are no longer finite, or NONFINITE_STOP such steps
+        in a row, stop the run before anything of it is saved (a diverged run would otherwise go on, write NaN
+        checkpoints and prune the good ones)."""
+        loss, norm = metrics["train/loss"], metrics["train/grad_norm"]
+        if math.isfinite(loss) and math.isfinite(norm):
+            self.nonfinite = 0
+            return
+        self.nonfinite += 1
+        broken = self._global_sum(sum(int(not torch.isfinite(getattr(p, "_local_tensor", p)).all())
+                                      for p in self.model.parameters()))
+        step = self.state.step
+        if not broken and self.nonfinite < NONFINITE_STOP:
+            log.warning("step %d: loss %g, gradient norm %g: its update was not applied (a batch whose loss or "
+                        "gradients are not finite)", step, loss, norm)
+            return
+        why = ("the weights are no longer finite" if broken else
+               f"{self.nonfinite} steps in a row, none applied")
+        newest = self.checkpoints.steps()
+        raise ValueError(f"step {step}: loss {loss:g}, gradient norm {norm:g}; {why}: training diverged and stops "
+                         "before saving anything of it; " + (
+                             f"the newest checkpoint is of step {newest[-1]}: lower optimizer.lr (or "
+                             "trainer.clip_grad_norm) and run again to resume from it" if newest else
+                             "no checkpoint yet: lower optimizer.lr (or trainer.clip_grad_norm) and run again"))
 
     def loss_sum(self, batch: dict) -> torch.Tensor:
         """Summed next-token cross-entropy over the batch's label tokens."""
