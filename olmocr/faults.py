@@ -2,7 +2,7 @@
 a write refused for want of space (a full disk, a spent quota), recognised whichever library did the
 writing; storage or a service that refused the credentials or did not answer for as long as the stage
 waits for it (:class:`Unreachable`); and what storage and network errors are (:func:`store_errors`,
-:func:`refused`, :func:`outside`)."""
+:func:`refused`, :func:`outside`, :func:`gist`)."""
 
 from __future__ import annotations
 
@@ -35,10 +35,7 @@ def no_space(exc: BaseException, path: str | None = None) -> NoSpace | None:
     torch's file writer reports a short write as a position mismatch and a failed close as a stream error
     (TORCH_WRITE_FAILED), which on a regular file mean the disk refused the rest. ``path``: where the write
     went, when the error does not say."""
-    seen: BaseException | None = exc
-    visited = set()
-    while seen is not None and id(seen) not in visited:
-        visited.add(id(seen))
+    for seen in _chain(exc):
         if isinstance(seen, NoSpace):
             return seen
         text = str(seen)
@@ -49,7 +46,6 @@ def no_space(exc: BaseException, path: str | None = None) -> NoSpace | None:
                 return NoSpace(code, path)
         if isinstance(seen, RuntimeError) and any(sign in text for sign in TORCH_WRITE_FAILED):
             return NoSpace(errno.ENOSPC, path)
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -115,17 +111,27 @@ def refused(exc: BaseException) -> bool:
 def outside(exc: BaseException) -> str | None:
     """``exc`` (or what led to it) as a fault of storage or the network, in words, or None: credentials refused,
     a local permission denied, or no answer (refused or reset connections, timeouts, a client giving up)."""
+    for seen in _chain(exc):
+        if isinstance(seen, PermissionError) and seen.filename:
+            return f"permission denied: {seen.filename}"
+        if isinstance(seen, store_errors()) and refused(seen):
+            return f"the storage refused the credentials ({gist(seen)})"
+        if isinstance(seen, (ConnectionError, TimeoutError)) or (
+                isinstance(seen, store_errors()) and not isinstance(seen, OSError)):
+            return f"the storage or a service did not answer ({gist(seen)})"
+    return None
+
+
+def gist(exc: BaseException) -> str:
+    """An error in one line: its type and the first line of its message."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
+
+
+def _chain(exc: BaseException):
+    """``exc`` and what led to it (its cause, else its context), each once."""
     seen: BaseException | None = exc
     visited = set()
     while seen is not None and id(seen) not in visited:
         visited.add(id(seen))
-        gist = f"{type(seen).__name__}: {str(seen).splitlines()[0] if str(seen) else 'no message'}"
-        if isinstance(seen, PermissionError) and seen.filename:
-            return f"permission denied: {seen.filename}"
-        if isinstance(seen, store_errors()) and refused(seen):
-            return f"the storage refused the credentials ({gist})"
-        if isinstance(seen, (ConnectionError, TimeoutError)) or (
-                isinstance(seen, store_errors()) and not isinstance(seen, OSError)):
-            return f"the storage or a service did not answer ({gist})"
+        yield seen
         seen = seen.__cause__ or seen.__context__
-    return None

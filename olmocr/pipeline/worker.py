@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from olmocr.faults import gist
 from olmocr.pipeline.failures import StopWork, transient
 from olmocr.pipeline.queue import LeaseKeeper, WorkQueue, worker_name
 from olmocr.pipeline.workspace import Item, Workspace
@@ -70,7 +71,7 @@ class Breaker:
                 self.since = now
             self.streak += 1
             streak, lasted = self.streak, now - self.since
-        cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
+        cause = gist(exc)
         if lasted >= self.give_up_after_s:
             raise StopWork(f"nothing could be done for {lasted:.0f} s ({streak} failures in a row from outside the "
                            f"items, queue.give_up_after_s={self.give_up_after_s:g}); the last, on {what}: {cause}")
@@ -257,9 +258,8 @@ def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException
     not answer, looking every PROBE_S, so work resumes within seconds of the storage coming back; False when
     the worker stops. The look is one cheap read, or after a full disk (which still answers reads) one small
     write."""
-    from olmocr.faults import store_errors
+    from olmocr.faults import no_space, store_errors
     from olmocr.pipeline.workspace import INDEX
-    from olmocr.faults import no_space
 
     seconds = max(shared.breaker.failed(exc, what), 1.0)
     look = queue.ws.sign_in if no_space(exc) else functools.partial(queue.ws.store.exists, INDEX)

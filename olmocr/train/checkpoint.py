@@ -21,8 +21,8 @@ import shutil
 import numpy as np
 import torch
 
-from olmocr.models.source import save_model
 from olmocr.faults import NoSpace, no_space
+from olmocr.models.source import save_model
 from olmocr.utils.sync import BEST, MARKERS
 
 STEP_DIR = re.compile(r"^step_(\d+)$")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from olmocr.faults import Unreachable, refused, store_errors
+from olmocr.faults import Unreachable, gist, refused, store_errors
 
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://")
 MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
@@ -73,15 +73,14 @@ def _patiently(call, path: str, wait_s: float):
         except FileNotFoundError:
             raise
         except store_errors() as exc:
-            gist = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
             if refused(exc):
-                raise Unreachable(f"{path}: the storage refused the credentials ({gist})") from None
+                raise Unreachable(f"{path}: the storage refused the credentials ({gist(exc)})") from None
             now = time.monotonic()
             if since is None:
                 since = now
-                log.warning("%s: the storage does not answer (%s); waiting up to %.0f s", path, gist, wait_s)
+                log.warning("%s: the storage does not answer (%s); waiting up to %.0f s", path, gist(exc), wait_s)
             if now - since >= wait_s:
-                raise Unreachable(f"{path}: the storage did not answer for {now - since:.0f} s ({gist})") from None
+                raise Unreachable(f"{path}: the storage did not answer for {now - since:.0f} s ({gist(exc)})") from None
             time.sleep(min(pause, wait_s - (now - since)))
             pause = min(2 * pause, MAX_PAUSE_S)
             continue

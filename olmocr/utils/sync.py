@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 
+from olmocr.faults import gist
 from olmocr.utils.io import filesystem
 
 MARKERS = ("trainer_state.pt", "trainer_state.json")
@@ -163,17 +164,13 @@ def watch(src: str, dst: str, every: float) -> None:
                 push(src, dst)
             except Exception as exc:  # noqa: BLE001 - a network blip or credentials that expired mid-run must
                 # not end the watcher: the next round tries again
-                print(f"olmocr sync: push to {dst} failed, trying again in {every:g} s: {_gist(exc)}", file=sys.stderr)
+                print(f"olmocr sync: push to {dst} failed, trying again in {every:g} s: {gist(exc)}", file=sys.stderr)
         deadline = time.monotonic() + every
         while not stop and time.monotonic() < deadline:
             time.sleep(0.2)
     if os.path.isdir(src):
         copied, unchanged = push(src, dst)
         print(f"push {src} -> {dst}: {copied} copied, {unchanged} unchanged", flush=True)
-
-
-def _gist(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
 
 
 def main(argv: list[str]) -> int:
@@ -190,7 +187,7 @@ def main(argv: list[str]) -> int:
             try:
                 check(args.src)
             except Exception as exc:  # noqa: BLE001 - whatever refused the write, in one line
-                raise OSError(f"cannot write to {args.src} (and remove what was written): {_gist(exc)}") from exc
+                raise OSError(f"cannot write to {args.src} (and remove what was written): {gist(exc)}") from exc
             return 0
         if args.dst is None:
             raise ValueError(f"{args.direction} takes two places (from, to)")
