@@ -145,3 +145,17 @@ def test_loader_workers_leave_the_jobs_signals_to_the_trainer(tmp_path, cache_di
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     assert signalled, "the trainer started no loader worker"
     assert sorted(rows(str(out))) == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_diverging_run_under_the_hugging_face_trainer_stops_as_our_loop_does(tmp_path, caplog):
+    """trl's trainers apply every update and save whatever they hold: the bridge keeps a step whose gradients
+    are not finite from being applied or saved, and stops the run as tests/test_train.py's loop does."""
+    with pytest.raises(ValueError, match=r"^step 4: loss \S+, gradient norm nan; 3 steps in a row, none applied: "
+                                         r"training diverged and stops before saving anything of it; the newest "
+                                         r"checkpoint is of step 1: lower optimizer.lr"):
+        dpo(tmp_path, ["optimizer.lr=1e9", "trainer.max_duration.value=8", "trainer.save_interval=1"])
+    assert caplog.text.count("its update was not applied") == 2
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(n for n in os.listdir(checkpoints) if n.startswith("checkpoint-")) == ["checkpoint-1"]
+    weights = load_file(checkpoints / "checkpoint-1" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())

@@ -84,7 +84,8 @@ def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, u
         ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
         eval_strategy="steps" if evaluate and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
-        logging_steps=1, report_to=[], disable_tqdm=True, remove_unused_columns=False,
+        # Every step's own loss, NaN included (the Trainer would log the mean of the finite ones before it).
+        logging_steps=1, logging_nan_inf_filter=False, report_to=[], disable_tqdm=True, remove_unused_columns=False,
     )
 
 

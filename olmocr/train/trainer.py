@@ -20,7 +20,44 @@ from olmocr.train.schema import TrainerConfig
 
 log = logging.getLogger(__name__)
 
-NONFINITE_STOP = 3  # steps in a row with a loss or gradients that are not finite: training has diverged
+
+
+def nonfinite_weights(model, device: torch.device) -> bool:
+    """Is any weight no longer finite, on any rank (each looks at its own shards)?"""
+    count = torch.tensor(float(sum(int(not torch.isfinite(getattr(p, "_local_tensor", p)).all())
+                                   for p in model.parameters())), device=device)
+    if dist.is_initialized():
+        dist.all_reduce(count)
+    return bool(count.item())
+
+
+class Divergence:
+    """Steps whose loss or gradient norm is not finite; their updates are not applied (the strategy, or for a
+    Hugging Face Trainer the bridge, skips them). One bad batch is passed over with a warning. Weights that
+    are no longer finite, or ``stop_after`` such steps in a row, stop the run in one line before anything of
+    it is saved: a diverged run would otherwise go on for days, write NaN checkpoints and prune the good ones.
+    Nothing is saved while :attr:`in_a_row` is not 0."""
+
+    def __init__(self, stop_after: int = 3):
+        self.stop_after, self.in_a_row = stop_after, 0
+
+    def record(self, step: int, loss: float, norm: float, broken, checkpoints: list[int]) -> None:
+        """``broken()``: are the weights no longer finite (asked only after a step that was not)."""
+        if math.isfinite(loss) and math.isfinite(norm):
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        weights = broken()
+        if not weights and self.in_a_row < self.stop_after:
+            log.warning("step %d: loss %g, gradient norm %g: its update was not applied (a batch whose loss or "
+                        "gradients are not finite)", step, loss, norm)
+            return
+        why = "the weights are no longer finite" if weights else f"{self.in_a_row} steps in a row, none applied"
+        raise ValueError(f"step {step}: loss {loss:g}, gradient norm {norm:g}; {why}: training diverged and stops "
+                         "before saving anything of it; " + (
+                             f"the newest checkpoint is of step {checkpoints[-1]}: lower optimizer.lr (or "
+                             "trainer.clip_grad_norm) and run again to resume from it" if checkpoints else
+                             "no checkpoint yet: lower optimizer.lr (or trainer.clip_grad_norm) and run again"))
 
 
 @dataclass
@@ -53,7 +90,7 @@ class Trainer:
         self.bench_eval = bench_eval  # olmocr.train.bench_eval.BenchEval, or None
         self.state = TrainState()
         self.data_wait = 0.0
-        self.nonfinite = 0  # steps in a row whose loss or gradients were not finite
+        self.divergence = Divergence()
         self._clock = (time.perf_counter(), 0.0)
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -70,7 +107,7 @@ class Trainer:
             evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
             new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
             # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
-            if not self.nonfinite and (new_best or self._due(self.settings.save_interval)
+            if not self.divergence.in_a_row and (new_best or self._due(self.settings.save_interval)
                                        or self.state.step == self.stop_step):
                 self.save()
         self._emit("on_fit_end")
@@ -103,30 +140,8 @@ class Trainer:
                 "perf/data_wait_percent": wait_percent}
 
     def check_finite(self, metrics: dict) -> None:
-        """A step whose loss or gradient norm is not finite was not applied (the strategy skips the update): one
-        bad batch is passed over with a warning. Weights that are no longer finite, or NONFINITE_STOP such steps
-        in a row, stop the run before anything of it is saved (a diverged run would otherwise go on, write NaN
-        checkpoints and prune the good ones)."""
-        loss, norm = metrics["train/loss"], metrics["train/grad_norm"]
-        if math.isfinite(loss) and math.isfinite(norm):
-            self.nonfinite = 0
-            return
-        self.nonfinite += 1
-        broken = self._global_sum(sum(int(not torch.isfinite(getattr(p, "_local_tensor", p)).all())
-                                      for p in self.model.parameters()))
-        step = self.state.step
-        if not broken and self.nonfinite < NONFINITE_STOP:
-            log.warning("step %d: loss %g, gradient norm %g: its update was not applied (a batch whose loss or "
-                        "gradients are not finite)", step, loss, norm)
-            return
-        why = ("the weights are no longer finite" if broken else
-               f"{self.nonfinite} steps in a row, none applied")
-        newest = self.checkpoints.steps()
-        raise ValueError(f"step {step}: loss {loss:g}, gradient norm {norm:g}; {why}: training diverged and stops "
-                         "before saving anything of it; " + (
-                             f"the newest checkpoint is of step {newest[-1]}: lower optimizer.lr (or "
-                             "trainer.clip_grad_norm) and run again to resume from it" if newest else
-                             "no checkpoint yet: lower optimizer.lr (or trainer.clip_grad_norm) and run again"))
+        self.divergence.record(self.state.step, metrics["train/loss"], metrics["train/grad_norm"],
+                               lambda: nonfinite_weights(self.model, self.device), self.checkpoints.steps())
 
     def loss_sum(self, batch: dict) -> torch.Tensor:
         """Summed next-token cross-entropy over the batch's label tokens."""

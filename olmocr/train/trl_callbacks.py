@@ -9,17 +9,21 @@ import torch
 from transformers import TrainerCallback
 
 from olmocr.train.callbacks import Callback
+from olmocr.train.trainer import Divergence, nonfinite_weights
 
 
 class HFTrainerBridge(TrainerCallback):
     """Runs our callbacks inside a Hugging Face Trainer (trl's GRPO): each training log is a step's
     metrics (``train/<name>``), each eval log an eval's (``eval/<name>``). Runs the bench eval every
     ``eval_interval`` steps, before the Trainer's own eval and save of the step; an eval that is the best
-    by ``trainer.keep_best`` saves the step. Also makes the last step save a checkpoint, as our own loop does."""
+    by ``trainer.keep_best`` saves the step. Also makes the last step save a checkpoint, as our own loop does,
+    and, as it does, does not apply a step whose gradients are not finite and stops a diverged run
+    (:class:`olmocr.train.trainer.Divergence`)."""
 
     def __init__(self, callbacks: list[Callback], device: torch.device, bench_eval=None, best=None,
                  eval_interval: int | None = None):
         self.callbacks = callbacks
+        self.divergence = Divergence()
         self.bench_eval, self.best, self.eval_interval = bench_eval, best, eval_interval
         self.trainer = None  # the Hugging Face trainer, once built (GRPO's vLLM engine lives there)
         # What our callbacks read from a trainer.
@@ -51,9 +55,27 @@ class HFTrainerBridge(TrainerCallback):
         if self.best is not None and self.best.offer(step, metrics):
             control.should_save = True
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        finite = torch.stack([n.isfinite() for n in torch._foreach_norm(grads)]).all().float() if grads else \
+            torch.ones((), device=self.view.device)
+        if torch.distributed.is_initialized():  # every rank skips, or none
+            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
+        if not finite.item():
+            model.zero_grad(set_to_none=True)  # the optimizer passes over parameters without a gradient
+
+    def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+        from olmocr.train.checkpoint import complete_checkpoints
+
         self.view.state.step = state.global_step
         numbers = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
+        if "loss" in numbers:
+            self.divergence.record(
+                state.global_step, numbers["loss"], numbers.get("grad_norm", 0.0),
+                lambda: nonfinite_weights(model, self.view.device),
+                sorted(complete_checkpoints(args.output_dir)))
+            if self.divergence.in_a_row:
+                control.should_save = False
         if any(key.startswith("eval_") for key in numbers):
             # logged inside the Trainer's eval, which its save of the step follows
             self._eval_end(state.global_step, {f"eval/{k[5:]}": v for k, v in numbers.items() if k.startswith("eval_")},
