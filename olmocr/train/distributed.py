@@ -240,7 +240,10 @@ class DeepSpeed(Replicated):
     def optimizer_step(self, model, optimizer, clip_grad_norm: float | None) -> float:
         model.step()
         norm = model.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        # ZeRO 1/2 measure it unless their config turns that off, which the config built here never does; a
+        # missing norm must not read as a non-finite one (the trainer stops a run on those).
+        assert norm is not None, "DeepSpeed measured no gradient norm"
+        return float(norm)
 
     def save_sharded(self, model, path: str) -> None:
         model.save_checkpoint(os.path.join(path, "deepspeed"), tag=self.TAG, save_latest=False)
