@@ -21,7 +21,6 @@ from olmocr.train.schema import TrainerConfig
 log = logging.getLogger(__name__)
 
 
-
 def nonfinite_weights(model, device: torch.device) -> bool:
     """Is any weight no longer finite, on any rank (each looks at its own shards)?"""
     count = torch.tensor(float(sum(int(not torch.isfinite(getattr(p, "_local_tensor", p)).all())
@@ -106,9 +105,9 @@ class Trainer:
             self.check_finite(metrics)
             evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
             new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
+            due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
             # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
-            if not self.divergence.in_a_row and (new_best or self._due(self.settings.save_interval)
-                                       or self.state.step == self.stop_step):
+            if due and not self.divergence.in_a_row:
                 self.save()
         self._emit("on_fit_end")
         return self.state
