@@ -189,5 +189,32 @@ def test_unreachable_s3_endpoint_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    with pytest.raises(ValueError, match="s3://pages/x: cannot list"):
+    from olmocr.faults import Unreachable
+
+    with pytest.raises(Unreachable, match=r"^s3://pages/x: the storage did not answer for \d+ s \(EndpointConnectionError"):
         index_root("s3://pages/x")
+
+
+def test_storage_failing_while_an_s3_root_is_indexed_drops_no_page_now_or_later(s3_server, messy, tmp_path,
+                                                                                monkeypatch):
+    """The .md reads of indexing meet refused credentials, then errors past s3fs's own retries: the index says so
+    in one line, never takes the pages for unreadable, and remembers nothing of it in its manifest."""
+    import boto3
+
+    from olmocr.faults import Unreachable
+    from olmocr.utils.faultproxy import FaultProxy
+    from olmocr.utils.io import filesystem
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="pages")
+    filesystem("s3://pages").put(str(messy) + "/", "s3://pages/messy/", recursive=True)
+    cache = str(tmp_path / "cache")
+    for fault, error in [("access_denied", r"the storage refused the credentials \(PermissionError: Access Denied\)"),
+                         ("internal_error", r"the storage did not answer for \d+ s \(OSError: ")]:
+        with FaultProxy(s3_server, rate=1.0, faults=(fault,), paths=r"\.md$") as proxy:
+            monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            with pytest.raises(Unreachable, match=rf"^s3://pages/messy/\S+\.md: {error}"):
+                index_root("s3://pages/messy", cache_dir=cache, storage_wait_s=1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    index = index_root("s3://pages/messy", cache_dir=cache)
+    assert index.reused == 0 and len(index.pairs) == 6 and {r.stem for r in index.problems} == {"empty", "orphan",
+                                                                                                 "brokenfm"}

@@ -131,7 +131,7 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
                              "holdout 0, or part train / held_out with a holdout fraction between 0 and 1")
         records = []
         for root in roots:
-            index = index_root(root, cache_dir)
+            index = index_root(root, cache_dir, runtime.get("storage_wait_s", 0.0))
             log.info("indexed %s: %d pairs, %d problems, %d pdfs without .md (%d cached, %d parsed) in %.2fs",
                      root, len(index.pairs), len(index.problems), index.stats["pdf_without_md"], index.reused,
                      index.parsed, index.seconds)

@@ -10,6 +10,7 @@ not raised, so one bad file never stops a run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -18,8 +19,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from olmocr.faults import Unreachable, store_errors
 from olmocr.formats.frontmatter import FrontMatterError, PageMeta, parse_document
-from olmocr.utils.io import filesystem, is_remote
+from olmocr.utils.io import filesystem, is_remote, patiently, read_bytes
 
 MANIFEST_VERSION = 1
 
@@ -59,11 +61,13 @@ def _list_local(root: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _list_remote(root: str) -> dict[str, tuple[int, int]]:
+def _list_remote(root: str, wait_s: float) -> dict[str, tuple[int, int]]:
     fs = filesystem(root)
     protocol = root.split("://", 1)[0]
     try:
-        listing = fs.find(root, detail=True)
+        listing = patiently(lambda: fs.find(root, detail=True), root, wait_s)
+    except Unreachable:
+        raise
     except Exception as exc:  # botocore/aiohttp/gcsfs each raise their own types for the same failure
         raise ValueError(f"{root}: cannot list ({type(exc).__name__}: {exc})") from None
     found = {}
@@ -115,12 +119,15 @@ def _save_manifest(path: str, root: str, entries: dict) -> None:
     os.replace(tmp, path)
 
 
-def index_root(root: str, cache_dir: str | None = None) -> DatasetIndex:
-    """Index one root. ``cache_dir`` holds the manifest; None disables caching."""
+def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 0.0) -> DatasetIndex:
+    """Index one root. ``cache_dir`` holds the manifest; None disables caching. A remote root's storage that
+    does not answer is waited out for up to ``storage_wait_s``, then (or when it refuses the credentials)
+    :class:`olmocr.faults.Unreachable`: a page is never taken for unreadable, nor remembered so in the
+    manifest, because its storage failed while it was read."""
     start = time.perf_counter()
     root = root.rstrip("/") if is_remote(root) else os.path.abspath(os.path.expanduser(root))
     if is_remote(root):
-        listing = _list_remote(root)
+        listing = _list_remote(root, storage_wait_s)
     else:
         if not os.path.isdir(root):
             raise ValueError(f"data root {root!r} is not a directory (the published datasets are laid out by "
@@ -159,6 +166,9 @@ def index_root(root: str, cache_dir: str | None = None) -> DatasetIndex:
             to_parse.append((rel, key, record))
 
     contents = _read_many([record.md_path for _, _, record in to_parse])
+    for path, data in contents.items():
+        if isinstance(data, store_errors()) and not isinstance(data, FileNotFoundError) and is_remote(path):
+            contents[path] = patiently(functools.partial(read_bytes, path), path, storage_wait_s)
     for rel, key, record in to_parse:
         data = contents.get(record.md_path)
         if isinstance(data, Exception) or data is None:

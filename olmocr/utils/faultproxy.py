@@ -14,7 +14,7 @@ drawn evenly from
 
 and, only when asked for, ``access_denied`` (403 AccessDenied, as for the wrong credentials). ``methods``
 keeps the faults to requests of some HTTP methods: ``access_denied`` on PUT, POST and DELETE alone is
-read-only credentials.
+read-only credentials; ``paths`` (a regular expression) to requests for some objects.
 
 :meth:`FaultProxy.outage` takes the server away altogether for a while: every request in it is reset.
 Faults are drawn from a seeded generator; ``counts`` says how many of each met which kind of request.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import random
+import re
 import socket
 import struct
 import threading
@@ -73,7 +74,7 @@ def request_kind(method: str, headers) -> str:
 class FaultProxy:
     def __init__(self, upstream: str, rate: float = 0.1, faults: tuple[str, ...] = FAULTS,
                  stall_s: tuple[float, float] = (1.0, 4.0), seed: int = 0, host: str = "127.0.0.1", port: int = 0,
-                 cover: tuple[str, ...] = (), methods: tuple[str, ...] = ()):
+                 cover: tuple[str, ...] = (), methods: tuple[str, ...] = (), paths: str | None = None):
         unknown = set(faults) - set(KNOWN)
         if unknown or not faults:
             raise ValueError(f"faults: expected some of {', '.join(KNOWN)}, got {', '.join(faults) or 'none'}")
@@ -88,6 +89,7 @@ class FaultProxy:
         # them (If-Match rewrites) still meets a fault in one, whatever the draws.
         self.uncovered = set(cover)
         self.methods = set(methods)  # empty: every method
+        self.paths = re.compile(paths) if paths else None  # None: every path
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.counts: Counter = Counter()  # (fault or "ok", request kind) -> requests
@@ -120,9 +122,10 @@ class FaultProxy:
     def down(self) -> bool:
         return time.monotonic() < self._down_until
 
-    def _draw(self, kind: str) -> str:
+    def _draw(self, kind: str, path: str) -> str:
         with self.lock:
-            exposed = not self.methods or kind.split()[0] in self.methods
+            exposed = (not self.methods or kind.split()[0] in self.methods) and (
+                self.paths is None or bool(self.paths.search(path)))
             fault = "outage" if self.down else "ok" if not exposed else (
                 self.rng.choice(self.faults) if self.rng.random() < self.rate or kind in self.uncovered else "ok")
             if fault not in ("ok", "outage"):
@@ -213,7 +216,7 @@ class FaultProxy:
 
             def _serve(self) -> None:
                 body = self._body()
-                fault = proxy._draw(request_kind(self.command, self.headers))
+                fault = proxy._draw(request_kind(self.command, self.headers), urlsplit(self.path).path)
                 if fault in ("outage", "reset_before"):
                     raise _Reset
                 if fault in _ERRORS:

@@ -58,14 +58,16 @@ def read_bytes(path: str, access: Access | None = None, wait_s: float = 0.0) -> 
             return fh.read()
     if not wait_s:
         return filesystem(path, access).cat_file(path)
-    return _patiently(lambda: filesystem(path, access).cat_file(path), path, wait_s)
+    return patiently(lambda: filesystem(path, access).cat_file(path), path, wait_s)
 
 
 def read_text(path: str, access: Access | None = None, wait_s: float = 0.0) -> str:
     return read_bytes(path, access, wait_s).decode("utf-8")
 
 
-def _patiently(call, path: str, wait_s: float):
+def patiently(call, path: str, wait_s: float):
+    """``call()`` (an operation on remote ``path``), storage that does not answer waited out for up to ``wait_s``
+    (0: not at all) and refused credentials at once, as :func:`read_bytes` does; FileNotFoundError passes."""
     since, pause = None, 1.0
     while True:
         try:
