@@ -68,7 +68,6 @@ class BenchDataConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote bench roots here before reading them
-    storage_wait_s: float = STORAGE_WAIT_S
 
 
 @dataclass

@@ -167,11 +167,11 @@ class GRPO(HFRecipe):
         from olmocr.data.bench_prompts import build_prompt_dataset
 
         data, report = self.resolved["data"], os.path.join(self.output_dir, "rejected.jsonl")
-        cache, runtime = data.get("local_cache"), {"processor": self.processor, "storage_wait_s": data["storage_wait_s"]}
-        train = build_prompt_dataset(data["train"], data["steps"], report, cache, **runtime)
+        cache = data.get("local_cache")
+        train = build_prompt_dataset(data["train"], data["steps"], report, cache, processor=self.processor)
         evals = None
         if data["eval"] and self.settings.eval_interval:
-            evals = build_prompt_dataset(data["eval"], data["steps"], report, cache, **runtime)
+            evals = build_prompt_dataset(data["eval"], data["steps"], report, cache, processor=self.processor)
         return train, evals
 
     def epoch_samples(self) -> int:
