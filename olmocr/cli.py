@@ -117,7 +117,8 @@ class Stage:
             print(stage_help(self.module, self.config, self.doc, [a for a in args if not a.startswith("-")]))
             return
         sys.argv = submit_on_cluster(sys.argv)
-        with mode_from_command_line(sys.argv[1:]):
+        with (mode_from_command_line(sys.argv[1:]), overrides_below_null_named(), run_dir_faults_named(),
+              local_sweep_checked_first()):
             hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
 
     def _task_function(self):
@@ -261,6 +262,106 @@ def mode_from_command_line(args: list[str]):
         yield
     finally:
         Hydra.get_mode = original
+
+
+@contextlib.contextmanager
+def overrides_below_null_named():
+    """An override of a key below a null node (``finetune.lora.r=16`` where finetune=full leaves finetune.lora
+    null) fails inside OmegaConf on an assertion, which Hydra prints as a 20-line trace: it becomes one
+    composition error naming the null node and how to fill it."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.errors import ConfigCompositionException
+
+    original = ConfigLoaderImpl._apply_overrides_to_config
+
+    def apply(overrides, cfg) -> None:
+        for override in overrides:  # one at a time, in order, as Hydra applies them: to know which one failed
+            try:
+                original([override], cfg)
+            except AssertionError:
+                parts = override.key_or_group.split(".")
+                null = next((".".join(parts[:i]) for i in range(1, len(parts))
+                             if OmegaConf.select(cfg, ".".join(parts[:i]), throw_on_missing=False) is None), None)
+                if null is None:
+                    raise
+                options = config_groups().get(parts[0])
+                fill = (f"choose the {parts[0]}=… option that fills it ({', '.join(options)}), or give it whole"
+                        if options else "give it whole")
+                raise ConfigCompositionException(
+                    f"Could not override '{override.key_or_group}': {null} is null in this config; {fill} "
+                    f"({null}={{…}})") from None
+
+    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply)
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl._apply_overrides_to_config = staticmethod(original)
+
+
+def _scanned_basic_launcher():
+    """Hydra's local launcher module, as it will run: Hydra's plugin scan executes the modules of its plugins
+    again (the first time it is asked for one), which would undo a change made before it."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()
+    return sys.modules["hydra._internal.core_plugins.basic_launcher"]
+
+
+@contextlib.contextmanager
+def run_dir_faults_named():
+    """Hydra makes the run dir, opens the job's log there and writes ``.hydra/`` before the stage runs; an OS
+    error doing so (a full disk, a spent quota, a read-only or foreign folder) is a trace from inside Hydra.
+    Whatever escapes Hydra's ``run_job`` comes from that setup (it catches the stage's own errors): an OS error
+    there ends the program in one line naming the run dir."""
+    import hydra._internal.hydra as hydra_internal
+
+    from olmocr.faults import no_space
+
+    basic_launcher = _scanned_basic_launcher()
+
+    original = hydra_internal.run_job
+
+    def run_job(*, config, job_dir_key, job_subdir_key, **kwargs):
+        try:
+            return original(config=config, job_dir_key=job_dir_key, job_subdir_key=job_subdir_key, **kwargs)
+        except OSError as exc:
+            run_dir = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key)
+                                     if key))
+            full = no_space(exc, run_dir)
+            fail(str(full) if full is not None else f"cannot set up the run dir {run_dir}: {exc.strerror or exc}"
+                 + (f" ({exc.filename})" if exc.filename and exc.filename != run_dir else ""))
+
+    hydra_internal.run_job = basic_launcher.run_job = run_job
+    try:
+        yield
+    finally:
+        hydra_internal.run_job = basic_launcher.run_job = original
+
+
+@contextlib.contextmanager
+def local_sweep_checked_first():
+    """A local sweep (``-m``) runs its jobs one after another, and Hydra composes each as it starts: a bad value
+    in the last job was found after the others had run (hours of training). Every job's config is checked
+    first, as the cluster launchers do before they submit."""
+    BasicLauncher = _scanned_basic_launcher().BasicLauncher  # noqa: N806 - the class
+
+    original = BasicLauncher.launch
+
+    def launch(self, job_overrides, initial_job_idx):
+        stage = getattr(self.task_function, "stage", None)
+        if stage is not None and len(job_overrides) > 1:
+            for overrides in job_overrides:
+                try:
+                    stage.check_job(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
+                except ValueError as exc:
+                    fail(str(exc))
+        return original(self, job_overrides, initial_job_idx)
+
+    BasicLauncher.launch = launch
+    try:
+        yield
+    finally:
+        BasicLauncher.launch = original
 
 
 def submit_on_cluster(argv: list[str]) -> list[str]:

@@ -36,9 +36,85 @@ OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=Tru
 OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
 
 
+class Constraint:
+    """What a value must be beyond its type, declared where the value is: on a builder's parameter or a
+    schema's field, as ``Annotated[float, Range(above=0)]``. :func:`validate` checks every declared one (each
+    element of a list) before any work; null always passes (it means what the key's comment says)."""
+
+    def holds(self, value) -> bool:
+        raise NotImplementedError
+
+    def check(self, key: str, value) -> None:
+        for item in value if isinstance(value, (list, tuple, ListConfig)) else [value]:
+            if item is not None and not self.holds(item):
+                shown = f"{item:g}" if isinstance(item, float) else repr(item) if isinstance(item, str) else item
+                raise ValueError(f"{key}: {self}, got {shown}")
+
+
+@dataclass(frozen=True)
+class Range(Constraint):
+    """A number's bounds: ``above``/``below`` exclude the bound, ``at_least``/``at_most`` include it; ``null``
+    says in the error what null means where null is allowed."""
+
+    above: float | None = None
+    at_least: float | None = None
+    below: float | None = None
+    at_most: float | None = None
+    null: str | None = None
+
+    def holds(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        return not ((self.above is not None and value <= self.above)
+                    or (self.at_least is not None and value < self.at_least)
+                    or (self.below is not None and value >= self.below)
+                    or (self.at_most is not None and value > self.at_most))
+
+    def __str__(self) -> str:
+        low = f"({self.above:g}" if self.above is not None else f"[{self.at_least:g}" if self.at_least is not None else ""
+        high = f"{self.below:g})" if self.below is not None else f"{self.at_most:g}]" if self.at_most is not None else ""
+        if low and high:
+            text = f"in {low}, {high}"
+        elif self.above == 0:
+            text = "positive"
+        else:
+            words = {"above": self.above, "at least": self.at_least, "below": self.below, "at most": self.at_most}
+            text = next(f"{word} {bound:g}" for word, bound in words.items() if bound is not None)
+        return f"must be {text}" + (f", or null for {self.null}" if self.null else "")
+
+
+@dataclass(frozen=True)
+class OneOf(Constraint):
+    """A value from a fixed set of choices."""
+
+    choices: tuple
+
+    def __init__(self, *choices):
+        object.__setattr__(self, "choices", choices)
+
+    def holds(self, value) -> bool:
+        return value in self.choices
+
+    def __str__(self) -> str:
+        return f"expected one of {', '.join(map(str, self.choices))}"
+
+
+@functools.cache
+def constraints(schema: type) -> dict[str, Constraint]:
+    """The :class:`Constraint` declared on each field of a schema (a dataclass)."""
+    hints = typing.get_type_hints(schema, include_extras=True)
+    return {name: c for name, hint in hints.items() for c in getattr(hint, "__metadata__", ())
+            if isinstance(c, Constraint)}
+
+
 def _omegaconf_type(annotation):
-    """Map a signature annotation onto a type OmegaConf can enforce (Any where it cannot)."""
+    """Map a signature annotation onto a type OmegaConf can enforce (Any where it cannot); a
+    :class:`Constraint` stays on it."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        inner, *extras = typing.get_args(annotation)
+        kept = tuple(e for e in extras if isinstance(e, Constraint))
+        return typing.Annotated[(_omegaconf_type(inner), *kept)] if kept else _omegaconf_type(inner)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         inner = _omegaconf_type(args[0]) if len(args) == 1 else Any
@@ -231,27 +307,43 @@ def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
     missing = list(OmegaConf.missing_keys(merged))
     if missing:
         raise ValueError(f"{path}: missing required key(s) {', '.join(missing)} ({what})")
+    _check_constraints(merged, schema, path)
     return merged
 
 
-def _unknown_keys(node: DictConfig, path: str = ""):
-    """Keys of schema-typed nodes that their schema lacks, with the schema's fields: Hydra adds a key given
-    as ``+trainer.batch_sise=…`` (what its own error for ``trainer.batch_sise=…`` suggests) without a word."""
+def _check_constraints(node: DictConfig, schema: type, path: str) -> None:
+    for name, constraint in constraints(schema).items():
+        if name in node:
+            constraint.check(f"{path}.{name}" if path else name, node[name])
+
+
+def _schema_nodes(node: DictConfig, path: str = ""):
+    """Every mapping under ``node`` with its path and its schema (a dataclass, or None for a plain map)."""
     if node._is_none() or node._is_missing() or node._is_interpolation():
         return
     kind = OmegaConf.get_type(node)
-    fields = {f.name for f in dataclasses.fields(kind)} if dataclasses.is_dataclass(kind) else None
+    yield path, node, kind if dataclasses.is_dataclass(kind) else None
     for key in node.keys():
-        where = f"{path}.{key}" if path else str(key)
-        if fields is not None and key not in fields:
-            yield where, kind, fields
         child = node._get_node(key)
         if isinstance(child, DictConfig):
-            yield from _unknown_keys(child, where)
+            yield from _schema_nodes(child, f"{path}.{key}" if path else str(key))
+
+
+def _unknown_keys(cfg: DictConfig):
+    """Keys of schema-typed nodes that their schema lacks, with the schema's fields: Hydra adds a key given
+    as ``+trainer.batch_sise=…`` (what its own error for ``trainer.batch_sise=…`` suggests) without a word."""
+    for path, node, schema in _schema_nodes(cfg):
+        if schema is None:
+            continue
+        fields = {f.name for f in dataclasses.fields(schema)}
+        for key in node.keys():
+            if key not in fields:
+                yield f"{path}.{key}" if path else str(key), schema, fields
 
 
 def validate(cfg: DictConfig) -> DictConfig:
-    """Check every ``_target_`` node against its target's signature; raise ValueError naming the key.
+    """Check every ``_target_`` node against its target's signature, and every value against what its schema
+    or signature declares of it (:class:`Constraint`); raise ValueError naming the key.
 
     Also rejects keys a schema lacks, resolves every interpolation, so a bad ``${…}`` fails here rather
     than mid-run, and requires every ``???`` value to be given.
@@ -268,6 +360,9 @@ def validate(cfg: DictConfig) -> DictConfig:
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ValueError(f"{', '.join(missing)}: required, give {missing[0]}=…")
+    for path, node, schema in _schema_nodes(cfg):
+        if schema is not None and "_target_" not in node:  # a target's values: below, by its signature
+            _check_constraints(node, schema, path)
     for path, node in _target_nodes(cfg):
         try:
             schema = reward_schema(node._target_) if path.startswith("rewards.") else schema_for(node._target_)

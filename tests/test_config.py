@@ -152,15 +152,73 @@ def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     ("trainer.keep_last=0", "trainer.keep_last: must be at least 1, or null for every checkpoint, got 0"),
     ("trainer.precision=fp16", "trainer.precision: expected one of fp32, bf16, got 'fp16'"),
     ("trainer.strategy=zero", "trainer.strategy: expected one of ddp, fsdp, deepspeed, got 'zero'"),
-    ("trainer.zero_stage=3", "trainer.zero_stage: DeepSpeed's ZeRO stage 1 or 2, got 3"),
+    ("trainer.zero_stage=3", "trainer.zero_stage: expected one of 1, 2, got 3"),
     ("trainer.clip_grad_norm=0", "trainer.clip_grad_norm: must be positive, or null for no clipping, got 0"),
     ("algo.name=ppo", "algo.name: expected one of sft, grpo, dpo, got 'ppo'"),
+    # What the libraries would refuse only once the model is loaded (torch, peft, transformers' generate) or
+    # never (a negative clipping range, Muon without Newton-Schulz steps): the declared bounds of each key.
+    ("optimizer.lr=-1", "optimizer.lr: must be at least 0, got -1"),
+    ("optimizer.betas=[0.9,1.5]", "optimizer.betas: must be in [0, 1), got 1.5"),
+    (["optimizer=muon", "optimizer.ns_steps=0"], "optimizer.ns_steps: must be at least 1, got 0"),
+    ("scheduler.warmup=-2", "scheduler.warmup: must be at least 0, got -2"),
+    (["scheduler=wsd", "scheduler.final_ratio=3"], "scheduler.final_ratio: must be in [0, 1], got 3"),
+    (["finetune=lora", "finetune.lora.r=0"], "finetune.lora.r: must be at least 1, got 0"),
+    (["finetune.freeze_vision=true", "finetune.freeze_language=true"],
+     "finetune.freeze_vision and finetune.freeze_language are both true: nothing would train"),
+    (["finetune=lora", "finetune.freeze_language=true"],
+     "finetune.lora trains the language model: it cannot go with finetune.freeze_language"),
+    (["+experiment=grpo_tiny", "algo.temperature=0"], "algo.temperature: must be positive, got 0"),
+    (["+experiment=grpo_tiny", "algo.epsilon=-0.2"], "algo.epsilon: must be positive, got -0.2"),
+    (["+experiment=grpo_tiny", "algo.loss_type=ppo"],
+     "algo.loss_type: expected one of grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo, got 'ppo'"),
+    (["+experiment=dpo_tiny", "algo.label_smoothing=0.5"], "algo.label_smoothing: must be in [0, 0.5), got 0.5"),
 ])
 def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(override, message, tmp_path):
     with pytest.raises(ValueError) as info:
-        STAGES["olmocr.train"](compose("train", [override]), str(tmp_path))
+        STAGES["olmocr.train"](compose("train", override if isinstance(override, list) else [override]),
+                               str(tmp_path))
     assert str(info.value) == message
     assert os.listdir(tmp_path) == []  # no run info, no checkpoint: nothing ran
+
+
+@pytest.mark.parametrize("config, overrides, message", [
+    # a builder's parameter (Annotated in its signature), reached through the group that names it
+    ("pipeline", ["convert.max_tokens=0"], "convert.max_tokens: must be at least 1, got 0"),
+    ("pipeline", ["convert.temperatures=[0.1,-0.5]"], "convert.temperatures: must be at least 0, got -0.5"),
+    ("pipeline", ["server=vllm", "server.gpu_memory_utilization=1.5"],
+     "server.gpu_memory_utilization: must be in (0, 1], or null for vLLM's default, got 1.5"),
+    ("pipeline", ["model=olmocr2_7b", "model.dtype=fp8"], "model.dtype: expected one of float32, bfloat16, float16, got 'fp8'"),
+    ("pipeline", ["filter=olmocr", "filter.pages=0"], "filter.pages: must be at least 1, got 0"),
+    ("check_data", ["data/steps=v4_augmented", "data.steps.rotation.probability=1.5"],
+     "data.steps.rotation.probability: must be in [0, 1], got 1.5"),
+    # a stage's own field
+    ("pipeline", ["queue.poll_s=0"], "queue.poll_s: must be positive, or null for a quarter lease, ≤30 s, got 0"),
+    ("report_viewer", ["max_documents=0"], "max_documents: must be at least 1, or null for all, got 0"),
+    ("bench", ["confidence=1"], "confidence: must be in (0, 1), got 1"),
+    ("bench", ["repeat_rule=all"], "repeat_rule: expected one of majority, mean, got 'all'"),
+])
+def test_a_value_outside_its_declared_bounds_fails_validation_naming_the_key(config, overrides, message):
+    with pytest.raises(ValueError) as info:
+        compose(config, [*BY_CONFIG[config].placeholders(), *overrides])
+    assert str(info.value) == message
+
+
+def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_python):
+    # Before, a builder checked its own values when the stage built it: a dry run and a launcher (which
+    # checks before it submits) let them through, and the job failed on the cluster.
+    proc = subprocess.run([warm_python, "-m", "olmocr.pipeline", "dry_run=true", "convert.concurrency=0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, "error: convert.concurrency: must be at least 1, got 0\n")
+
+
+def test_setting_a_key_below_a_null_node_names_the_node_and_the_options_that_fill_it(tmp_path, warm_python):
+    # OmegaConf fails on an assertion there, which Hydra prints as a trace.
+    proc = subprocess.run([warm_python, "-m", "olmocr.train", "finetune.lora.r=16", "dry_run=true"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[0] == (
+        "Could not override 'finetune.lora.r': finetune.lora is null in this config; choose the finetune=… option "
+        "that fills it (full, lora), or give it whole (finetune.lora={…})")
 
 
 def test_cli_reports_a_typo_and_exits_nonzero(tmp_path, warm_python):
@@ -209,6 +267,15 @@ def test_multirun_gives_one_dir_per_job(tmp_path, multirun, warm_python):
         saved = OmegaConf.load(tmp_path / "sweep" / job / ".hydra" / "config.yaml")
         assert saved.seed == seed
         assert (tmp_path / "sweep" / job / "run_info.json").exists()
+
+
+def test_a_local_sweep_checks_every_job_before_the_first_one_runs(tmp_path, warm_python):
+    # Hydra's local launcher composes each job as it starts it: the bad second job was found after the first
+    # had run to its end.
+    proc = subprocess.run([warm_python, "-m", "olmocr.synth", "-m", "num_pages=2,0", f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == "error: num_pages: must be at least 1, got 0"
+    assert os.listdir(tmp_path / "sweep") == ["multirun.yaml"]  # no job was started
 
 
 def test_no_config_sets_hydra_mode():

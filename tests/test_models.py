@@ -6,6 +6,7 @@ import torch
 from PIL import Image
 
 from conftest import SAMPLE, v4_steps
+from olmocr.config import compose
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.steps import IGNORE_INDEX
 from olmocr.models import TinyModel
@@ -74,8 +75,8 @@ def test_tiny_weights_are_deterministic(tmp_path):
 def test_bad_model_settings_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="model.family: unknown family 'llava'"):
         TinyModel(family="llava", cache_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="model.dtype"):
-        TinyModel(dtype="fp8", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"^model.dtype: expected one of float32, bfloat16, float16, got 'fp8'$"):
+        compose("check_data", ["model.dtype=fp8"])
     with pytest.raises(ValueError, match="hidden_size 60 must split into 8 heads"):
         TinyModel(hidden_size=60, num_heads=8, cache_dir=str(tmp_path))
 

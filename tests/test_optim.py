@@ -153,10 +153,6 @@ def test_schedule_errors_are_clear():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match="exceed the run"):
         schedules.wsd(opt, total_steps=10, warmup=5, decay=8)
-    with pytest.raises(ValueError, match=r"^scheduler.warmup must be >= 0, got -1$"):
-        schedules.linear(opt, total_steps=10, warmup=-1)
-    with pytest.raises(ValueError, match=r"^scheduler.decay must be >= 0, got -0.2$"):
-        schedules.wsd(opt, total_steps=10, decay=-0.2)
 
 
 def test_sampler_is_seeded_resumable_and_even_across_ranks():

@@ -136,10 +136,13 @@ def test_a_page_still_turned_after_every_attempt_keeps_the_models_last_reading(t
 
 def test_bad_options_fail_before_any_server_is_reached(tmp_path):
     server = ExternalServer("http://127.0.0.1:9/v1", "m")
-    for options, match in [({"temperatures": []}, "temperatures"), ({"rotation_direction": "left"}, "rotation_direction"),
-                           ({"max_tokens": 0}, "max_tokens"), ({"concurrency": 0}, "concurrency")]:
-        with pytest.raises(ValueError, match=match):
-            PageConverter(server, steps(), **options)
+    with pytest.raises(ValueError, match="temperatures"):
+        PageConverter(server, steps(), temperatures=[])
+    for option, match in [("rotation_direction=left", "rotation_direction: expected one of clockwise"),
+                          ("max_tokens=0", "max_tokens: must be at least 1"),
+                          ("concurrency=0", "concurrency: must be at least 1")]:
+        with pytest.raises(ValueError, match=f"^convert.{match}"):
+            compose("pipeline", [f"convert.{option}"])
     with pytest.raises(ValueError, match="'messages' step"):
         PageConverter(server, {k: v for k, v in steps().items() if k != "messages"})
     with pytest.raises(ValueError, match="server.url"):

@@ -11,6 +11,7 @@ import torch
 from PIL import ImageChops
 from conftest import SAMPLE, v4_steps, write_encrypted_pdf, write_pdf
 
+from olmocr.config import compose
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.prompts import PROMPT_V4
 from olmocr.data.steps import (
@@ -270,8 +271,9 @@ def test_annotate_tables_modes():
     assert f'<table border="1"><!-- Sample row (2): Column 1: a, Column 2: {"b" * 47}... --><tr>' in preview
     assert '<TABLE data-totalrows="9"><!-- Sample row (1): Column 1: q --><tr>' in preview
     assert AnnotateTables("annotate_dims")({"text": "no tables"})["text"] == "no tables"
-    with pytest.raises(ValueError, match="annotate_dims, firstrowpreview"):
-        AnnotateTables("dims")
+    with pytest.raises(ValueError, match=r"^data.steps.tables.mode: expected one of annotate_dims, firstrowpreview, "
+                                         r"got 'dims'$"):
+        compose("check_data", ["+data.steps.tables={_target_: olmocr.data.steps.AnnotateTables, mode: dims}"])
 
 
 def test_annotate_tables_in_the_step_list():

@@ -152,3 +152,16 @@ def test_a_stage_that_fills_its_disk_ends_in_one_line_saying_where_space_is_shor
     error = run.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"error: no space left on device; free: \d+(\.\d)? [KB]+ where out_dir is; "
                         r"\d+\.\d [KMGT]B where the run dir, the temporary folder, \S.* are", error), error
+
+
+def test_a_run_dir_on_a_full_disk_is_one_line_before_the_stage_starts(small_disk, tmp_path):
+    """Hydra makes the run dir and writes its .hydra/ files before any stage code runs."""
+    import subprocess
+    import sys
+
+    small_disk.leave(0)
+    run_dir = small_disk.path / "run"
+    run = subprocess.run([sys.executable, "-m", "olmocr.synth", "num_pages=1", f"hydra.run.dir={run_dir}"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stderr) == (2, f"error: no space left on device writing {run_dir} (0 B free there)\n")
+    assert not (run_dir / "pages").exists()  # the stage never started

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import MISSING
 
-from olmocr.config import StageConfig, store
+from olmocr.config import OneOf, Range, StageConfig, store
 
 
 @dataclass
@@ -15,17 +15,20 @@ class BenchConfig(StageConfig):
     bench_dir: str = MISSING  # test files (*.jsonl, one category each) and pdfs/
     # A folder of <pdf path without .pdf>_pg<page>_repeat<n>.md files, or [a, b] to compare two
     candidates: Any = MISSING
-    group_by: str = "file"  # categories: one per test file (olmOCR-bench), or one per test type
-    repeat_rule: str = "majority"  # a test passes on most repeats (olmOCR-bench), or "mean": share passing
+    # categories: one per test file (olmOCR-bench), or one per test type
+    group_by: Annotated[str, OneOf("file", "type")] = "file"
+    # a test passes on most repeats (olmOCR-bench), or "mean": share passing
+    repeat_rule: Annotated[str, OneOf("majority", "mean")] = "majority"
     skip_baseline: bool = False  # drop every baseline test, the implicit ones (one per PDF) included
     skip_rejected: bool = False  # leave out tests marked checked: rejected (olmOCR-bench runs them)
-    workers: int | None = None  # processes scoring pages; null: one per core
-    bootstrap_samples: int = 1000
-    confidence: float = 0.95
+    workers: Annotated[int | None, Range(at_least=1, null="one per core")] = None  # processes scoring pages
+    bootstrap_samples: Annotated[int, Range(at_least=0)] = 1000
+    confidence: Annotated[float, Range(above=0, below=1)] = 0.95
     seed: int = 0
-    max_failures_listed: int = 200  # in report.md; results.json lists them all
+    max_failures_listed: Annotated[int, Range(at_least=0)] = 200  # in report.md; results.json lists them all
     html: bool = True  # report.html: rates, and pages with their outputs and tests
-    html_max_pages: int = 300  # pages shown in report.html (failing or flipped first)
+    # pages shown in report.html (failing or flipped first)
+    html_max_pages: Annotated[int, Range(at_least=0)] = 300
 
 
 store("bench_schema", BenchConfig)
@@ -35,10 +38,13 @@ store("bench_schema", BenchConfig)
 class SplitConfig(StageConfig):
     pages: str = MISSING  # a folder of single-page X.pdf + X.md (pipeline.export's out_dir)
     out_dir: str = MISSING  # gets train/ (pages to train on) and heldout/ (an olmOCR-bench folder)
-    heldout: float = 0.2  # share of the source documents held out, whole documents
+    # share of the source documents held out, whole documents
+    heldout: Annotated[float, Range(above=0, below=1)] = 0.2
     seed: int = 0  # which documents, and which table cells
-    present_per_page: int = 3  # present tests: the page's longest sentences (order tests between them)
-    table_cells_per_page: int = 3  # table tests: cells with their right or lower neighbour
+    # present tests: the page's longest sentences (order tests between them)
+    present_per_page: Annotated[int, Range(at_least=0)] = 3
+    # table tests: cells with their right or lower neighbour
+    table_cells_per_page: Annotated[int, Range(at_least=0)] = 3
 
 
 store("bench_split_schema", SplitConfig)

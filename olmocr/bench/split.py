@@ -122,11 +122,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import PdfError, text_layer
     from olmocr.utils.runinfo import write_run_info
 
-    if not 0 < cfg.heldout < 1:
-        raise ValueError(f"heldout: the share of documents held out, between 0 and 1, got {cfg.heldout}")
-    for key in ("present_per_page", "table_cells_per_page"):
-        if cfg[key] < 0:
-            raise ValueError(f"{key}: must be 0 or more, got {cfg[key]}")
     if not os.path.isdir(cfg.pages):
         raise ValueError(f"pages: {cfg.pages} is not a folder (of X.pdf + X.md pages: pipeline.export's out_dir)")
     stems = page_pairs(cfg.pages)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Annotated
 
-from olmocr.config import runtime
+from olmocr.config import OneOf, Range, runtime
 from olmocr.data import text_rules
 from olmocr.data.prompts import build_prompt
 from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
@@ -22,6 +23,7 @@ from olmocr.formats.render import RenderError, render_page
 from olmocr.utils.io import read_bytes, read_text
 
 IGNORE_INDEX = -100
+Probability = Annotated[float, Range(at_least=0, at_most=1)]
 
 
 class Reject(Exception):
@@ -143,9 +145,7 @@ class RotationAugmentation(Step):
     ``rotation_correction`` is the clockwise turn that makes the page upright again.
     """
 
-    def __init__(self, probability: float = 0.5):
-        if not 0.0 <= probability <= 1.0:
-            raise ValueError(f"probability must be in [0, 1], got {probability}")
+    def __init__(self, probability: Probability = 0.5):
         self.probability = probability
 
     def __call__(self, sample):
@@ -217,12 +217,9 @@ class AnnotateTables(Step):
     cell starting in every column (values cut to 50 characters). Tables whose spans cannot be laid out
     are left as they are."""
 
-    MODES = ("annotate_dims", "firstrowpreview")
     _TABLE = re.compile(r"<table\b([^>]*)>.*?</table>", re.I | re.S)
 
-    def __init__(self, mode: str = "annotate_dims"):
-        if mode not in self.MODES:
-            raise ValueError(f"table annotation mode must be one of {', '.join(self.MODES)}, got {mode!r}")
+    def __init__(self, mode: Annotated[str, OneOf("annotate_dims", "firstrowpreview")] = "annotate_dims"):
         self.mode = mode
 
     def _annotate(self, match: re.Match) -> str:
@@ -352,9 +349,7 @@ class RandomTokenFlip(Step):
     """Replace a fraction of the target's input tokens with random ones, labels unchanged, so the model
     learns to continue correctly after its own mistakes."""
 
-    def __init__(self, processor, probability: float = 0.01):
-        if not 0.0 <= probability <= 1.0:
-            raise ValueError(f"probability must be in [0, 1], got {probability}")
+    def __init__(self, processor, probability: Probability = 0.01):
         self.probability = probability
         tokenizer = processor.tokenizer
         special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)

@@ -7,14 +7,15 @@ import functools
 import logging
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
+from olmocr.config import OneOf
 from olmocr.models.families import get_family, transformers_class
 
 if TYPE_CHECKING:
     import torch
 
-DTYPES = ("float32", "bfloat16", "float16")
+Dtype = Annotated[str, OneOf("float32", "bfloat16", "float16")]
 HUB_PROBE_TIMEOUT_S = 10.0
 
 log = logging.getLogger(__name__)
@@ -26,11 +27,9 @@ class ModelSource:
     Subclasses only decide ``path``; loading is shared so every stage loads models the same way.
     """
 
-    def __init__(self, family: str, dtype: str = "bfloat16", attn_implementation: str = "sdpa",
+    def __init__(self, family: str, dtype: Dtype = "bfloat16", attn_implementation: str = "sdpa",
                  image_min_pixels: int | None = None, image_max_pixels: int | None = None):
         self.family = get_family(family)
-        if dtype not in DTYPES:
-            raise ValueError(f"model.dtype: expected one of {', '.join(DTYPES)}, got {dtype!r}")
         self.dtype = dtype
         self.attn_implementation = attn_implementation
         self.image_min_pixels = image_min_pixels
@@ -111,7 +110,7 @@ HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 class HubModel(ModelSource):
     """A published checkpoint: a hub id (``org/name``) or a local folder in Hugging Face format."""
 
-    def __init__(self, name_or_path: str, family: str, revision: str | None = None, dtype: str = "bfloat16",
+    def __init__(self, name_or_path: str, family: str, revision: str | None = None, dtype: Dtype = "bfloat16",
                  attn_implementation: str = "sdpa", image_min_pixels: int | None = None,
                  image_max_pixels: int | None = None):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)

@@ -10,8 +10,6 @@ LANGUAGE_PREFIXES = ("model.language_model.", "lm_head.")
 
 
 def freeze(model: nn.Module, vision: bool = False, language: bool = False) -> None:
-    if vision and language:
-        raise ValueError("finetune.freeze_vision and finetune.freeze_language are both true: nothing would train")
     for name, param in model.named_parameters():
         if (vision and name.startswith(VISION_PREFIX)) or (language and name.startswith(LANGUAGE_PREFIXES)):
             param.requires_grad_(False)
@@ -41,8 +39,6 @@ def load_trainable(source, device="cpu", freeze_vision: bool = False, freeze_lan
                    lora: dict | None = None, checkpoint: str | None = None):
     """Load ``source`` for training: full, partly frozen, or with LoRA adapters. ``checkpoint`` is a saved
     model directory (full weights, or an adapter over ``source``) to continue from."""
-    if lora is not None and freeze_language:
-        raise ValueError("finetune.lora trains the language model: it cannot go with finetune.freeze_language")
     if lora is None:
         model = source.load_model(device, path=checkpoint)
         freeze(model, vision=freeze_vision, language=freeze_language)

@@ -52,8 +52,6 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
 def check(cfg: DictConfig) -> None:
     if cfg.samples < 2:
         raise ValueError(f"samples: a pair needs at least 2 samples per page, got {cfg.samples}")
-    if cfg.margin < 0:
-        raise ValueError(f"margin: must be 0 or more, got {cfg.margin}")
     if not cfg.rewards:
         raise ValueError("rewards: give the rewards that rank the samples, e.g. rewards=olmocr2")
 

@@ -75,8 +75,6 @@ LAUNCH = Launch(prepare=queue_before_submitting, prepared=("pdfs",))
 def check(cfg: DictConfig) -> None:
     from olmocr.pipeline.queue import check_queue
 
-    if cfg.workers < 0:
-        raise ValueError(f"workers: must be 0 (only add PDFs) or more, got {cfg.workers}")
     if cfg.workers == 0 and not cfg.pdfs and cfg.workspace is not None:
         raise ValueError("workers=0 only adds PDFs, and pdfs= names none: give pdfs=[…], or workers=1 or more to work")
     check_queue(**cfg.queue)

@@ -18,11 +18,11 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from PIL import Image
 
-from olmocr.config import runtime
+from olmocr.config import OneOf, Range, runtime
 from olmocr.data.pipeline import build_pipeline
 from olmocr.data.steps import BuildMessages, Reject
 from olmocr.formats.frontmatter import PageMeta, read_answer
@@ -152,23 +152,16 @@ class PageConverter:
     the client; leaving stops both. :meth:`run` runs a coroutine on the converter's loop from any thread.
     """
 
-    def __init__(self, server: Server, steps: dict[str, Any], temperatures: list[float] = TEMPERATURES,
-                 max_tokens: int = 8000, rotation_direction: str = "clockwise", concurrency: int = 64,
-                 timeout_s: float = 600.0, busy_s: float = 120.0, render_threads: int | None = None,
+    def __init__(self, server: Server, steps: dict[str, Any],
+                 temperatures: Annotated[list[float], Range(at_least=0)] = TEMPERATURES,
+                 max_tokens: Annotated[int, Range(at_least=1)] = 8000,
+                 rotation_direction: Annotated[str, OneOf(*DIRECTIONS)] = "clockwise",
+                 concurrency: Annotated[int, Range(at_least=1)] = 64,
+                 timeout_s: Annotated[float, Range(above=0)] = 600.0, busy_s: Annotated[float, Range(above=0)] = 120.0,
+                 render_threads: Annotated[int | None, Range(at_least=1, null="one per core")] = None,
                  guided: bool = False, log_dir: str = "."):
         if not temperatures:
             raise ValueError("convert.temperatures: give at least one (one attempt per temperature)")
-        if any(t < 0 for t in temperatures):
-            raise ValueError(f"convert.temperatures: must be 0 or more, got {list(temperatures)}")
-        if max_tokens < 1:
-            raise ValueError(f"convert.max_tokens: must be at least 1, got {max_tokens}")
-        if rotation_direction not in DIRECTIONS:
-            raise ValueError(f"convert.rotation_direction: expected one of {', '.join(DIRECTIONS)}, "
-                             f"got {rotation_direction!r}")
-        if concurrency < 1:
-            raise ValueError(f"convert.concurrency: must be at least 1, got {concurrency}")
-        if render_threads is not None and render_threads < 1:
-            raise ValueError(f"convert.render_threads: must be at least 1, got {render_threads}")
         if guided and server.structured_outputs is False:
             raise ValueError(f"convert.guided: {server.name} does not constrain decoding to a format "
                              "(structured outputs); use server=vllm, or convert.guided=false")

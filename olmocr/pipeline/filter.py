@@ -14,7 +14,9 @@ import io
 import re
 import threading
 from collections import Counter
+from typing import Annotated
 
+from olmocr.config import Range
 from olmocr.formats.pdf import run_poppler
 from olmocr.utils.io import local_path
 
@@ -36,8 +38,9 @@ class DocumentFilter:
     """Why a PDF is not worth converting (a short reason and a detail), or None to keep it."""
 
     def __init__(self, languages: list[str] = ("en",), forms: bool = True, spam: bool = True,
-                 spam_threshold: float = 0.004, spam_words: list[str] = SPAM_WORDS, pages: int = 5,
-                 min_chars: int = 200, min_letter_share: float = 0.5):
+                 spam_threshold: Annotated[float, Range(at_least=0)] = 0.004, spam_words: list[str] = SPAM_WORDS,
+                 pages: Annotated[int, Range(at_least=1)] = 5, min_chars: Annotated[int, Range(at_least=0)] = 200,
+                 min_letter_share: Annotated[float, Range(at_least=0, at_most=1)] = 0.5):
         from lingua import IsoCode639_1, Language
 
         try:
@@ -45,8 +48,6 @@ class DocumentFilter:
         except AttributeError as exc:
             raise ValueError(f"filter.languages: {exc.name!r} is not an ISO 639-1 code lingua knows "
                              f"(expected two-letter codes such as en, de, zh), got {list(languages)}") from None
-        if pages < 1:
-            raise ValueError(f"filter.pages: must be at least 1, got {pages}")
         self.forms = forms
         self.spam = spam
         self.spam_threshold = spam_threshold

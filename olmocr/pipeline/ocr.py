@@ -19,8 +19,9 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from olmocr.config import runtime
+from olmocr.config import Range, runtime
 from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of
 from olmocr.pipeline.dolma import dolma_document, mirror_path
@@ -77,11 +78,10 @@ def _listed(source: str, status: str, reason: str, detail: str) -> str:
 
 @runtime("converter", "workspace", "progress", "pdf_access", "filter")
 class OcrWork:
-    def __init__(self, converter: PageConverter, max_page_error_rate: float = 0.004, markdown: bool = True,
+    def __init__(self, converter: PageConverter,
+                 max_page_error_rate: Annotated[float, Range(at_least=0, at_most=1)] = 0.004, markdown: bool = True,
                  page_results: bool = False, workspace: Workspace | None = None, progress: bool = True,
                  pdf_access: Access | None = None, filter: DocumentFilter | None = None):  # noqa: A002 - the group's name
-        if not 0 <= max_page_error_rate <= 1:
-            raise ValueError(f"work.max_page_error_rate: must be in [0, 1], got {max_page_error_rate}")
         self.converter = converter
         self.max_page_error_rate = max_page_error_rate
         self.markdown = markdown

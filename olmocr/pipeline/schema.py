@@ -4,29 +4,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import MISSING
 
 import olmocr.models.schema  # noqa: F401 - the model group a started server serves (model=…)
-from olmocr.config import AccessConfig, StageConfig, store
+from olmocr.config import AccessConfig, Range, StageConfig, store
+
+Positive = Annotated[float, Range(above=0)]
 
 
 @dataclass
 class QueueConfig:
-    lease_s: float = 300.0  # a claim lasts this long unless renewed (every third of it, while working)
-    max_failures: int = 3  # an item whose own processing failed this many times is given up
+    lease_s: Positive = 300.0  # a claim lasts this long unless renewed (every third of it, while working)
+    # an item whose own processing failed this many times is given up
+    max_failures: Annotated[int, Range(at_least=1)] = 3
     # A failed item waits before its next attempt: retry_wait_s, doubling with each failure, at most
     # retry_wait_max_s (jittered; kept in its claim, so every worker honours it).
-    retry_wait_s: float = 15.0
-    retry_wait_max_s: float = 600.0
+    retry_wait_s: Annotated[float, Range(at_least=0)] = 15.0
+    retry_wait_max_s: Annotated[float, Range(at_least=0)] = 600.0
     # Failures from outside the items (storage, credentials, network, server, tools) in a row: from the
     # pause_after-th on the worker pauses (the same growing waits); when they have lasted give_up_after_s it
     # stops with their cause. Items are never given up for them.
-    pause_after: int = 3
-    give_up_after_s: float = 900.0
+    pause_after: Annotated[int, Range(at_least=1)] = 3
+    give_up_after_s: Positive = 900.0
     linger: bool = True  # wait while other workers hold items, to take over the claims of any that die
-    poll_s: float | None = None  # how often a lingering worker looks again; null: a quarter lease, ≤30 s
+    # how often a lingering worker looks again
+    poll_s: Annotated[float | None, Range(above=0, null="a quarter lease, ≤30 s")] = None
 
 
 @dataclass
@@ -37,15 +41,16 @@ class PipelineConfig(StageConfig):
     workspace_access: AccessConfig = field(default_factory=AccessConfig)
     pdfs: list[str] = field(default_factory=list)  # added before working: paths, folders, globs, list files
     pdf_access: AccessConfig = field(default_factory=AccessConfig)  # the PDFs' account, often not the workspace's
-    pages_per_group: int = 500  # pages per work item, estimated from a sample of page counts
-    sample: int = 100  # PDFs whose pages are counted to size the items
+    # pages per work item, estimated from a sample of page counts
+    pages_per_group: Annotated[int, Range(at_least=1)] = 500
+    sample: Annotated[int, Range(at_least=0)] = 100  # PDFs whose pages are counted to size the items
     seed: int = 0
     # Items in flight in this process (threads sharing one server and one page limit): two, so an item's
     # last pages never leave the server idle; 0: only add the PDFs.
-    workers: int = 2
+    workers: Annotated[int, Range(at_least=0)] = 2
     # This process's number among those started together: a sweep -m replica='range(16)' with cluster=…
     # starts 16 worker jobs (a SLURM job array, 16 Beaker jobs); it names the workers in claims.
-    replica: int = 0
+    replica: Annotated[int, Range(at_least=0)] = 0
     work: Any = MISSING  # what a worker does with an item (conf/work/)
     filter: Any = None  # documents work=ocr does not convert (conf/filter/); null: every readable one
     convert: Any = MISSING  # how work=ocr turns a page into text (conf/convert/)
@@ -59,7 +64,8 @@ class PipelineConfig(StageConfig):
 class StatsConfig(StageConfig):
     workspace: str = "${paths.sample_workspace}"
     workspace_access: AccessConfig = field(default_factory=AccessConfig)
-    window_min: float = 15.0  # the recent throughput (and the projected finish) is over this window
+    # the recent throughput (and the projected finish) is over this window
+    window_min: Positive = 15.0
     json: bool = False  # print the figures as JSON
 
 
@@ -67,7 +73,7 @@ class StatsConfig(StageConfig):
 class BenchConfig(StageConfig):
     bench_dir: str = MISSING  # an olmOCR-bench folder: test files (*.jsonl) and pdfs/
     candidates: str | None = None  # where the .md files go; null: <run dir>/candidates
-    repeats: int = 1  # conversions of every tested page (the bench scores each)
+    repeats: Annotated[int, Range(at_least=1)] = 1  # conversions of every tested page (the bench scores each)
     convert: Any = MISSING  # how a page becomes text (conf/convert/)
     server: Any = MISSING  # the model server (conf/server/)
     model: Any = MISSING  # what a started server serves (conf/model/)

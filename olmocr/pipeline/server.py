@@ -23,12 +23,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from typing import Annotated
 
-from olmocr.config import runtime
+from olmocr.config import Range, runtime
 from olmocr.pipeline.failures import StopWork
 from olmocr.utils.vllm_cpu import server_env
 
 log = logging.getLogger("olmocr.pipeline")
+
+
+Port = Annotated[int | None, Range(at_least=1, at_most=65535, null="a free one")]
+Seconds = Annotated[float, Range(above=0)]
+Restarts = Annotated[int, Range(at_least=0)]
 
 
 class ServerGone(StopWork):
@@ -113,12 +119,8 @@ class ManagedServer(Server):
     name = "server"
     source = None  # the model it serves (olmocr.models.source.ModelSource), where it loads one
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 300.0,
-                 max_restarts: int = 3, env: Mapping[str, str] | None = None):
-        if max_restarts < 0:
-            raise ValueError(f"server.max_restarts: must be 0 or more, got {max_restarts}")
-        if startup_timeout_s <= 0:
-            raise ValueError(f"server.startup_timeout_s: must be positive, got {startup_timeout_s}")
+    def __init__(self, host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Seconds = 300.0,
+                 max_restarts: Restarts = 3, env: Mapping[str, str] | None = None):
         self.host = host
         self.port = port
         self.startup_timeout_s = startup_timeout_s
@@ -249,8 +251,8 @@ class TransformersServer(ManagedServer):
     structured_outputs = False
 
     def __init__(self, model, device: str = "cpu", dtype: str = "auto", continuous_batching: bool = False,
-                 host: str = "127.0.0.1", port: int | None = None, startup_timeout_s: float = 300.0,
-                 max_restarts: int = 3):
+                 host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Seconds = 300.0,
+                 max_restarts: Restarts = 3):
         # Without the update check, an offline machine does not wait on PyPI at every start.
         super().__init__(host, port, startup_timeout_s, max_restarts, {"HF_HUB_DISABLE_UPDATE_CHECK": "1"})
         self.source = model
@@ -297,14 +299,15 @@ class VllmServer(ManagedServer):
     name = "vllm serve"
 
     def __init__(self, model, served_model_name: str = "olmocr", dtype: str = "auto",
-                 max_model_len: int | None = 16384, gpu_memory_utilization: float | None = None,
-                 cpu_kv_cache_gib: int | None = None, tensor_parallel_size: int = 1, data_parallel_size: int = 1,
-                 max_num_seqs: int | None = None, extra_args: list[str] | None = None, host: str = "127.0.0.1",
-                 port: int | None = None, startup_timeout_s: float = 900.0, max_restarts: int = 3):
-        if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"server.gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization}")
-        if cpu_kv_cache_gib is not None and cpu_kv_cache_gib < 1:
-            raise ValueError(f"server.cpu_kv_cache_gib: must be 1 or more (whole GiB), got {cpu_kv_cache_gib}")
+                 max_model_len: Annotated[int | None, Range(at_least=1, null="the model's own")] = 16384,
+                 gpu_memory_utilization: Annotated[float | None,
+                                                   Range(above=0, at_most=1, null="vLLM's default")] = None,
+                 cpu_kv_cache_gib: Annotated[int | None, Range(at_least=1, null="vLLM's default")] = None,
+                 tensor_parallel_size: Annotated[int, Range(at_least=1)] = 1,
+                 data_parallel_size: Annotated[int, Range(at_least=1)] = 1,
+                 max_num_seqs: Annotated[int | None, Range(at_least=1, null="vLLM's default")] = None,
+                 extra_args: list[str] | None = None, host: str = "127.0.0.1", port: Port = None,
+                 startup_timeout_s: Seconds = 900.0, max_restarts: Restarts = 3):
         # One OpenMP thread: several servers on one multi-GPU node otherwise fight over every core. (The CPU
         # build binds its own threads to cores whatever this says.)
         super().__init__(host, port, startup_timeout_s, max_restarts,
@@ -350,7 +353,7 @@ class ExternalServer(Server):
 
     structured_outputs = None  # asked at start when convert.guided is on
 
-    def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: float = 300.0):
+    def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: Seconds = 300.0):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"server.url: expected an http(s):// base URL like http://host:8000/v1, got {url!r}")
         self.url = url.rstrip("/")

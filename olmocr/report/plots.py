@@ -112,8 +112,6 @@ def plot_run(run_dir: str, dpi: int = 100) -> list[str]:
 
 @stage("report_plots")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
-    if cfg.dpi < 10:
-        raise ValueError(f"dpi: must be at least 10, got {cfg.dpi}")
     written = plot_run(cfg.run_dir, cfg.dpi)
     print("\n".join(written) if written else f"{cfg.run_dir}: no metrics to plot yet")
     return written

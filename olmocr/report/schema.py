@@ -4,17 +4,17 @@ conf/report_viewer.yaml)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Annotated, Any
 
 from omegaconf import MISSING
 
-from olmocr.config import StageConfig, store
+from olmocr.config import Range, StageConfig, store
 
 
 @dataclass
 class PlotsConfig(StageConfig):
     run_dir: str = MISSING  # a training run dir (its metrics.jsonl)
-    dpi: int = 100  # the PNGs are 7 x 4 inches
+    dpi: Annotated[int, Range(at_least=10)] = 100  # the PNGs are 7 x 4 inches
 
 
 @dataclass
@@ -22,8 +22,9 @@ class ViewerConfig(StageConfig):
     # A workspace, or Dolma JSONL paths/globs (one, or a list); local or s3://. By default the workspace
     # of a pipeline run without workspace= (the bundled eval PDFs).
     results: Any = "${paths.sample_workspace}"
-    max_documents: Optional[int] = None  # shown, in file order (null: all; the rest are counted)
-    longest_side: int = 700  # of the page images, in pixels
+    # shown, in file order; the rest are counted
+    max_documents: Annotated[int | None, Range(at_least=1, null="all")] = None
+    longest_side: Annotated[int, Range(at_least=16)] = 700  # of the page images, in pixels
 
 
 store("report_plots_schema", PlotsConfig)

@@ -183,8 +183,6 @@ def run(cfg: DictConfig, output_dir: str) -> str:
     from olmocr.formats.html import TAIL, document, esc, head
     from olmocr.utils.runinfo import write_run_info
 
-    if cfg.max_documents is not None and cfg.max_documents < 1:
-        raise ValueError(f"max_documents: must be at least 1 (or null: all), got {cfg.max_documents}")
     results = [cfg.results] if isinstance(cfg.results, str) else list(cfg.results)
     files = result_files(results)
     docs_dir, pages_dir = os.path.join(output_dir, "docs"), os.path.join(output_dir, "pages")

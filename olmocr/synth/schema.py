@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
-from olmocr.config import StageConfig, store
+from olmocr.config import Range, StageConfig, store
 
 
 @dataclass
 class SynthConfig(StageConfig):
     out_dir: str | None = None  # default: <run dir>/pages
-    num_pages: int = 24
+    num_pages: Annotated[int, Range(at_least=1)] = 24
     seed: int = 0
-    first_index: int = 0
+    first_index: Annotated[int, Range(at_least=0)] = 0
     layout_weights: dict[str, float] = field(default_factory=dict)
     language_weights: dict[str, float] = field(default_factory=dict)
     render_check: bool = True

@@ -28,8 +28,9 @@ import random
 import shutil
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
-from olmocr.config import runtime
+from olmocr.config import OneOf, Range, runtime
 
 log = logging.getLogger("olmocr.train")
 
@@ -144,17 +145,11 @@ class BenchEval:
     as the pipeline does (false: it is scored as written, the model's own reading); ``report_pages``: pages
     shown in the HTML report of the best eval."""
 
-    def __init__(self, root: str, steps: dict, output_dir: str, count: int | None = 64, seed: int = 0,
-                 max_new_tokens: int = 8000, batch_size: int = 8, engine: str = "auto", fallback: bool = True,
-                 report_pages: int = 50):
-        if count is not None and count < 1:
-            raise ValueError(f"eval.bench.count: must be at least 1 (or null for every page), got {count}")
-        if max_new_tokens < 1:
-            raise ValueError(f"eval.bench.max_new_tokens: must be at least 1, got {max_new_tokens}")
-        if batch_size < 1:
-            raise ValueError(f"eval.bench.batch_size: must be at least 1, got {batch_size}")
-        if engine not in ENGINES:
-            raise ValueError(f"eval.bench.engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    def __init__(self, root: str, steps: dict, output_dir: str,
+                 count: Annotated[int | None, Range(at_least=1, null="every page")] = 64, seed: int = 0,
+                 max_new_tokens: Annotated[int, Range(at_least=1)] = 8000,
+                 batch_size: Annotated[int, Range(at_least=1)] = 8, engine: Annotated[str, OneOf(*ENGINES)] = "auto",
+                 fallback: bool = True, report_pages: Annotated[int, Range(at_least=0)] = 50):
         self.root, self.steps, self.count, self.seed = root, steps, count, seed
         self.max_new_tokens, self.batch_size, self.engine = max_new_tokens, batch_size, engine
         self.text_layer, self.report_pages = fallback, report_pages

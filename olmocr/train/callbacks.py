@@ -7,8 +7,9 @@ import json
 import logging
 import os
 import uuid
+from typing import Annotated
 
-from olmocr.config import runtime
+from olmocr.config import OneOf, runtime
 
 log = logging.getLogger("olmocr.train")
 
@@ -172,13 +173,11 @@ class Wandb(Callback):
     preemption, a hard stop, a requeue) logs into the same W&B run: its id is kept in the run dir. Online,
     the server and the key are checked before the model loads (:meth:`on_run_start`)."""
 
-    MODES = ("online", "offline", "disabled")
     LOGIN_TIMEOUT_S = 30
 
     def __init__(self, project: str, run_config: dict, output_dir: str, entity: str | None = None,
-                 name: str | None = None, mode: str = "online", tags: list[str] | None = None):
-        if mode not in self.MODES:
-            raise ValueError(f"callbacks.wandb.mode: expected one of {', '.join(self.MODES)}, got {mode!r}")
+                 name: str | None = None, mode: Annotated[str, OneOf("online", "offline", "disabled")] = "online",
+                 tags: list[str] | None = None):
         self.id_path = os.path.join(output_dir, "wandb_run_id")
         self.kwargs = dict(project=project, entity=entity, name=name, mode=mode, tags=tags, config=run_config,
                            dir=output_dir)

@@ -3,9 +3,9 @@ imported when a builder runs, so reading their signatures (config schemas) stays
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from olmocr.config import runtime
+from olmocr.config import Range, runtime
 
 if TYPE_CHECKING:
     import torch
@@ -14,14 +14,19 @@ if TYPE_CHECKING:
     from olmocr.train.muon import SingleDeviceMuonWithAuxAdam
 
 
+Positive = Annotated[float, Range(above=0)]
+NonNegative = Annotated[float, Range(at_least=0)]  # a learning rate of 0 is a baseline that does not learn
+Betas = Annotated[tuple[float, float], Range(at_least=0, below=1)]
+
+
 def no_decay(name: str, param: nn.Parameter) -> bool:
     """Biases, norms and embeddings are not decayed."""
     return param.ndim < 2 or "embed" in name or "norm" in name
 
 
 @runtime("model")
-def adamw(model: nn.Module, lr: float = 2e-5, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-          weight_decay: float = 0.01, fused: bool | None = None) -> torch.optim.AdamW:
+def adamw(model: nn.Module, lr: NonNegative = 2e-5, betas: Betas = (0.9, 0.999), eps: NonNegative = 1e-8,
+          weight_decay: NonNegative = 0.01, fused: bool | None = None) -> torch.optim.AdamW:
     import torch
 
     decay, plain = [], []
@@ -36,10 +41,11 @@ def adamw(model: nn.Module, lr: float = 2e-5, betas: tuple[float, float] = (0.9,
 
 
 @runtime("model")
-def muon(model: nn.Module, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
-         weight_decay: float = 0.0, adam_lr: float = 3e-4, adam_betas: tuple[float, float] = (0.9, 0.95),
-         adam_eps: float = 1e-10, head_lr_scale: float = 11.0, embed_lr_scale: float = 30.0,
-         scalar_lr_scale: float = 2.0) -> SingleDeviceMuonWithAuxAdam:
+def muon(model: nn.Module, lr: NonNegative = 0.02, momentum: Annotated[float, Range(at_least=0, below=1)] = 0.95,
+         nesterov: bool = True, ns_steps: Annotated[int, Range(at_least=1)] = 5, weight_decay: NonNegative = 0.0,
+         adam_lr: NonNegative = 3e-4, adam_betas: Betas = (0.9, 0.95), adam_eps: NonNegative = 1e-10,
+         head_lr_scale: Positive = 11.0, embed_lr_scale: Positive = 30.0,
+         scalar_lr_scale: Positive = 2.0) -> SingleDeviceMuonWithAuxAdam:
     """Muon on the hidden matrices, Adam on head, embeddings and the rest (the ``optimizer=muon`` config)."""
     from olmocr.train.muon import SingleDeviceMuonWithAuxAdam, muon_param_groups
 

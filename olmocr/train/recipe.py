@@ -31,9 +31,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-DURATION_UNITS = ("steps", "epochs", "tokens")
-
-
 def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool = False,
                    tokens_per_sample: float | None = None) -> int:
     """Optimizer steps for a duration (``unit``: steps, epochs or tokens; ``value``) when each step takes
@@ -50,45 +47,20 @@ def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool 
         if tokens_per_sample is None:
             raise ValueError("trainer.max_duration.unit: this algorithm counts steps or epochs, not tokens")
         return max(1, math.ceil(value / (tokens_per_sample * per_step)))
-    raise AssertionError(f"unit {unit!r} passed check_trainer")
-
-
-PRECISIONS = ("fp32", "bf16")
-STRATEGIES = ("ddp", "fsdp", "deepspeed")
-DEVICES = ("auto", "cuda", "cpu")
+    raise AssertionError(f"unit {unit!r} passed validation")
 
 
 def check_trainer(t) -> None:
-    """The ``trainer`` settings' values (their types are the schema's), before anything is loaded or submitted."""
+    """What the ``trainer`` schema's declared bounds cannot say, before anything is loaded or submitted."""
+    if t.max_duration.value is None:
+        raise ValueError(f"trainer.max_duration.value: required, the run's length in {t.max_duration.unit}")
 
-    def at_least(key: str, low: int, none: str | None = None) -> None:
-        value = getattr(t, key)
-        if (value is None and none is None) or (value is not None and value < low):
-            raise ValueError(f"trainer.{key}: must be at least {low}{f', or null for {none}' if none else ''}, "
-                             f"got {value}")
 
-    for key, required in (("max_duration", True), ("hard_stop", False)):
-        duration = getattr(t, key)
-        if duration.unit not in DURATION_UNITS:
-            raise ValueError(f"trainer.{key}.unit: expected one of {', '.join(DURATION_UNITS)}, got {duration.unit!r}")
-        if duration.value is None and required:
-            raise ValueError(f"trainer.{key}.value: required, the run's length in {duration.unit}")
-        if duration.value is not None and duration.value <= 0:
-            raise ValueError(f"trainer.{key}.value: must be positive, got {duration.value:g}")
-    at_least("batch_size", 1)
-    at_least("grad_accum", 1)
-    at_least("eval_interval", 0, "none")
-    at_least("save_interval", 0, "none")
-    at_least("eval_max_batches", 1, "the whole eval set")
-    at_least("keep_last", 1, "every checkpoint")
-    at_least("num_workers", 0)
-    if t.clip_grad_norm is not None and t.clip_grad_norm <= 0:
-        raise ValueError(f"trainer.clip_grad_norm: must be positive, or null for no clipping, got {t.clip_grad_norm:g}")
-    for key, options in (("precision", PRECISIONS), ("strategy", STRATEGIES), ("device", DEVICES)):
-        if getattr(t, key) not in options:
-            raise ValueError(f"trainer.{key}: expected one of {', '.join(options)}, got {getattr(t, key)!r}")
-    if t.zero_stage not in (1, 2):
-        raise ValueError(f"trainer.zero_stage: DeepSpeed's ZeRO stage 1 or 2, got {t.zero_stage}")
+def check_finetune(freeze_vision: bool, freeze_language: bool, lora) -> None:
+    if freeze_vision and freeze_language:
+        raise ValueError("finetune.freeze_vision and finetune.freeze_language are both true: nothing would train")
+    if lora is not None and freeze_language:
+        raise ValueError("finetune.lora trains the language model: it cannot go with finetune.freeze_language")
 
 
 @dataclass(frozen=True)

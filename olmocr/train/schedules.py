@@ -7,9 +7,9 @@ function of the step, so resuming needs only the step count.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from olmocr.config import runtime
+from olmocr.config import Range, runtime
 
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LambdaLR
@@ -21,10 +21,14 @@ def _lambda_lr(optimizer, factor) -> LambdaLR:
     return LambdaLR(optimizer, factor)
 
 
-def _warmup_steps(value: float, total_steps: int, key: str = "warmup") -> int:
-    """Steps of a phase given as steps (>= 1) or a fraction of the run (< 1); ``key`` names it in errors."""
-    if value < 0:
-        raise ValueError(f"scheduler.{key} must be >= 0, got {value:g}")
+# A phase's length: steps (>= 1) or a fraction of the run (< 1)
+Phase = Annotated[float, Range(at_least=0)]
+# The learning rate at the end, as a share of the base
+FinalRatio = Annotated[float, Range(at_least=0, at_most=1)]
+
+
+def _warmup_steps(value: float, total_steps: int) -> int:
+    """Steps of a phase given as steps (>= 1) or a fraction of the run (< 1)."""
     return int(round(value * total_steps)) if value < 1 else int(value)
 
 
@@ -44,27 +48,28 @@ def _decaying(optimizer, total_steps: int, warmup: float, shape) -> LambdaLR:
 
 
 @runtime("optimizer", "total_steps")
-def linear(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
+def linear(optimizer, total_steps: int, warmup: Phase = 0.1, final_ratio: FinalRatio = 0.0) -> LambdaLR:
     return _decaying(optimizer, total_steps, warmup, lambda p: 1.0 - (1.0 - final_ratio) * p)
 
 
 @runtime("optimizer", "total_steps")
-def cosine(optimizer, total_steps: int, warmup: float = 0.1, final_ratio: float = 0.0) -> LambdaLR:
+def cosine(optimizer, total_steps: int, warmup: Phase = 0.1, final_ratio: FinalRatio = 0.0) -> LambdaLR:
     return _decaying(optimizer, total_steps, warmup,
                      lambda p: final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * p)))
 
 
 @runtime("optimizer", "total_steps")
-def constant(optimizer, total_steps: int, warmup: float = 0.0) -> LambdaLR:
+def constant(optimizer, total_steps: int, warmup: Phase = 0.0) -> LambdaLR:
     w = _warmup_steps(warmup, total_steps)
     return _lambda_lr(optimizer, lambda step: _warmup(step, w) or 1.0)
 
 
 @runtime("optimizer", "total_steps")
-def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, final_ratio: float = 0.0) -> LambdaLR:
+def wsd(optimizer, total_steps: int, warmup: Phase = 0.05, decay: Phase = 0.2,
+        final_ratio: FinalRatio = 0.0) -> LambdaLR:
     """Warm-up, stable, then linear decay over the last ``decay`` (steps, or fraction of the run)."""
     w = _warmup_steps(warmup, total_steps)
-    d = _warmup_steps(decay, total_steps, "decay")
+    d = _warmup_steps(decay, total_steps)
     if w + d > total_steps:
         raise ValueError(f"scheduler: warm-up ({w}) and decay ({d}) steps exceed the run ({total_steps} steps)")
 
@@ -81,6 +86,6 @@ def wsd(optimizer, total_steps: int, warmup: float = 0.05, decay: float = 0.2, f
 
 
 @runtime("optimizer", "total_steps")
-def inverse_sqrt(optimizer, total_steps: int, warmup: float = 0.05) -> LambdaLR:
+def inverse_sqrt(optimizer, total_steps: int, warmup: Phase = 0.05) -> LambdaLR:
     w = max(1, _warmup_steps(warmup, total_steps))
     return _lambda_lr(optimizer, lambda step: _warmup(step, w) or math.sqrt(w / (step + 1)))

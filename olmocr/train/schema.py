@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import MISSING
 
 import olmocr.data.schema  # noqa: F401 - training composes the data and model groups
-from olmocr.config import StageConfig, schema_for, store
+from olmocr.config import OneOf, Range, StageConfig, schema_for, store
 from olmocr.train import optim, schedules
 
 
@@ -24,26 +24,28 @@ class GRPOAlgoConfig:
     goes in ``trl_args`` (checked against trl's own config before any work)."""
 
     name: str = "grpo"
-    num_generations: int = 8
-    temperature: float = 0.8
-    top_p: float = 1.0
-    max_completion_length: int = 4096
-    beta: float = 0.0  # KL coefficient; 0 loads no reference model
-    loss_type: str = "dapo"  # grpo, dr_grpo, dapo, bnpo, …
-    importance_sampling_level: str = "token"  # token, or sequence (GSPO)
-    scale_rewards: str = "group"  # group, batch or none
-    epsilon: float = 0.2
-    num_iterations: int = 1
+    num_generations: Annotated[int, Range(at_least=2)] = 8
+    temperature: Annotated[float, Range(above=0)] = 0.8
+    top_p: Annotated[float, Range(above=0, at_most=1)] = 1.0
+    max_completion_length: Annotated[int, Range(at_least=1)] = 4096
+    beta: Annotated[float, Range(at_least=0)] = 0.0  # KL coefficient; 0 loads no reference model
+    loss_type: Annotated[str, OneOf("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")] = "dapo"
+    importance_sampling_level: Annotated[str, OneOf("token", "sequence")] = "token"  # sequence: GSPO
+    scale_rewards: Annotated[str, OneOf("group", "batch", "none")] = "group"
+    epsilon: Annotated[float, Range(above=0)] = 0.2
+    num_iterations: Annotated[int, Range(at_least=1)] = 1
     # transformers (plain generate; CPU and tests), vllm_colocate (vLLM inside each trainer process) or
     # vllm_server (a `trl vllm-serve` process on its own GPU; see launch_commands.json in the run dir)
-    generation: str = "transformers"
+    generation: Annotated[str, OneOf("transformers", "vllm_colocate", "vllm_server")] = "transformers"
     vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: int = 8000
-    vllm_server_timeout: float = 240.0
-    vllm_gpu_memory_utilization: float = 0.3
-    vllm_tensor_parallel_size: int = 1
-    vllm_data_parallel_size: int = 1  # server: model copies; it takes tensor x data parallel GPUs
-    vllm_max_model_length: int | None = None  # prompt + completion tokens vLLM makes room for
+    vllm_server_port: Annotated[int, Range(at_least=1, at_most=65535)] = 8000
+    vllm_server_timeout: Annotated[float, Range(above=0)] = 240.0
+    vllm_gpu_memory_utilization: Annotated[float, Range(above=0, at_most=1)] = 0.3
+    vllm_tensor_parallel_size: Annotated[int, Range(at_least=1)] = 1
+    # server: model copies; it takes tensor x data parallel GPUs
+    vllm_data_parallel_size: Annotated[int, Range(at_least=1)] = 1
+    # prompt + completion tokens vLLM makes room for
+    vllm_max_model_length: Annotated[int | None, Range(at_least=1, null="the model's own")] = None
     log_completions: bool = False
     trl_args: dict[str, Any] = field(default_factory=dict)
 
@@ -55,25 +57,30 @@ class DPOAlgoConfig:
     any other trl ``DPOConfig`` field goes in ``trl_args`` (checked against trl's own config first)."""
 
     name: str = "dpo"
-    beta: float = 0.1  # how far the policy may move from the reference; smaller: further
-    loss_type: str = "sigmoid"  # sigmoid (DPO), ipo, hinge, robust, …: trl's DPO loss types
-    label_smoothing: float = 0.0  # robust/cDPO: the share of pairs assumed mislabelled
-    max_length: int | None = None  # prompt + answer tokens; longer pairs are cut
+    beta: Annotated[float, Range(above=0)] = 0.1  # how far the policy may move from the reference; smaller: further
+    # sigmoid is DPO; the others are trl's other DPO losses
+    loss_type: Annotated[str, OneOf("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair",
+                                    "sppo_hard", "aot", "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft",
+                                    "sigmoid_norm")] = "sigmoid"
+    # robust/cDPO: the share of pairs assumed mislabelled
+    label_smoothing: Annotated[float, Range(at_least=0, below=0.5)] = 0.0
+    # prompt + answer tokens; longer pairs are cut
+    max_length: Annotated[int | None, Range(at_least=1, null="no cut")] = None
     precompute_ref_log_probs: bool = False
     trl_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class DurationConfig:
-    unit: str = "steps"  # steps, epochs or tokens
-    value: float | None = 100
+    unit: Annotated[str, OneOf("steps", "epochs", "tokens")] = "steps"
+    value: Annotated[float | None, Range(above=0)] = 100
 
 
 @dataclass
 class LoraConfig:
-    r: int = 8
-    alpha: int = 32
-    dropout: float = 0.1
+    r: Annotated[int, Range(at_least=1)] = 8
+    alpha: Annotated[int, Range(above=0)] = 32
+    dropout: Annotated[float, Range(at_least=0, below=1)] = 0.1
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
@@ -88,34 +95,34 @@ class FinetuneConfig:
 
 @dataclass
 class TrainerConfig:
-    batch_size: int = 1  # per device
-    grad_accum: int = 1
+    batch_size: Annotated[int, Range(at_least=1)] = 1  # per device
+    grad_accum: Annotated[int, Range(at_least=1)] = 1
     max_duration: DurationConfig = field(default_factory=DurationConfig)
     # Stop early without changing the schedule; value null = no hard stop. (Not Optional[DurationConfig]:
     # OmegaConf cannot merge a command-line dict into a null structured node.)
     hard_stop: DurationConfig = field(default_factory=lambda: DurationConfig(value=None))
-    precision: str = "fp32"  # fp32 or bf16 (autocast)
-    clip_grad_norm: float | None = 1.0
-    eval_interval: int | None = 500
-    eval_max_batches: int | None = None
-    save_interval: int | None = 500
-    keep_last: int | None = 3
+    precision: Annotated[str, OneOf("fp32", "bf16")] = "fp32"  # bf16: autocast
+    clip_grad_norm: Annotated[float | None, Range(above=0, null="no clipping")] = 1.0
+    eval_interval: Annotated[int | None, Range(at_least=0, null="none")] = 500
+    eval_max_batches: Annotated[int | None, Range(at_least=1, null="the whole eval set")] = None
+    save_interval: Annotated[int | None, Range(at_least=0, null="none")] = 500
+    keep_last: Annotated[int | None, Range(at_least=1, null="every checkpoint")] = 3
     # An eval metric (eval/bench/overall, eval/<name>/loss, …): its best checkpoint is saved when reached and
     # kept besides the newest keep_last ones; null: none kept for its score.
     keep_best: str | None = None
-    num_workers: int = 0
+    num_workers: Annotated[int, Range(at_least=0)] = 0
     activation_checkpointing: bool = False
     compile: bool = False
     # torch.compile's backend: inductor generates kernels (Triton on GPUs, C++ on CPUs); aot_eager traces the
     # blocks and their backward as inductor does and runs the graphs eagerly (debugging a compile failure)
     compile_backend: str = "inductor"
     resume: bool = True
-    device: str = "auto"
+    device: Annotated[str, OneOf("auto", "cuda", "cpu")] = "auto"
     # ddp (replicas), fsdp (FSDP2, sharded per block) or deepspeed (ZeRO stage zero_stage)
-    strategy: str = "ddp"
+    strategy: Annotated[str, OneOf("ddp", "fsdp", "deepspeed")] = "ddp"
     ddp_find_unused_parameters: bool = False
     fsdp_reshard_after_forward: bool = True
-    zero_stage: int = 2
+    zero_stage: Annotated[int, OneOf(1, 2)] = 2  # DeepSpeed's ZeRO stage
 
 
 @dataclass
