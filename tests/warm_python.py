@@ -56,13 +56,19 @@ try:
     s.connect({socket!r})
 except OSError:
     os.execv({python!r}, [{python!r}, *sys.argv[1:]])
+# Relayed from before the request: the command may run (and its caller signal us) before its pid reaches us.
+pid, early = None, []
+def relay(number, frame):
+    os.kill(pid, number) if pid is not None else early.append(number)
+for number in {relayed}:
+    signal.signal(number, relay)
 request = json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}}).encode()
 s.sendmsg([struct.pack("!I", len(request))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
 s.sendall(request)
 replies = s.makefile("rb")
 pid = int(replies.readline())
-for number in {relayed}:
-    signal.signal(number, lambda number, frame: os.kill(pid, number))
+for number in early:
+    os.kill(pid, number)
 how, value = replies.readline().split()
 if how == b"signal":  # end the same way
     if int(value) not in (signal.SIGKILL, signal.SIGSTOP):
