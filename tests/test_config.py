@@ -191,11 +191,14 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("pipeline", ["filter=olmocr", "filter.pages=0"], "filter.pages: must be at least 1, got 0"),
     ("check_data", ["data/steps=v4_augmented", "data.steps.rotation.probability=1.5"],
      "data.steps.rotation.probability: must be in [0, 1], got 1.5"),
+    ("check_data", ["data.steps.render.longest_side=8"], "data.steps.render.longest_side: must be at least 16, got 8"),
     # a stage's own field
     ("pipeline", ["queue.poll_s=0"], "queue.poll_s: must be positive, or null for a quarter lease, ≤30 s, got 0"),
     ("report_viewer", ["max_documents=0"], "max_documents: must be at least 1, or null for all, got 0"),
     ("bench", ["confidence=1"], "confidence: must be in (0, 1), got 1"),
     ("bench", ["repeat_rule=all"], "repeat_rule: expected one of majority, mean, got 'all'"),
+    ("compare", ["max_new_tokens=0"], "max_new_tokens: must be at least 1, got 0"),  # was transformers' error, 14 s in
+    ("compare", ["pages.count=0"], "pages.count: must be at least 1, got 0"),
 ])
 def test_a_value_outside_its_declared_bounds_fails_validation_naming_the_key(config, overrides, message):
     with pytest.raises(ValueError) as info:

@@ -18,11 +18,9 @@ import torch
 from tqdm import tqdm
 
 from olmocr.checkpoints.pages import model_inputs
+from olmocr.checkpoints.schema import ENGINES
 
 log = logging.getLogger(__name__)
-
-ENGINES = ("auto", "vllm", "transformers")
-
 
 @dataclass
 class Generation:

@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import MISSING
 
-from olmocr.config import StageConfig, store
+from olmocr.config import OneOf, Range, StageConfig, store
+
+# What decodes the candidate in compare: auto is vLLM where it is installed and a GPU is present
+ENGINES = ("auto", "vllm", "transformers")
 
 
 @dataclass
 class PagesConfig:
     root: str = MISSING  # a bench folder (its pages with tests) or a folder of PDFs (one page of each)
-    count: int = 16
+    count: Annotated[int, Range(at_least=1)] = 16
     seed: int = 0
 
 
@@ -44,20 +47,21 @@ class CompressConfig(StageConfig):
 
 @dataclass
 class VllmConfig:
-    gpu_memory_utilization: float = 0.5
-    max_model_len: int | None = 16384
+    gpu_memory_utilization: Annotated[float, Range(above=0, at_most=1)] = 0.5
+    max_model_len: Annotated[int | None, Range(at_least=1, null="the model's own")] = 16384
 
 
 @dataclass
 class CompareConfig(StageConfig):
     reference: str = MISSING
     candidate: str = MISSING
-    engine: str = "auto"  # the candidate's: vllm (installed, GPU present) else transformers; or force one
+    engine: Annotated[str, OneOf(*ENGINES)] = "auto"  # the candidate's
     pages: PagesConfig = field(default_factory=PagesConfig)
     steps: dict[str, Any] = field(default_factory=dict)
-    max_new_tokens: int = 128
-    threshold: float = 0.2  # a page whose probability gap at its first mismatch exceeds this is flagged
-    max_flagged: int = 0  # more flagged pages than this: exit code 1
+    max_new_tokens: Annotated[int, Range(at_least=1)] = 128
+    # a page whose probability gap at its first mismatch exceeds this is flagged
+    threshold: Annotated[float, Range(at_least=0)] = 0.2
+    max_flagged: Annotated[int, Range(at_least=0)] = 0  # more flagged pages than this: exit code 1
     device: str = "auto"  # of the transformers models: cuda when available, else cpu
     dtype: str = "auto"  # of the transformers models: as stored
     vllm: VllmConfig = field(default_factory=VllmConfig)

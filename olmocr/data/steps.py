@@ -123,7 +123,7 @@ class DropRotated(Step):
 
 
 class RenderPage(Step):
-    def __init__(self, longest_side: int = 1288):
+    def __init__(self, longest_side: Annotated[int, Range(at_least=16)] = 1288):
         self.longest_side = longest_side
 
     def __call__(self, sample):
