@@ -12,6 +12,8 @@ iterate over it, so a new stage is covered by them without being listed anywhere
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import difflib
 import importlib
 import os
 import re
@@ -117,7 +119,7 @@ class Stage:
             print(stage_help(self.module, self.config, self.doc, [a for a in args if not a.startswith("-")]))
             return
         sys.argv = submit_on_cluster(sys.argv)
-        with (mode_from_command_line(sys.argv[1:]), overrides_below_null_named(), run_dir_faults_named(),
+        with (mode_from_command_line(sys.argv[1:]), override_errors_in_one_line(), run_dir_faults_named(),
               local_sweep_checked_first()):
             hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
 
@@ -265,21 +267,25 @@ def mode_from_command_line(args: list[str]):
 
 
 @contextlib.contextmanager
-def overrides_below_null_named():
-    """An override of a key below a null node (``finetune.lora.r=16`` where finetune=full leaves finetune.lora
-    null) fails inside OmegaConf on an assertion, which Hydra prints as a 20-line trace: it becomes one
-    composition error naming the null node and how to fill it."""
+def override_errors_in_one_line():
+    """An override Hydra cannot apply is one ``error:`` line naming the key, as every other config error: a
+    typo (Hydra's five lines suggest ``+key=…``, which validation then refuses for a schema's node) gets the
+    close match, a wrong type what was expected, and a key below a null node (``finetune.lora.r=16`` where
+    finetune=full leaves finetune.lora null; OmegaConf fails there on an assertion, a 20-line trace) the
+    options that fill the node."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
     original = ConfigLoaderImpl._apply_overrides_to_config
 
     def apply(overrides, cfg) -> None:
         for override in overrides:  # one at a time, in order, as Hydra applies them: to know which one failed
+            key = override.key_or_group
             try:
                 original([override], cfg)
             except AssertionError:
-                parts = override.key_or_group.split(".")
+                parts = key.split(".")
                 null = next((".".join(parts[:i]) for i in range(1, len(parts))
                              if OmegaConf.select(cfg, ".".join(parts[:i]), throw_on_missing=False) is None), None)
                 if null is None:
@@ -287,15 +293,41 @@ def overrides_below_null_named():
                 options = config_groups().get(parts[0])
                 fill = (f"choose the {parts[0]}=… option that fills it ({', '.join(options)}), or give it whole"
                         if options else "give it whole")
-                raise ConfigCompositionException(
-                    f"Could not override '{override.key_or_group}': {null} is null in this config; {fill} "
-                    f"({null}={{…}})") from None
+                fail(f"{key}: {null} is null in this config; {fill} ({null}={{…}})")
+            except ConfigCompositionException as exc:
+                cause = exc.__cause__
+                if not isinstance(cause, OmegaConfBaseException):
+                    raise
+                where = getattr(cause, "full_key", None) or key  # the key that failed, inside a map given whole
+                parent_path, _, leaf = where.rpartition(".")
+                parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
+                if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(parent, DictConfig):
+                    fail(f"{where}: {_no_such_key(parent, leaf, where[:-len(leaf)], override.input_line)}")
+                fail(f"{where}: {str(cause).splitlines()[0]}")
 
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply)
     try:
         yield
     finally:
         ConfigLoaderImpl._apply_overrides_to_config = staticmethod(original)
+
+
+def _no_such_key(node: DictConfig, leaf: str, prefix: str, override: str) -> str:
+    """Why ``leaf`` cannot be set in ``node``, with the key meant: a builder's (``_target_``) node takes its
+    signature's parameters, a schema's node its fields, an open map anything given with ``+``."""
+    from olmocr.config import schema_for
+
+    if "_target_" in node:
+        owner, keys = node._target_, [f.name for f in dataclasses.fields(schema_for(node._target_))]
+    else:
+        schema = OmegaConf.get_type(node)
+        owner = schema.__name__ if dataclasses.is_dataclass(schema) else "this map"
+        keys = [str(k) for k in node.keys() if k != "hydra"]  # the root holds Hydra's own node: not a key to set
+    close = difflib.get_close_matches(leaf, keys, n=1)
+    hint = f"did you mean {prefix}{close[0]}?" if close else f"its keys: {', '.join(sorted(keys))}"
+    if owner == "this map":
+        hint += f"; +{override} adds it"
+    return f"no such key in {owner} ({hint})"
 
 
 def _scanned_basic_launcher():
