@@ -302,7 +302,7 @@ def override_errors_in_one_line():
                 parent_path, _, leaf = where.rpartition(".")
                 parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
                 if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(parent, DictConfig):
-                    fail(f"{where}: {_no_such_key(parent, leaf, where[:-len(leaf)], override.input_line)}")
+                    fail(f"{where}: {_no_such_key(parent, leaf, where[:-len(leaf)], key)}")
                 fail(f"{where}: {str(cause).splitlines()[0]}")
 
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply)
@@ -312,13 +312,14 @@ def override_errors_in_one_line():
         ConfigLoaderImpl._apply_overrides_to_config = staticmethod(original)
 
 
-def _no_such_key(node: DictConfig, leaf: str, prefix: str, override: str) -> str:
+def _no_such_key(node: DictConfig, leaf: str, prefix: str, override_key: str) -> str:
     """Why ``leaf`` cannot be set in ``node``, with the key meant: a builder's (``_target_``) node takes its
     signature's parameters, a schema's node its fields, an open map anything given with ``+``."""
     from olmocr.config import schema_for
 
     if "_target_" in node:
-        owner, keys = node._target_, [f.name for f in dataclasses.fields(schema_for(node._target_))]
+        owner, keys = node._target_, [f.name for f in dataclasses.fields(schema_for(node._target_))
+                                      if f.name != "_target_"]
     else:
         schema = OmegaConf.get_type(node)
         owner = schema.__name__ if dataclasses.is_dataclass(schema) else "this map"
@@ -326,7 +327,7 @@ def _no_such_key(node: DictConfig, leaf: str, prefix: str, override: str) -> str
     close = difflib.get_close_matches(leaf, keys, n=1)
     hint = f"did you mean {prefix}{close[0]}?" if close else f"its keys: {', '.join(sorted(keys))}"
     if owner == "this map":
-        hint += f"; +{override} adds it"
+        hint += f"; +{override_key}=… adds it"  # not the value given: it may be a secret
     return f"no such key in {owner} ({hint})"
 
 
