@@ -4,6 +4,7 @@
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import yaml
@@ -70,8 +71,21 @@ class FakeBeaker:
                 with open(os.path.join(dataset.id, file_path), "rb") as fh:
                     yield fh.read()
 
+        class Users:
+            def get(self):
+                return pb.User(name="me")
+
+        class Workspaces:
+            def get(self, name):
+                return pb.Workspace(name=name)
+
+        class Service:  # the bare probe of the endpoint (answered: the endpoint is there)
+            def GetUser(self, request, **_):  # noqa: N802 - the gRPC method's name
+                return pb.GetUserResponse()
+
         self.experiment, self.secret, self.workload, self.job = Experiments(), Secrets(), Workloads(), Jobs()
-        self.dataset = Datasets()
+        self.dataset, self.user, self.workspace, self.service = Datasets(), Users(), Workspaces(), Service()
+        self.config = types.SimpleNamespace(rpc_address="beaker.org:443")
 
 
 def launch(monkeypatch, tmp_path, overrides, fake=None, module="olmocr.synth"):
@@ -288,6 +302,51 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_pytho
     with pytest.raises(SystemExit):
         launch(monkeypatch, tmp_path, ["hydra.launcher.require_clean_git=true"], fake)
     assert "the git tree has uncommitted changes" in capfd.readouterr().err and fake.created == []
+
+
+def test_a_refused_token_or_an_absent_service_is_one_line_before_anything_is_prepared(tmp_path, warm_python):
+    """Against a Beaker endpoint at the network boundary (TLS, the real client): a refused token was a 30-line
+    gRPC trace after the pipeline had queued its PDFs; an endpoint that is not there, a wait without end and
+    without a word (the client retries it in its debug log)."""
+    import grpc
+    from beaker_endpoint import BeakerEndpoint
+
+    pdfs = os.path.join(PROJECT_ROOT, "data", "sample", "eval", "pdfs")
+    run = [warm_python, "-m", "olmocr.pipeline", *BASE, f"workspace={tmp_path / 'ws'}", f"pdfs=[{pdfs}]",
+           "hydra.launcher.preemptible=false", f"hydra.sweep.dir={tmp_path}/s"]
+    with BeakerEndpoint(tmp_path, grpc.StatusCode.UNAUTHENTICATED, "token expired") as beaker:
+        proc = subprocess.run(run, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, **beaker.env, "BEAKER_TOKEN": "expired"})
+    assert (proc.returncode, proc.stderr) == (
+        2, f"error: Beaker at {beaker.address} refused the token (BEAKER_TOKEN, or the Beaker config file's): "
+           "token expired\n")
+    assert not (tmp_path / "ws").exists()  # nothing queued
+    assert set(beaker.calls) == {"/allenai.beaker.Beaker/GetUser"}  # nothing created
+    proc = subprocess.run([*run, "hydra.launcher.unreachable_s=3"], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **beaker.env})  # the endpoint is gone now
+    assert (proc.returncode, proc.stderr) == (
+        2, f"error: Beaker at {beaker.address} did not answer for 3 s (hydra.launcher.unreachable_s): the service "
+           "is down or out of reach from here\n")
+    assert not (tmp_path / "ws").exists()
+
+
+def test_a_sweep_that_beaker_stops_part_way_says_what_was_submitted(monkeypatch, tmp_path, capfd):
+    from beaker.exceptions import BeakerServerError
+
+    fake = FakeBeaker()
+    create = fake.experiment.create
+
+    def create_once(**kwargs):
+        if fake.created:
+            raise BeakerServerError("workspace quota reached")
+        return create(**kwargs)
+
+    fake.experiment.create = create_once
+    with pytest.raises(SystemExit):
+        launch(monkeypatch, tmp_path, ["seed=1,2"], fake)
+    (name, _), = fake.created
+    assert capfd.readouterr().err == (f"error: job #1 (cluster=beaker seed=2) was not submitted: Beaker at beaker.org:443 failed: "
+                                      f"workspace quota reached; submitted before it: {name}\n")
 
 
 @pytest.mark.slow

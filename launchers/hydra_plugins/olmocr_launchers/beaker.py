@@ -9,8 +9,10 @@ dir and submits nothing; ``follow`` waits for each job and reports its exit code
 """
 
 import datetime
+import functools
 import logging
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +66,8 @@ class BeakerLauncherConf:
     sync_every: int = 60
     rendezvous_port: int = 29400
     follow: bool = False
+    # How long submitting waits for Beaker to answer (a brownout, a network hiccup) before it stops in one line
+    unreachable_s: float = 300.0
     dry_run: bool = False
 
 
@@ -158,20 +162,60 @@ class BeakerLauncher(Launcher):
                              "hydra.launcher.run_root=<a shared mounted path> instead")
 
     def _client(self):
+        """A client whose token, workspace and secrets Beaker has answered for, before anything is prepared or
+        created."""
         from beaker import Beaker
-        from beaker.exceptions import BeakerConfigurationError, BeakerSecretNotFound
+        from beaker.exceptions import BeakerConfigurationError, BeakerSecretNotFound, BeakerWorkspaceNotFound
 
+        workspace = self.params["workspace"]
         try:
-            client = Beaker.from_env(default_workspace=self.params["workspace"], check_for_upgrades=False)
+            client = Beaker.from_env(default_workspace=workspace, check_for_upgrades=False)
         except BeakerConfigurationError:
             raise ValueError("Beaker credentials: set BEAKER_TOKEN (or run `beaker account login`)") from None
-        for env_name, secret in self.params["secrets"].items():
-            try:
-                client.secret.get(secret)
-            except BeakerSecretNotFound:
-                raise ValueError(f"hydra.launcher.secrets.{env_name}: Beaker secret {secret!r} does not exist in "
-                                 f"workspace {self.params['workspace']}") from None
+        try:
+            self._wait_for(client)
+            client.user.get()
+            client.workspace.get(workspace)
+            for env_name, secret in self.params["secrets"].items():
+                try:
+                    client.secret.get(secret)
+                except BeakerSecretNotFound:
+                    raise ValueError(f"hydra.launcher.secrets.{env_name}: Beaker secret {secret!r} does not exist "
+                                     f"in workspace {workspace}") from None
+        except BeakerWorkspaceNotFound:
+            raise ValueError(f"hydra.launcher.workspace: Beaker has no workspace {workspace!r} (or this token "
+                             "cannot see it)") from None
+        except Exception as exc:  # noqa: BLE001 - whatever Beaker answered: said in one line if it is a fault
+            fault = beaker_fault(exc, client.config.rpc_address)
+            if fault is None:
+                raise
+            raise ValueError(fault) from None
         return client
+
+    def _wait_for(self, client) -> None:
+        """Until Beaker's endpoint answers, at most ``unreachable_s``: its client waits out an endpoint that is
+        not there without end, saying so only in debug logs. The probe is a bare request on the client's own
+        channel, which waits for a connection; any answer, a refusal included, means the endpoint is there."""
+        import grpc
+        from beaker import beaker_pb2
+
+        address, wait_s = client.config.rpc_address, self.params["unreachable_s"]
+        deadline, warned = time.monotonic() + wait_s, False
+        while True:
+            try:
+                client.service.GetUser(beaker_pb2.GetUserRequest(), wait_for_ready=True,
+                                       timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+                return
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    return
+            if time.monotonic() >= deadline:
+                raise ValueError(f"Beaker at {address} did not answer for {wait_s:.0f} s (hydra.launcher.unreachable_s):"
+                                 " the service is down or out of reach from here")
+            if not warned:
+                log.warning("Beaker at %s does not answer; waiting up to %.0f s (hydra.launcher.unreachable_s)",
+                            address, wait_s)
+                warned = True
 
     def _command(self, stage, overrides: list[str], sweep_config: DictConfig, key: str) -> list[str]:
         """``python -m`` arguments of the task: the stage with the job's overrides, or the shipped job."""
@@ -201,23 +245,31 @@ class BeakerLauncher(Launcher):
         stage = getattr(self.task_function, "stage", None)
         if stage is None:
             log.info("the task function is no declared stage: it is shipped with each job")
-        try:  # every job is checked and its spec written before anything is submitted
+        try:  # every job is checked and its spec written, then Beaker asked, before anything is submitted
             commit = self._check()
             jobs = [self._job(stage, list(overrides), idx, commit)
                     for idx, overrides in enumerate(job_overrides, start=initial_job_idx)]
             client = None if self.params["dry_run"] else self._client()
+            for *_, prepare in jobs:
+                if prepare is not None:
+                    prepare()
         except ValueError as exc:  # a user error: one line, not Hydra's trace
             fail(str(exc))
         finally:
             HydraConfig.instance().set_config(self.config)  # the launching process's own config again
         returns = []
-        for idx, (ret, spec, spec_path, name) in enumerate(jobs, start=initial_job_idx):
+        for idx, (ret, spec, spec_path, name, _) in enumerate(jobs, start=initial_job_idx):
             overrides = " ".join(ret.overrides)
             if client is None:
                 log.info("dry run: #%d %s -> %s", idx, overrides, spec_path)
                 ret.return_value = {"spec": str(spec_path)}
             else:
-                workload = client.experiment.create(spec=spec, name=name)
+                try:
+                    workload = client.experiment.create(spec=spec, name=name)
+                except Exception as exc:  # noqa: BLE001 - one line, with what was submitted before it
+                    fault = beaker_fault(exc, client.config.rpc_address) or f"{type(exc).__name__}: {exc}"
+                    done = ", ".join(r.return_value["name"] for r in returns) or "none"
+                    fail(f"job #{idx} ({overrides}) was not submitted: {fault}; submitted before it: {done}")
                 url = client.experiment.url(workload)
                 log.info("#%d %s submitted: %s", idx, overrides, url)
                 ret.return_value = {"workload": workload.experiment.id, "name": name, "url": url}
@@ -227,7 +279,8 @@ class BeakerLauncher(Launcher):
         return returns
 
     def _job(self, stage, overrides: list[str], idx: int, commit: str | None):
-        """One job's JobReturn (to be completed), its spec (also written to its job dir) and its name."""
+        """One job's JobReturn (to be completed), its spec (also written to its job dir), its name and the work its
+        stage does before it is submitted (None: none)."""
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = f"beaker_{self._stamp}_{idx}"
@@ -243,8 +296,9 @@ class BeakerLauncher(Launcher):
         # Each job's own config decides what it needs (a sweep over algo=…, say).
         needs = stage.launch(sweep_config) if stage is not None else Launch()
         self._check_needs(module, needs)
-        if needs.prepare is not None and not self.params["dry_run"]:
-            needs.prepare(sweep_config)
+        # Run once Beaker has answered for the token (launch): a refused token must not leave PDFs queued.
+        prepare = (functools.partial(needs.prepare, sweep_config)
+                   if needs.prepare is not None and not self.params["dry_run"] else None)
         task_overrides = needs.job_overrides(task_overrides)
         shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
         spec = build_spec(script=self._script(self._command(stage, task_overrides, sweep_config, key), needs, key),
@@ -256,7 +310,7 @@ class BeakerLauncher(Launcher):
         ret = JobReturn(overrides=overrides, cfg=task_cfg, hydra_cfg=sweep_config, working_dir=str(job_dir),
                         task_name=sweep_config.hydra.job.name, status=JobStatus.COMPLETED)
         name = f"olmocr-{sweep_config.hydra.job.config_name}-{self._stamp}-{idx}".replace("_", "-")
-        return ret, spec, spec_path, name
+        return ret, spec, spec_path, name, prepare
 
     def _follow(self, client, workload, ret: JobReturn) -> JobReturn:
         """Stream the job's logs until it ends. A shipped job's own JobReturn comes back from the result
@@ -281,6 +335,24 @@ class BeakerLauncher(Launcher):
             ret.status = JobStatus.FAILED
             ret.return_value = RuntimeError(f"Beaker job {job.id} exited with code {code}: {submitted['url']}")
         return ret
+
+
+def beaker_fault(exc: BaseException, address: str) -> str | None:
+    """What Beaker's answer means, in one line, when it is no answer to the request: the token refused, the
+    service down or out of reach, a failure on its side. None for anything else."""
+    import grpc
+    from beaker.exceptions import BeakerPermissionsError, BeakerServerError, BeakerServerUnavailableError
+
+    code = exc.code() if isinstance(exc, grpc.Call) else None
+    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+    if code == grpc.StatusCode.UNAUTHENTICATED or isinstance(exc, BeakerPermissionsError):
+        return (f"Beaker at {address} refused the token (BEAKER_TOKEN, or the Beaker config file's): {details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or isinstance(
+            exc, BeakerServerUnavailableError):
+        return f"Beaker at {address} did not answer: {details}"
+    if isinstance(exc, BeakerServerError):
+        return f"Beaker at {address} failed: {details}"
+    return None
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="beaker", node=BeakerLauncherConf, provider="olmocr")
