@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 
 import pytest
@@ -202,6 +203,28 @@ def temp_under_basetemp(tmp_path_factory):
 
     session_setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
     tempfile.tempdir = None  # gettempdir() caches its first answer
+
+
+# What a process started by a test inherits of this one besides its environment: its blocked signals and
+# the signals it ignores.
+INHERITED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@pytest.fixture(autouse=True)
+def signals_as_found():
+    """A test that leaves a signal blocked or ignored in this process (a SIGTERM held while a loader worker
+    forks, say) makes every process a later test starts deaf to it, and that later test fails far from the
+    cause: the test that left it errors here, by name, and the state is put back."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ignored = {s for s in INHERITED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN}
+    yield
+    left_blocked = signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    left_ignored = {s for s in INHERITED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN}
+    for sig in left_ignored - ignored:
+        signal.signal(sig, signal.SIG_DFL)
+    assert (left_blocked, left_ignored) == (blocked, ignored), (
+        f"the test left signals blocked {sorted(s.name for s in left_blocked - blocked)} or ignored "
+        f"{sorted(s.name for s in left_ignored - ignored)}")
 
 
 @pytest.hookimpl(hookwrapper=True)
