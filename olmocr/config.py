@@ -99,6 +99,11 @@ class OneOf(Constraint):
         return f"expected one of {', '.join(map(str, self.choices))}"
 
 
+# The bounds most often declared
+Positive = typing.Annotated[float, Range(above=0)]
+NonNegative = typing.Annotated[float, Range(at_least=0)]
+
+
 @functools.cache
 def constraints(schema: type) -> dict[str, Constraint]:
     """The :class:`Constraint` declared on each field of a schema (a dataclass)."""

@@ -77,7 +77,7 @@ def check(cfg: DictConfig) -> None:
 
     if cfg.workers == 0 and not cfg.pdfs and cfg.workspace is not None:
         raise ValueError("workers=0 only adds PDFs, and pdfs= names none: give pdfs=[…], or workers=1 or more to work")
-    check_queue(**cfg.queue)
+    check_queue(cfg.queue.retry_wait_s, cfg.queue.retry_wait_max_s)
 
 
 @stage("pipeline", launch=LAUNCH, check=check)

@@ -63,8 +63,7 @@ class Claim:
     finished: dict | None = None  # the done marker's record, once complete() made it
 
 
-def check_queue(lease_s: float, max_failures: int, retry_wait_s: float, retry_wait_max_s: float, pause_after: int,
-                give_up_after_s: float, linger: bool, poll_s: float | None) -> None:
+def check_queue(retry_wait_s: float, retry_wait_max_s: float) -> None:
     """What the ``queue`` schema's bounds cannot say, checked before a server starts or an item is claimed."""
     if retry_wait_max_s < retry_wait_s:
         raise ValueError(f"queue.retry_wait_max_s: must be at least retry_wait_s ({retry_wait_s}), got "

@@ -9,9 +9,7 @@ from typing import Annotated, Any
 from omegaconf import MISSING
 
 import olmocr.models.schema  # noqa: F401 - the model group a started server serves (model=…)
-from olmocr.config import AccessConfig, Range, StageConfig, store
-
-Positive = Annotated[float, Range(above=0)]
+from olmocr.config import AccessConfig, Positive, Range, StageConfig, store
 
 
 @dataclass

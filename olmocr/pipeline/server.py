@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Annotated
 
-from olmocr.config import Range, runtime
+from olmocr.config import Positive, Range, runtime
 from olmocr.pipeline.failures import StopWork
 from olmocr.utils.vllm_cpu import server_env
 
@@ -33,7 +33,6 @@ log = logging.getLogger("olmocr.pipeline")
 
 
 Port = Annotated[int | None, Range(at_least=1, at_most=65535, null="a free one")]
-Seconds = Annotated[float, Range(above=0)]
 Restarts = Annotated[int, Range(at_least=0)]
 
 
@@ -119,7 +118,7 @@ class ManagedServer(Server):
     name = "server"
     source = None  # the model it serves (olmocr.models.source.ModelSource), where it loads one
 
-    def __init__(self, host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Seconds = 300.0,
+    def __init__(self, host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Positive = 300.0,
                  max_restarts: Restarts = 3, env: Mapping[str, str] | None = None):
         self.host = host
         self.port = port
@@ -251,7 +250,7 @@ class TransformersServer(ManagedServer):
     structured_outputs = False
 
     def __init__(self, model, device: str = "cpu", dtype: str = "auto", continuous_batching: bool = False,
-                 host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Seconds = 300.0,
+                 host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Positive = 300.0,
                  max_restarts: Restarts = 3):
         # Without the update check, an offline machine does not wait on PyPI at every start.
         super().__init__(host, port, startup_timeout_s, max_restarts, {"HF_HUB_DISABLE_UPDATE_CHECK": "1"})
@@ -307,7 +306,7 @@ class VllmServer(ManagedServer):
                  data_parallel_size: Annotated[int, Range(at_least=1)] = 1,
                  max_num_seqs: Annotated[int | None, Range(at_least=1, null="vLLM's default")] = None,
                  extra_args: list[str] | None = None, host: str = "127.0.0.1", port: Port = None,
-                 startup_timeout_s: Seconds = 900.0, max_restarts: Restarts = 3):
+                 startup_timeout_s: Positive = 900.0, max_restarts: Restarts = 3):
         # One OpenMP thread: several servers on one multi-GPU node otherwise fight over every core. (The CPU
         # build binds its own threads to cores whatever this says.)
         super().__init__(host, port, startup_timeout_s, max_restarts,
@@ -353,7 +352,7 @@ class ExternalServer(Server):
 
     structured_outputs = None  # asked at start when convert.guided is on
 
-    def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: Seconds = 300.0):
+    def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: Positive = 300.0):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"server.url: expected an http(s):// base URL like http://host:8000/v1, got {url!r}")
         self.url = url.rstrip("/")

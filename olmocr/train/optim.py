@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from olmocr.config import Range, runtime
+from olmocr.config import NonNegative, Positive, Range, runtime
 
 if TYPE_CHECKING:
     import torch
@@ -14,9 +14,8 @@ if TYPE_CHECKING:
     from olmocr.train.muon import SingleDeviceMuonWithAuxAdam
 
 
-Positive = Annotated[float, Range(above=0)]
-NonNegative = Annotated[float, Range(at_least=0)]  # a learning rate of 0 is a baseline that does not learn
 Betas = Annotated[tuple[float, float], Range(at_least=0, below=1)]
+# Learning rates are NonNegative: a rate of 0 is a baseline that does not learn (the learning benchmarks').
 
 
 def no_decay(name: str, param: nn.Parameter) -> bool:
