@@ -340,35 +340,60 @@ def _scanned_basic_launcher():
     return sys.modules["hydra._internal.core_plugins.basic_launcher"]
 
 
-@contextlib.contextmanager
-def run_dir_faults_named():
-    """Hydra makes the run dir, opens the job's log there and writes ``.hydra/`` before the stage runs; an OS
-    error doing so (a full disk, a spent quota, a read-only or foreign folder) is a trace from inside Hydra.
-    Whatever escapes Hydra's ``run_job`` comes from that setup (it catches the stage's own errors): an OS error
-    there ends the program in one line naming the run dir."""
-    import hydra._internal.hydra as hydra_internal
-
+def _setup_fault(exc: OSError, folder: str, what: str) -> str:
     from olmocr.faults import no_space
 
-    basic_launcher = _scanned_basic_launcher()
+    full = no_space(exc, folder)
+    return str(full) if full is not None else (f"cannot set up the {what} {folder}: {exc.strerror or exc}"
+                                               + (f" ({exc.filename})" if exc.filename and exc.filename != folder
+                                                  else ""))
 
-    original = hydra_internal.run_job
+
+@contextlib.contextmanager
+def run_dir_faults_named():
+    """Hydra makes the run dir, opens the job's log there and writes ``.hydra/`` before the stage runs (and a
+    sweep's dir and its ``multirun.yaml`` before any job); an OS error doing so (a full disk, a spent quota, a
+    read-only or foreign folder) is a trace from inside Hydra. Whatever escapes Hydra's ``run_job`` comes from
+    that setup (it catches the stage's own errors), and what escapes the sweeper before it launches a job from
+    the sweep's: an OS error there ends the program in one line naming the folder."""
+    import hydra._internal.hydra as hydra_internal
+
+    basic_launcher = _scanned_basic_launcher()
+    BasicSweeper = sys.modules["hydra._internal.core_plugins.basic_sweeper"].BasicSweeper  # noqa: N806 - the class
+
+    original_run_job, original_sweep = hydra_internal.run_job, BasicSweeper.sweep
 
     def run_job(*, config, job_dir_key, job_subdir_key, **kwargs):
         try:
-            return original(config=config, job_dir_key=job_dir_key, job_subdir_key=job_subdir_key, **kwargs)
+            return original_run_job(config=config, job_dir_key=job_dir_key, job_subdir_key=job_subdir_key, **kwargs)
         except OSError as exc:
-            run_dir = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key)
-                                     if key))
-            full = no_space(exc, run_dir)
-            fail(str(full) if full is not None else f"cannot set up the run dir {run_dir}: {exc.strerror or exc}"
-                 + (f" ({exc.filename})" if exc.filename and exc.filename != run_dir else ""))
+            fail(_setup_fault(exc, os.path.join(*(str(OmegaConf.select(config, key))
+                                                  for key in (job_dir_key, job_subdir_key) if key)), "run dir"))
+
+    def sweep(self, arguments):
+        launch, launched = self.launcher.launch, []
+
+        def launch_marked(*args, **kwargs):
+            launched.append(True)
+            return launch(*args, **kwargs)
+
+        self.launcher.launch = launch_marked
+        try:
+            return original_sweep(self, arguments)
+        except OSError as exc:
+            if launched:  # a job's own error, which Hydra raises again after the batch
+                raise
+            fail(_setup_fault(exc, str(self.config.hydra.sweep.dir), "sweep dir"))
+        finally:
+            del self.launcher.launch
 
     hydra_internal.run_job = basic_launcher.run_job = run_job
+    BasicSweeper.sweep = sweep
     try:
         yield
     finally:
-        hydra_internal.run_job = basic_launcher.run_job = original
+        hydra_internal.run_job = basic_launcher.run_job = original_run_job
+        BasicSweeper.sweep = original_sweep
 
 
 @contextlib.contextmanager

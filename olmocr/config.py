@@ -312,11 +312,13 @@ def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
     missing = list(OmegaConf.missing_keys(merged))
     if missing:
         raise ValueError(f"{path}: missing required key(s) {', '.join(missing)} ({what})")
-    _check_constraints(merged, schema, path)
+    check_constraints(merged, schema, path)
     return merged
 
 
-def _check_constraints(node: DictConfig, schema: type, path: str) -> None:
+def check_constraints(node: DictConfig | dict, schema: type, path: str) -> None:
+    """Every :class:`Constraint` that ``schema`` declares, on the values ``node`` holds; ``path`` prefixes the
+    keys named in errors."""
     for name, constraint in constraints(schema).items():
         if name in node:
             constraint.check(f"{path}.{name}" if path else name, node[name])
@@ -367,7 +369,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         raise ValueError(f"{', '.join(missing)}: required, give {missing[0]}=…")
     for path, node, schema in _schema_nodes(cfg):
         if schema is not None and "_target_" not in node:  # a target's values: below, by its signature
-            _check_constraints(node, schema, path)
+            check_constraints(node, schema, path)
     for path, node in _target_nodes(cfg):
         try:
             schema = reward_schema(node._target_) if path.startswith("rewards.") else schema_for(node._target_)

@@ -294,6 +294,12 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_pytho
     assert fake.created == []
     proc = cli(warm_python, tmp_path, ["hydra.launcher.budget=null", "hydra.launcher.dry_run=true"])
     assert proc.returncode == 2 and proc.stderr == "error: hydra.launcher.budget: required to submit to Beaker\n"
+    for override, error in [("unreachable_s=-1", "unreachable_s: must be positive, got -1"),  # was taken as 0 s
+                            ("priority=top", "priority: expected one of low, normal, high, urgent, immediate, got 'top'"),
+                            ("rendezvous_port=70000", "rendezvous_port: must be in [1, 65535], got 70000")]:
+        with pytest.raises(SystemExit):
+            launch(monkeypatch, tmp_path, [f"hydra.launcher.{override}"], fake)
+        assert f"error: hydra.launcher.{error}" in capfd.readouterr().err and fake.created == []
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)

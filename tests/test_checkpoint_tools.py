@@ -210,6 +210,14 @@ def test_fp8_quantizes_language_linears_only(grpo_runs, fp8):
     assert all(q for n, q in schemes.items() if "language_model" in n)
 
 
+def test_the_schemes_a_config_may_name_are_the_librarys_presets():
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+
+    from olmocr.checkpoints.schema import SCHEMES
+
+    assert sorted(SCHEMES) == sorted(PRESET_SCHEMES)  # the pinned compressed-tensors' list, for an upgrade to check
+
+
 def test_calibration_pages_are_rendered_at_inference_size(grpo_runs, tmp_path):
     from olmocr.checkpoints.pages import choose_pages, render_pages
 

@@ -8,6 +8,7 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from olmocr.checkpoints.schema import SCHEMES
 from olmocr.cli import stages
 from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
 from olmocr.data.dataset import sources
@@ -199,6 +200,7 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("bench", ["repeat_rule=all"], "repeat_rule: expected one of majority, mean, got 'all'"),
     ("compare", ["max_new_tokens=0"], "max_new_tokens: must be at least 1, got 0"),  # was transformers' error, 14 s in
     ("compare", ["pages.count=0"], "pages.count: must be at least 1, got 0"),
+    ("compress", ["scheme=FP9"], f"scheme: expected one of {', '.join(SCHEMES)}, got 'FP9'"),  # was 7 s in
 ])
 def test_a_value_outside_its_declared_bounds_fails_validation_naming_the_key(config, overrides, message):
     with pytest.raises(ValueError) as info:

@@ -154,14 +154,17 @@ def test_a_stage_that_fills_its_disk_ends_in_one_line_saying_where_space_is_shor
                         r"\d+\.\d [KMGT]B where the run dir, the temporary folder, \S.* are", error), error
 
 
-def test_a_run_dir_on_a_full_disk_is_one_line_before_the_stage_starts(small_disk, tmp_path):
-    """Hydra makes the run dir and writes its .hydra/ files before any stage code runs."""
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_run_dir_on_a_full_disk_is_one_line_before_the_stage_starts(small_disk, tmp_path, sweep):
+    """Hydra makes the run dir and writes its .hydra/ files before any stage code runs; a sweep's dir and its
+    multirun.yaml before the first job."""
     import subprocess
     import sys
 
     small_disk.leave(0)
     run_dir = small_disk.path / "run"
-    run = subprocess.run([sys.executable, "-m", "olmocr.synth", "num_pages=1", f"hydra.run.dir={run_dir}"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    args = ["-m", "num_pages=1,2", f"hydra.sweep.dir={run_dir}"] if sweep else ["num_pages=1", f"hydra.run.dir={run_dir}"]
+    run = subprocess.run([sys.executable, "-m", "olmocr.synth", *args], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
     assert (run.returncode, run.stderr) == (2, f"error: no space left on device writing {run_dir} (0 B free there)\n")
-    assert not (run_dir / "pages").exists()  # the stage never started
+    assert not list(run_dir.rglob("pages"))  # the stage never started

@@ -12,6 +12,11 @@ from olmocr.config import OneOf, Range, StageConfig, store
 
 # What decodes the candidate in compare: auto is vLLM where it is installed and a GPU is present
 ENGINES = ("auto", "vllm", "transformers")
+# llmcompressor's preset schemes in the pinned compressed-tensors, named here so that a launcher or a dry run
+# refuses an unknown one without importing it (7 s); a test keeps the list equal to the library's.
+SCHEMES = ("FP8", "FP8_BLOCK", "FP8_DYNAMIC", "INT8", "MXFP4", "MXFP4A16", "MXFP8", "MXFP8A16", "NVFP4", "NVFP4A16",
+           "UNQUANTIZED", "W2A16", "W2A4", "W2A8", "W3A16", "W3A4", "W3A8", "W4A16", "W4A16_ASYM", "W4A4", "W4A8",
+           "W4AFP8", "W5A16", "W5A8", "W6A16", "W6A8", "W7A16", "W7A8", "W8A16", "W8A8")
 
 
 @dataclass
@@ -38,7 +43,7 @@ class CompressConfig(StageConfig):
     source: str = MISSING  # as a prepare source: run dir, checkpoint or Hugging Face folder; local or s3://
     output: str = MISSING
     step: Any = None  # as prepare's: a step, best, or null
-    scheme: str = "FP8_DYNAMIC"  # an llmcompressor preset; static-activation ones (FP8) calibrate on pages
+    scheme: Annotated[str, OneOf(*SCHEMES)] = "FP8_DYNAMIC"  # an llmcompressor preset; static-activation ones (FP8) calibrate on pages
     ignore: list[str] = field(default_factory=list)
     calibration: PagesConfig = field(default_factory=PagesConfig)
     steps: dict[str, Any] = field(default_factory=dict)  # how calibration pages are rendered and prompted

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import cloudpickle
 from hydra.core.config_store import ConfigStore
@@ -29,6 +29,7 @@ from hydra_plugins.olmocr_launchers.task_script import stage_command, task_scrip
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from olmocr.cli import Launch, fail
+from olmocr.config import OneOf, Positive, Range, check_constraints
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,11 @@ class BeakerLauncherConf:
     image: str | None = None  # a Beaker image; or docker_image
     docker_image: str | None = None
     clusters: list[str] = field(default_factory=list)
-    gpus: int = 0  # per replica
-    replicas: int = 1
-    priority: str = "normal"
+    gpus: Annotated[int, Range(at_least=0)] = 0  # per replica
+    replicas: Annotated[int, Range(at_least=1)] = 1
+    priority: Annotated[str, OneOf(*PRIORITIES)] = "normal"
     preemptible: bool = True
-    retries: int | None = None  # task retries; null: 3 when preemptible, else 0
+    retries: Annotated[int | None, Range(at_least=0, null="3 when preemptible, else 0")] = None  # task retries
     env: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)  # environment variable -> Beaker secret name
     weka: dict[str, str] = field(default_factory=dict)  # Weka bucket -> mount path
@@ -63,11 +64,11 @@ class BeakerLauncherConf:
     # run dir's path (outputs/train/<run_name>/…), so the same command finds the same run.
     run_root: str | None = None
     sync_to: str | None = None
-    sync_every: int = 60
-    rendezvous_port: int = 29400
+    sync_every: Annotated[int, Range(at_least=1)] = 60
+    rendezvous_port: Annotated[int, Range(at_least=1, at_most=65535)] = 29400
     follow: bool = False
     # How long submitting waits for Beaker to answer (a brownout, a network hiccup) before it stops in one line
-    unreachable_s: float = 300.0
+    unreachable_s: Positive = 300.0
     dry_run: bool = False
 
 
@@ -140,10 +141,7 @@ class BeakerLauncher(Launcher):
                 raise ValueError(f"hydra.launcher.{key}: required to submit to Beaker")
         if bool(p["image"]) == bool(p["docker_image"]):
             raise ValueError("hydra.launcher.image or hydra.launcher.docker_image: set exactly one")
-        if p["priority"] not in PRIORITIES:
-            raise ValueError(f"hydra.launcher.priority: expected one of {', '.join(PRIORITIES)}, got {p['priority']!r}")
-        if p["replicas"] < 1 or p["gpus"] < 0:
-            raise ValueError("hydra.launcher.replicas must be at least 1 and hydra.launcher.gpus at least 0")
+        check_constraints(p, BeakerLauncherConf, "hydra.launcher")
         commit = _git("rev-parse", "HEAD")
         if p["require_clean_git"] and _git("status", "--porcelain"):
             raise ValueError("the git tree has uncommitted changes, which the job's image would not have: commit "
