@@ -312,3 +312,45 @@ def test_local_cache_copies_remote_roots_once(tmp_path, s3_server):
     sources(data)
     assert open(os.path.join(local, "synth_s0_00000.md")).read().endswith("changed\n")
     assert not os.path.exists(os.path.join(local, "synth_s0_00001.md")) and len(os.listdir(local)) == 63
+
+
+def test_local_cache_waits_out_storage_that_stops_answering_mid_copy(tmp_path, s3_server, monkeypatch, caplog):
+    """An outage longer than s3fs and botocore wait out by themselves (~10 s), as the first files land: the copy
+    waits and ends whole; credentials refused end it at once in one line."""
+    import threading
+
+    from olmocr.data.cache import local_copy_path
+    from olmocr.data.dataset import sources
+    from olmocr.faults import Unreachable
+    from olmocr.utils.faultproxy import FaultProxy
+
+    filesystem("s3://pages").mkdir("pages")
+    folder = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
+    _upload(folder, "s3://pages/train")
+    cache = str(tmp_path / "cache")
+    local = local_copy_path("s3://pages/train", cache)
+    data = {"roots": ["s3://pages/train"], "eval_fraction": 0, "local_cache": cache, "storage_wait_s": 120}
+    caplog.set_level("WARNING", logger="olmocr.io")
+    with FaultProxy(s3_server, rate=1.0, faults=("stall",), stall_s=(0.05, 0.1)) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+
+        def outage_when_files_land():
+            while not (os.path.isdir(local) and any(not n.endswith(".partial") for n in os.listdir(local))):
+                time.sleep(0.005)
+            proxy.outage(15)
+
+        watcher = threading.Thread(target=outage_when_files_land, daemon=True)
+        watcher.start()
+        sources(data)
+        watcher.join(timeout=1)
+        assert proxy.faulted()["outage"] > 0 and "the storage answers again, after " in caplog.text
+        assert sorted(os.listdir(local)) == sorted(os.listdir(folder))
+        assert all(open(os.path.join(local, n), "rb").read() == open(os.path.join(folder, n), "rb").read()
+                   for n in os.listdir(folder))
+
+        filesystem("s3://pages").pipe_file("s3://pages/train/new.md", b"new\n")
+        proxy.faults, proxy.stall_s = ("access_denied",), (0, 0)
+        start = time.monotonic()
+        with pytest.raises(Unreachable, match=r"^s3://pages/train: the storage refused the credentials \("):
+            sources(data)
+        assert time.monotonic() - start < 10  # not waited out

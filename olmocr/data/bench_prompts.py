@@ -85,11 +85,11 @@ class PromptRenderer:
 
 
 def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = None, local_cache: str | None = None,
-                         **runtime):
+                         storage_wait_s: float = 0.0, **runtime):
     """A Hugging Face dataset of bench pages that renders each page when read.
 
     ``benches`` maps a name to ``{root, types, files, reference}``; a remote root is read from its copy in
-    ``local_cache`` (:func:`olmocr.data.cache.localize`). Pages whose PDF fails the structural
+    ``local_cache`` (:func:`olmocr.data.cache.localize`, waiting out storage for up to ``storage_wait_s``). Pages whose PDF fails the structural
     check (missing, empty, encrypted, no such page) are skipped and written to ``report_path``.
     """
     from datasets import Dataset
@@ -103,8 +103,8 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
     report = RejectReport(report_path)
     rows = []
     for name, bench in benches.items():
-        pages, problems = bench_pages(localize(bench["root"], local_cache), bench.get("types"), bench.get("files"),
-                                       bench.get("reference", True))
+        pages, problems = bench_pages(localize(bench["root"], local_cache, storage_wait_s), bench.get("types"),
+                                      bench.get("files"), bench.get("reference", True))
         for line in problems:
             log.warning("bench %s: %s", name, line)
         kept = 0

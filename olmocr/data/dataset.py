@@ -100,7 +100,7 @@ def sources(data: Mapping) -> tuple[dict, dict]:
     from olmocr.data.cache import localize
 
     def local(roots) -> list[str]:
-        return [localize(root, data.get("local_cache")) for root in roots]
+        return [localize(root, data.get("local_cache"), data.get("storage_wait_s", 0.0)) for root in roots]
 
     if "roots" not in data:
         return ({name: {**src, "roots": local(src["roots"])} for name, src in data["train"].items()},

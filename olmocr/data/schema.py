@@ -8,7 +8,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 import olmocr.models.schema  # noqa: F401 - the data stage composes the model group
-from olmocr.config import TYPED_MAP_ENTRIES, StageConfig, store
+from olmocr.config import TYPED_MAP_ENTRIES, NonNegative, StageConfig, store
 
 # How long a read of training data waits out remote storage that does not answer before the run stops (it
 # resumes from its newest checkpoint); a page is never dropped for it (olmocr.utils.io.read_bytes).
@@ -35,7 +35,7 @@ class DataConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
-    storage_wait_s: float = STORAGE_WAIT_S
+    storage_wait_s: NonNegative = STORAGE_WAIT_S
 
 
 @dataclass
@@ -48,7 +48,7 @@ class FolderDataConfig:
     eval_fraction: float = 0.05
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
-    storage_wait_s: float = STORAGE_WAIT_S
+    storage_wait_s: NonNegative = STORAGE_WAIT_S
 
 
 @dataclass
@@ -68,6 +68,7 @@ class BenchDataConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote bench roots here before reading them
+    storage_wait_s: NonNegative = STORAGE_WAIT_S  # how long that copy waits out storage that does not answer
 
 
 @dataclass

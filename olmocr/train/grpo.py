@@ -162,11 +162,11 @@ class GRPO(HFRecipe):
         from olmocr.data.bench_prompts import build_prompt_dataset
 
         data, report = self.resolved["data"], os.path.join(self.output_dir, "rejected.jsonl")
-        cache = data.get("local_cache")
-        train = build_prompt_dataset(data["train"], data["steps"], report, cache, processor=self.processor)
+        cache, wait_s = data.get("local_cache"), data["storage_wait_s"]
+        train = build_prompt_dataset(data["train"], data["steps"], report, cache, wait_s, processor=self.processor)
         evals = None
         if data["eval"] and self.settings.eval_interval:
-            evals = build_prompt_dataset(data["eval"], data["steps"], report, cache, processor=self.processor)
+            evals = build_prompt_dataset(data["eval"], data["steps"], report, cache, wait_s, processor=self.processor)
         return train, evals
 
     def epoch_samples(self) -> int:
