@@ -14,6 +14,7 @@ from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
 from olmocr.data.dataset import sources
 from olmocr.data.pipeline import build_pipeline
 from olmocr.models import HubModel, TinyModel
+from olmocr.train import algos
 
 
 def options(group: str) -> list[str]:
@@ -216,6 +217,21 @@ def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_pytho
     assert (proc.returncode, proc.stderr) == (2, "error: convert.concurrency: must be at least 1, got 0\n")
 
 
+@pytest.mark.parametrize("overrides, error", [
+    (["algo=grpo", "data=synth_bench"], "algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)"),
+    (["+experiment=grpo_tiny", "trainer.strategy=fsdp"],
+     "trainer.strategy=fsdp is not available for GRPO: use ddp or deepspeed (ZeRO-1/2)"),
+    (["+experiment=dpo_tiny", "+algo.trl_args.bta=0.2"], "algo.trl_args: bta not trl DPOConfig field(s)"),
+    (["+experiment=dpo_tiny", "trainer.max_duration.unit=tokens"],
+     "trainer.max_duration.unit: DPO counts steps or epochs, got 'tokens'"),
+])
+def test_what_an_algorithm_needs_is_checked_before_a_launcher_submits(overrides, error):
+    # Was checked when the recipe started, on the node: a launcher submitted the job and a dry run passed it.
+    with pytest.raises(ValueError) as info:
+        stages()["olmocr.train"].check(compose("train", overrides))
+    assert str(info.value) == error
+
+
 @pytest.mark.parametrize("override, error", [
     # Hydra's own five lines (suggesting `+`, which validation then refuses for a schema's key)
     ("trainer.batch_sise=3", "trainer.batch_sise: no such key in TrainerConfig (did you mean trainer.batch_size?)"),
@@ -374,7 +390,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
         from olmocr.train import dpo
 
         assert "tokenize" not in pipeline  # trl tokenises prompts and answers
-        dpo.check(cfg)
+        algos.check(cfg, world_size=1)
         args = dpo.dpo_arguments(base, resolved["algo"])
         assert (args.beta, args.loss_type) == (cfg.algo.beta, [cfg.algo.loss_type])
         return
@@ -386,9 +402,9 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     assert len(funcs) == len(weights) > 0
     if cfg.algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
         with pytest.raises(ValueError, match="needs vLLM"):
-            grpo.check(cfg, world_size=1)
+            algos.check(cfg, world_size=1)
     else:
-        grpo.check(cfg, world_size=1)
+        algos.check(cfg, world_size=1)
     # Every option reaches trl's own config and is accepted there.
     args = grpo.grpo_arguments(base, resolved["algo"])
     assert (args.num_generations, args.temperature, args.beta) == \

@@ -170,7 +170,7 @@ def test_config_errors_come_before_any_work(tmp_path):
         return str(info.value)
 
     assert "needs rewards" in error(["algo=grpo", "data=synth_bench"])
-    assert "must be at least 2 and divide" in error(["+experiment=grpo_tiny", "algo.num_generations=3"])
+    assert "algo.num_generations=3 must divide the completions per step" in error(["+experiment=grpo_tiny", "algo.num_generations=3"])
     assert "trl_args: no_such_option" in error(["+experiment=grpo_tiny", "+algo.trl_args.no_such_option=1"])
     assert "algo.generation" in error(["+experiment=grpo_tiny", "algo.generation=sglang"])
     assert "GRPO counts steps or epochs" in error(["+experiment=grpo_tiny", "trainer.max_duration.unit=tokens"])

@@ -9,34 +9,15 @@ resumes). Checkpoints are trl's ``checkpoints/checkpoint-<step>/``; a re-run res
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
 import trl
-from omegaconf import DictConfig
 
+from olmocr.train.algos import check_dpo
 from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
-
-
-def trl_config_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(trl.DPOConfig)}
-
-
-def check(cfg: DictConfig) -> None:
-    """Everything that can be wrong with a DPO config, before a model is loaded."""
-    algo, t = cfg.algo, cfg.trainer
-    if "train" not in cfg.data or isinstance(cfg.data.train, DictConfig):
-        raise ValueError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
-    unknown = sorted(set(algo.trl_args) - trl_config_fields())
-    if unknown:
-        raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl DPOConfig field(s)")
-    if t.max_duration.unit not in ("steps", "epochs"):
-        raise ValueError(f"trainer.max_duration.unit: DPO counts steps or epochs, got {t.max_duration.unit!r}")
-    if t.strategy == "fsdp":
-        raise ValueError("trainer.strategy=fsdp is not available for DPO: use ddp or deepspeed (ZeRO-1/2)")
 
 
 def dpo_arguments(base: dict, algo: dict):
@@ -58,7 +39,7 @@ class DPO(HFRecipe):
     unit = "pairs"
 
     def check(self) -> None:
-        check(self.cfg)
+        check_dpo(self.cfg)
 
     def datasets(self) -> tuple:
         from olmocr.data.preference import build_preference_dataset

@@ -9,7 +9,6 @@ newest one. :func:`olmocr.train.checkpoint.model_dir` finds the model in either 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 import json
@@ -20,37 +19,11 @@ import sys
 
 import torch
 import trl
-from omegaconf import DictConfig
 
+from olmocr.train.algos import check_grpo
 from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
-
-def trl_config_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(trl.GRPOConfig)}
-
-
-def check(cfg: DictConfig, world_size: int) -> None:
-    """Everything that can be wrong with a GRPO config, before a model is loaded or a server touched."""
-    algo, t = cfg.algo, cfg.trainer
-    if not cfg.rewards:
-        raise ValueError("algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)")
-    if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
-        raise ValueError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
-                         "vLLM, or its CPU build on a machine without CUDA)")
-    unknown = sorted(set(algo.trl_args) - trl_config_fields())
-    if unknown:
-        raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl GRPOConfig field(s)")
-    if t.max_duration.unit not in ("steps", "epochs"):
-        raise ValueError(f"trainer.max_duration.unit: GRPO counts steps or epochs, got {t.max_duration.unit!r}")
-    completions = t.batch_size * t.grad_accum * world_size
-    if algo.num_generations < 2 or completions % algo.num_generations:
-        raise ValueError(
-            f"algo.num_generations={algo.num_generations} must be at least 2 and divide the completions per "
-            f"step, trainer.batch_size × trainer.grad_accum × GPUs = {completions} (batch_size counts completions)")
-    if t.strategy == "fsdp":
-        raise ValueError("trainer.strategy=fsdp is not available for GRPO: use ddp or deepspeed (ZeRO-1/2)")
-
 
 def eos_token_ids(processor, model) -> list[int]:
     """The tokens generation stops on, as trl collects them: the tokenizer's and the generation config's."""
@@ -139,7 +112,7 @@ class GRPO(HFRecipe):
     unit = "bench pages"
 
     def check(self) -> None:
-        check(self.cfg, self.dist.world_size)
+        check_grpo(self.cfg, self.dist.world_size)
 
     def before_loading(self) -> None:
         from olmocr.train.vllm_server import server_command, wait_for_server
