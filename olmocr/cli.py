@@ -55,6 +55,9 @@ class Launch:
     # job's replicas only work instead of each listing and sampling the PDFs again.
     prepare: Callable[[DictConfig], None] | None = None
     prepared: tuple[str, ...] = ()
+    # A distributed stage's check of its number of processes, which only the launcher's layout decides (GRPO:
+    # a step's completions split into whole groups over them): called with it before anything is submitted.
+    check_world: Callable[[int], None] | None = None
 
     def job_overrides(self, overrides: list[str]) -> list[str]:
         """``overrides`` without those :attr:`prepare` took care of."""

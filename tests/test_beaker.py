@@ -250,6 +250,18 @@ def test_grpo_server_layout_spec(monkeypatch, tmp_path, replicas, parallel, serv
     assert launch_line.endswith(f" algo.vllm_server_host={host}")
 
 
+def test_grpo_groups_must_split_over_the_processes_the_layout_gives(monkeypatch, tmp_path, capfd):
+    # Only the launcher knows the processes; before, the job found out on its GPUs, after its wait in the queue.
+    common = ["+experiment=grpo_qwen25", "hydra.launcher.dry_run=true", "hydra.launcher.gpus=8",
+              "hydra.launcher.sync_to=s3://b/r", "trainer.grad_accum=4"]
+    launch(monkeypatch, tmp_path, common, module="olmocr.train")  # 7 trainers beside a 1-GPU server: 28 completions
+    assert len(specs(tmp_path)) == 1
+    with pytest.raises(SystemExit):
+        launch(monkeypatch, tmp_path, [*common, "algo.vllm_data_parallel_size=2"], module="olmocr.train")
+    assert ("error: algo.num_generations=28 must divide the completions per step, trainer.batch_size × "
+            "trainer.grad_accum × processes = 1 × 4 × 6 = 24 (batch_size counts completions)") in capfd.readouterr().err
+
+
 def test_follow_reports_the_exit_code(monkeypatch, tmp_path, capfd):
     from hydra_plugins.olmocr_launchers.beaker import BeakerLauncher
 

@@ -101,6 +101,10 @@ def test_a_users_cluster_file_needs_no_code(tmp_path, warm_python):
     (["trainer.batch_size=2,0"], "trainer.batch_size: must be at least 1, got 0"),  # the sweep's second job
     (["data=folder"], "data.roots: required, give data.roots=…"),
     (["+trainer.batch_sise=3"], "trainer.batch_sise: no such key in TrainerConfig (did you mean trainer.batch_size?)"),
+    # what the job's processes (one per task) must allow: GRPO's groups split over them
+    (["+experiment=grpo_tiny", "trainer.batch_size=1", "hydra.launcher.tasks_per_node=2"],
+     "algo.num_generations=4 must divide the completions per step, trainer.batch_size × trainer.grad_accum × "
+     "processes = 1 × 1 × 2 = 2 (batch_size counts completions)"),
 ])
 def test_every_job_is_checked_as_it_will_check_itself_before_anything_is_submitted(overrides, error, tmp_path,
                                                                                    warm_python):

@@ -29,7 +29,8 @@ def cluster_needs(cfg: DictConfig) -> Launch:
     replica_state = None
     if cfg.trainer.strategy == "deepspeed":
         replica_state = "DeepSpeed checkpoints hold every rank's optimizer shard, written on each replica's own disk"
-    return Launch(distributed=True, resumes=True, sidecar=sidecar, replica_state=replica_state)
+    return Launch(distributed=True, resumes=True, sidecar=sidecar, replica_state=replica_state,
+                  check_world=functools.partial(algos.check_world, cfg))
 
 
 # algo.name -> its recipe (olmocr.train.recipe), imported only when it runs

@@ -41,11 +41,21 @@ def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
                          "vLLM, or its CPU build on a machine without CUDA)")
     _check_trl_args(algo.trl_args, "GRPOConfig")
     _check_trl_run("GRPO", t)
-    completions = t.batch_size * t.grad_accum * (world_size or 1)
-    if world_size is not None and completions % algo.num_generations:
+    if world_size is not None:
+        check_world(cfg, world_size)
+
+
+def check_world(cfg: DictConfig, world_size: int) -> None:
+    """What ``cfg.algo`` needs of the number of processes that train (SFT and DPO: nothing)."""
+    if cfg.algo.name != "grpo":
+        return
+    algo, t = cfg.algo, cfg.trainer
+    completions = t.batch_size * t.grad_accum * world_size
+    if completions % algo.num_generations:
         raise ValueError(
             f"algo.num_generations={algo.num_generations} must divide the completions per step, trainer.batch_size"
-            f" × trainer.grad_accum × GPUs = {completions} (batch_size counts completions)")
+            f" × trainer.grad_accum × processes = {t.batch_size} × {t.grad_accum} × {world_size} = {completions}"
+            " (batch_size counts completions)")
 
 
 def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:

@@ -25,7 +25,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra_plugins.olmocr_launchers import beaker_job
-from hydra_plugins.olmocr_launchers.task_script import stage_command, task_script
+from hydra_plugins.olmocr_launchers.task_script import processes, stage_command, task_script
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from olmocr.cli import Launch, fail
@@ -294,6 +294,8 @@ class BeakerLauncher(Launcher):
         # Each job's own config decides what it needs (a sweep over algo=…, say).
         needs = stage.launch(sweep_config) if stage is not None else Launch()
         self._check_needs(module, needs)
+        if needs.distributed and needs.check_world is not None:
+            needs.check_world(processes(self.params["gpus"], self.params["replicas"], needs.sidecar))
         # Run once Beaker has answered for the token (launch): a refused token must not leave PDFs queued.
         prepare = (functools.partial(needs.prepare, sweep_config)
                    if needs.prepare is not None and not self.params["dry_run"] else None)

@@ -107,6 +107,9 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                 for overrides in job_overrides:
                     configs.append(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
                     stage.check_job(configs[-1])
+                    needs = stage.launch(configs[-1])
+                    if needs.distributed and needs.check_world is not None:  # one task per process
+                        needs.check_world(self.params["nodes"] * self.params["tasks_per_node"])
             except ValueError as exc:
                 fail(str(exc))
         if not dry_run:

@@ -33,6 +33,16 @@ def stage_command(module: str, overrides: list[str], run_dir: str) -> list[str]:
     return [module, *kept, "cluster=local", f"hydra.run.dir={run_dir}"]
 
 
+def processes(gpus: int, replicas: int, sidecar: Sidecar | None = None) -> int:
+    """The processes of a distributed job (its torch.distributed world) on ``replicas`` of ``gpus`` each: one
+    per GPU (one on a replica without), less the GPUs the ``sidecar`` server takes on each replica."""
+    per_replica = max(gpus, 1) if sidecar is None else gpus - sidecar.gpus
+    if per_replica < 1:
+        raise ValueError(f"the server beside the stage takes {sidecar.gpus} GPU(s) (GRPO: its tensor x data parallel "
+                         f"size): the stage needs more beside it; hydra.launcher.gpus is {gpus}")
+    return per_replica * replicas
+
+
 def _gpus(first: int, last: int) -> str:
     return ",".join(str(i) for i in range(first, last))
 
@@ -73,12 +83,10 @@ def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: in
     if sync_to:
         lines += _sync(run_dir, sync_to, sync_every)
     if sidecar is None:
-        lines.append(_launch(stage, max(gpus, 1), replicas, rendezvous_port) if distributed else f"python -m {stage}")
+        lines.append(_launch(stage, processes(gpus, 1), replicas, rendezvous_port) if distributed
+                     else f"python -m {stage}")
         return "\n".join(lines) + "\n"
-    trainers = gpus - sidecar.gpus
-    if trainers < 1:
-        raise ValueError(f"the server beside the stage takes {sidecar.gpus} GPU(s) (GRPO: its tensor x data parallel "
-                         f"size): the stage needs more beside it; hydra.launcher.gpus is {gpus}")
+    trainers = processes(gpus, 1, sidecar)
     host = LEADER if replicas > 1 else "127.0.0.1"
     # Other replicas' processes reach the server on the leader's address.
     server = " ".join(shlex.quote(a) for a in sidecar.command("0.0.0.0" if replicas > 1 else "127.0.0.1"))
