@@ -88,13 +88,16 @@ def test_rewards_see_real_generations_and_parameters_change(tmp_path, cache_dir,
     assert reloaded.tokenizer.get_vocab() == processor.tokenizer.get_vocab()
 
 
-def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir):
+def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir, caplog):
     overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2", "rewards=all", *EVALS]  # evals: RNG kept
     full, full_out = grpo(tmp_path, overrides, "full")
     first, out = grpo(tmp_path, overrides + ["trainer.hard_stop.value=2"], "split")
     assert first["state"]["step"] == 2
+    caplog.set_level("INFO", logger="olmocr.train")
     second, _ = grpo(tmp_path, overrides, "split")
     assert second["state"]["step"] == 4
+    assert f"resuming from {out}/checkpoints/checkpoint-2 with 1 value(s) changed since it was written: " \
+           "trainer.hard_stop.value: 2.0 → null" in caplog.text
     rows = metrics(out)
     assert sorted(rows) == [1, 2, 3, 4]  # steps 3 and 4 come from the resumed run
     reference = metrics(full_out)

@@ -76,7 +76,7 @@ def test_padding_batch_equals_two_single_batches(processor, tiny):
     assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
 
 
-def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir):
+def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     """Also with bench evals (their decoding leaves the training RNG streams alone) and the saves keep_best adds."""
     common = ["trainer.max_duration.value=10", "trainer.save_interval=5", "optimizer=muon", "optimizer.lr=0.01",
               "optimizer.adam_lr=1e-3", "finetune.freeze_vision=true", "trainer.eval_interval=4",
@@ -85,8 +85,13 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir):
     # hard_stop halts at step 5 with the schedule of a 10-step run, as a killed job would.
     first, resumed = train(tmp_path, common + ["trainer.hard_stop.value=5"], "resumed")
     assert first["state"]["step"] == 5
+    caplog.set_level("INFO", logger="olmocr.train")
     second, _ = train(tmp_path, common, "resumed")
     assert second["state"]["step"] == 10
+    # The one value this invocation changed is said in one line, as the checkpoint's record of its config has it.
+    checkpoint = os.path.join(resumed, "checkpoints", "step_000005")
+    assert f"resuming from {checkpoint} with 1 value(s) changed since it was written: trainer.hard_stop.value: " \
+           "5.0 → null" in caplog.text
     a, b = losses(straight), losses(resumed)
     assert sorted(b) == list(range(1, 11))
     for step in range(1, 11):
@@ -457,3 +462,18 @@ def test_a_diverging_run_stops_in_one_line_before_saving_what_it_diverged_into(t
     weights = load_file(out / "checkpoints" / "step_000001" / "model" / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in weights.values())
     assert [round(v, 3) if v == v else "nan" for v in losses(str(out)).values()][1:] == ["nan"] * 3
+
+
+def test_config_changes_name_every_value_added_gone_or_changed(tmp_path):
+    from olmocr.train.checkpoint import config_changes, write_run_config
+
+    assert config_changes(str(tmp_path), {"a": 1}) is None  # written before checkpoints kept their config
+    write_run_config(str(tmp_path), {"optimizer": {"lr": 1e-3, "betas": [0.9, 0.95]}, "callbacks": {"wandb": None},
+                                     "gone": "x", "same": {"deep": {"value": 2}}})
+    now = {"optimizer": {"lr": 3e-3, "betas": [0.9, 0.99]}, "callbacks": {"wandb": {"mode": "offline"}},
+           "same": {"deep": {"value": 2}}, "new": True}
+    assert config_changes(str(tmp_path), now) == [
+        "callbacks.wandb: null → (absent)", "callbacks.wandb.mode: (absent) → \"offline\"", "gone: \"x\" → (absent)",
+        "new: (absent) → true", "optimizer.betas: [0.9, 0.95] → [0.9, 0.99]", "optimizer.lr: 0.001 → 0.003"]
+    assert config_changes(str(tmp_path), {"optimizer": {"lr": 1e-3, "betas": [0.9, 0.95]}, "callbacks": {"wandb": None},
+                                          "gone": "x", "same": {"deep": {"value": 2}}}) == []

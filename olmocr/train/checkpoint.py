@@ -6,6 +6,7 @@ Layout of one checkpoint, written to a temporary name and renamed when complete:
         model/                    save_pretrained output (full weights, or the LoRA adapter) + processor
         trainer_state.pt          optimizer, scheduler, step, data position, RNG states
         best.json                 (trainer.keep_best) the best eval so far: metric, step, value
+        run_config.yaml           the resolved config it was trained with (a resumed run says what changed)
         deepspeed/                (strategy=deepspeed) the partitioned optimizer state, DeepSpeed format
 """
 
@@ -20,11 +21,13 @@ import shutil
 
 import numpy as np
 import torch
+import yaml
 
 from olmocr.faults import NoSpace, no_space
 from olmocr.models.source import save_model
 from olmocr.utils.sync import BEST, MARKERS
 
+RUN_CONFIG = "run_config.yaml"
 STEP_DIR = re.compile(r"^step_(\d+)$")
 CHECKPOINT_DIR = re.compile(r"^(?:step_|checkpoint-)(\d+)$")  # ours, and the Hugging Face Trainer's
 
@@ -86,6 +89,35 @@ class BestCheckpoint:
             with open(path) as fh:
                 record = json.load(fh)
             self.record = record if record.get("metric") == self.metric else None
+
+
+def write_run_config(folder: str, config: dict | None) -> None:
+    if config is not None:
+        with open(os.path.join(folder, RUN_CONFIG), "w") as fh:
+            yaml.safe_dump(config, fh, sort_keys=False)
+
+
+def config_changes(checkpoint: str, config: dict) -> list[str] | None:
+    """``key: old → new`` for every value of ``config`` that differs from what ``checkpoint`` was trained with
+    (keys added or gone included); None where the checkpoint has no record of it."""
+    path = os.path.join(checkpoint, RUN_CONFIG)
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        before = yaml.safe_load(fh) or {}
+
+    def leaves(node, prefix=""):
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                yield from leaves(value, f"{prefix}.{key}" if prefix else str(key))
+        else:
+            yield prefix, node
+
+    old, new = dict(leaves(before)), dict(leaves(config))
+    absent = object()
+    shown = lambda value: "(absent)" if value is absent else json.dumps(value)  # noqa: E731
+    return [f"{key}: {shown(old.get(key, absent))} → {shown(new.get(key, absent))}"
+            for key in sorted(old.keys() | new.keys()) if old.get(key, absent) != new.get(key, absent)]
 
 
 def model_dir(checkpoint: str) -> str:
@@ -165,10 +197,12 @@ class _Writes(io.RawIOBase):
 
 
 class CheckpointManager:
-    def __init__(self, root: str, keep_last: int | None = 3, best: BestCheckpoint | None = None):
+    def __init__(self, root: str, keep_last: int | None = 3, best: BestCheckpoint | None = None,
+                 config: dict | None = None):
         self.root = root
         self.keep_last = keep_last
         self.best = best or BestCheckpoint(None)
+        self.config = config  # the run's resolved config, written into each checkpoint
 
     def steps(self) -> list[int]:
         return sorted(complete_checkpoints(self.root))
@@ -195,6 +229,7 @@ class CheckpointManager:
         try:
             save_model(model, processor, os.path.join(staging, "model"), model_state)
             self.best.write(staging)
+            write_run_config(staging, self.config)
             _save_state({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))
         except Exception as exc:
             full = unsaved(exc, staging, step, self.root)

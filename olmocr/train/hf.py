@@ -22,21 +22,24 @@ class RunCheckpoints:
     (written before the Trainer's marker), ``keep_last`` prunes all but the newest and the best, and one whose
     writing failed is removed (:func:`olmocr.train.checkpoint.unsaved`)."""
 
-    keep: tuple = (None, None)  # (keep_last, olmocr.train.checkpoint.BestCheckpoint), set by the recipe
+    # (keep_last, olmocr.train.checkpoint.BestCheckpoint, the run's resolved config), set by the recipe
+    keep: tuple = (None, None, None)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         pass
 
     def _save_checkpoint(self, model, trial):
-        from olmocr.train.checkpoint import complete_checkpoints, prune, unsaved
+        from olmocr.train.checkpoint import complete_checkpoints, prune, unsaved, write_run_config
 
-        keep_last, best = self.keep
+        keep_last, best, config = self.keep
         step = self.state.global_step
         folder = os.path.join(self.args.output_dir, f"checkpoint-{step}")
         try:
-            if self.args.should_save and best is not None:
+            if self.args.should_save:  # before the Trainer's own files, the last of which marks it complete
                 os.makedirs(folder, exist_ok=True)
-                best.write(folder)
+                if best is not None:
+                    best.write(folder)
+                write_run_config(folder, config)
             super()._save_checkpoint(model, trial)
         except Exception as exc:
             full = unsaved(exc, folder, step, self.args.output_dir) if self.args.should_save else None
@@ -133,11 +136,9 @@ class HFRecipe(Recipe):
             log.info("compiling %d blocks", compile_blocks(self.model, self.settings.compile_backend))
         bridge = HFTrainerBridge(callbacks, self.dist.device, self.bench_eval, self.best, self.settings.eval_interval)
         trainer = self.trainer([bridge])
-        trainer.keep = (self.settings.keep_last, self.best)
+        trainer.keep = (self.settings.keep_last, self.best, self.resolved)
         bridge.trainer = trainer  # the bench eval decodes with GRPO's colocated vLLM engine where it runs one
         trainer.remove_callback(PrinterCallback)  # our console callback reports steps
-        if self.resume_from:
-            log.info("resuming from %s", self.resume_from)
         trainer.train(resume_from_checkpoint=self.resume_from)
         # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
         final = self.latest_checkpoint()

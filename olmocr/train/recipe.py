@@ -149,6 +149,8 @@ class Recipe:
             write_run_info(self.output_dir)
         self.resume_from = resume_point(self.latest_checkpoint(), self.settings.resume, self.checkpoints_dir)
         self.best.restore(self.resume_from)
+        if self.resume_from:
+            self.say_what_changed()
         finished = self.finished_at()
         if finished is not None:
             log.info("%s already reached step %d, where this run stops: nothing to train", self.resume_from, finished)
@@ -169,6 +171,21 @@ class Recipe:
             self.write_summary(result)
         shutdown()
         return {**result, "total_steps": self.length.total}
+
+    def say_what_changed(self) -> None:
+        """One line on resuming: from where, and the values this invocation changed (a longer run, another
+        learning rate: applied from here on), so a run resumed over days says what each part ran with."""
+        from olmocr.train.checkpoint import RUN_CONFIG, config_changes
+
+        changes = config_changes(self.resume_from, self.resolved)
+        if not changes:
+            log.info("resuming from %s%s", self.resume_from, "" if changes is not None else
+                     f" (it has no {RUN_CONFIG}: what it was trained with is unknown)")
+            return
+        shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more (see {RUN_CONFIG} there)"
+                                          if len(changes) > 8 else "")
+        log.warning("resuming from %s with %d value(s) changed since it was written: %s", self.resume_from,
+                    len(changes), shown)
 
     # -- what every recipe fills in ------------------------------------------------------------------------------
     unit = "samples"  # what one entry of the training data is, in log lines

@@ -27,7 +27,7 @@ class SFT(Recipe):
     def latest_checkpoint(self) -> str | None:
         from olmocr.train.checkpoint import CheckpointManager
 
-        self.checkpoints = CheckpointManager(self.checkpoints_dir, self.settings.keep_last, self.best)
+        self.checkpoints = CheckpointManager(self.checkpoints_dir, self.settings.keep_last, self.best, self.resolved)
         return self.checkpoints.latest()
 
     def checkpoint_step(self, checkpoint: str) -> int:
