@@ -477,3 +477,33 @@ def test_config_changes_name_every_value_added_gone_or_changed(tmp_path):
         "new: (absent) → true", "optimizer.betas: [0.9, 0.95] → [0.9, 0.99]", "optimizer.lr: 0.001 → 0.003"]
     assert config_changes(str(tmp_path), {"optimizer": {"lr": 1e-3, "betas": [0.9, 0.95]}, "callbacks": {"wandb": None},
                                           "gone": "x", "same": {"deep": {"value": 2}}}) == []
+
+
+def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(tmp_path, cache_dir):
+    """The same command in a second terminal, or a job submitted twice: both would resume from one checkpoint
+    and write the same checkpoint names, each removing the other's half-written one."""
+    import signal
+    import socket
+
+    out = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "olmocr.train", *FAST, "trainer.max_duration.value=500",
+                              "trainer.save_interval=2", f"hydra.run.dir={out}"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "step_000002").exists():
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        with pytest.raises(ValueError) as refused:
+            train(tmp_path, ["trainer.max_duration.value=500", "trainer.save_interval=2"], "run")
+        assert re.fullmatch(rf"{out} is in use by another run \(pid \d+ on {re.escape(socket.gethostname())}, since "
+                            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\): wait for it to end, or give this one its own "
+                            r"run_name \(or hydra.run.dir\)", str(refused.value)), refused.value
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # Killed outright, it holds nothing: the next run resumes from its newest checkpoint, for one step.
+    newest = max(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*") if "." not in p.name)
+    result, _ = train(tmp_path, ["trainer.max_duration.value=500", "trainer.save_interval=2",
+                                 f"trainer.hard_stop.value={newest + 1}"], "run")
+    assert result["state"]["step"] == newest + 1 and max(losses(out)) == newest + 1

@@ -59,15 +59,22 @@ def check(cfg: DictConfig) -> None:
 @stage("pairs", check=check)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
-    from olmocr.pairs.mine import PairFile
-    from olmocr.pipeline.failures import StopWork
     from olmocr.rewards import build_rewards
-    from olmocr.utils.runinfo import write_run_info
+    from olmocr.utils.runlock import run_dir_held
 
     rewards = build_rewards(OmegaConf.to_container(cfg.rewards, resolve=True))
     pages, problems = bench_pages(cfg.bench_dir)
     for problem in problems:
         log.warning("%s", problem)
+    with run_dir_held(output_dir, "its own run_name (or hydra.run.dir)"):
+        return mine(cfg, output_dir, rewards, pages)
+
+
+def mine(cfg: DictConfig, output_dir: str, rewards, pages: list[dict]) -> dict:
+    from olmocr.pairs.mine import PairFile
+    from olmocr.pipeline.failures import StopWork
+    from olmocr.utils.runinfo import write_run_info
+
     pairs = PairFile(os.path.join(output_dir, "pairs.jsonl"))
     todo = sorted((p for p in pages if p["page_id"] not in pairs.done), key=lambda p: p["page_id"])
     log.info("%d pages with tests: %d to mine, %d already in %s", len(pages), len(todo), len(pages) - len(todo),

@@ -9,6 +9,7 @@ anything else touches it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -126,13 +127,22 @@ class Recipe:
         self.bench_eval = None
 
     def run(self) -> dict:
-        from olmocr.models.tuning import trainable_summary
-        from olmocr.train.checkpoint import BestCheckpoint
-        from olmocr.train.distributed import init_distributed, shutdown
-        from olmocr.utils.runinfo import write_run_info
+        from olmocr.train.distributed import init_distributed
+        from olmocr.utils.runlock import run_dir_held
 
         self.dist = init_distributed(self.settings.device)
         self.check()
+        # Rank 0 writes the run dir (checkpoints, metrics): one invocation at a time resumes into it.
+        with (run_dir_held(self.output_dir, "its own run_name (or hydra.run.dir)") if self.dist.rank == 0
+              else contextlib.nullcontext()):
+            return self.run_held()
+
+    def run_held(self) -> dict:
+        from olmocr.models.tuning import trainable_summary
+        from olmocr.train.checkpoint import BestCheckpoint
+        from olmocr.train.distributed import shutdown
+        from olmocr.utils.runinfo import write_run_info
+
         if self.cfg.eval.bench is not None and self.settings.eval_interval:
             self.bench_eval = build(self.cfg.eval.bench, output_dir=self.output_dir).load()
         check_keep_best(self.settings.keep_best, self.settings.eval_interval, self.bench_eval)
