@@ -76,7 +76,12 @@ def test_samples_within_the_margin_give_no_pair_and_a_rerun_skips_mined_pages(tm
         [row] = [json.loads(line) for line in open(summary["pairs_file"])]
         assert row["chosen"] is None and row["why"] == "rewards within the margin"
         again = mine(tmp_path, server, bench_dir, "samples=3")
-    assert again["mined_now"] == 0 and len(server.requests) == 3  # nothing sent the second time
+        assert again["mined_now"] == 0 and len(server.requests) == 3  # nothing sent the second time
+        with open(summary["pairs_file"], "r+") as fh:  # killed as it wrote the page's line: the line is torn
+            fh.truncate(25)
+        torn = mine(tmp_path, server, bench_dir, "samples=3")
+    assert torn["mined_now"] == 1 and len(server.requests) == 6  # mined again, its line on a line of its own
+    assert [json.loads(line) for line in open(summary["pairs_file"])] == [row]
     with pytest.raises(ValueError, match="samples: a pair needs at least 2"):
         mine(tmp_path, server, bench_dir, "samples=1")
 

@@ -85,6 +85,8 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     # hard_stop halts at step 5 with the schedule of a 10-step run, as a killed job would.
     first, resumed = train(tmp_path, common + ["trainer.hard_stop.value=5"], "resumed")
     assert first["state"]["step"] == 5
+    with open(os.path.join(resumed, "metrics.jsonl"), "a") as fh:  # a kill as a line was written: it is torn
+        fh.write('{"kind": "train", "step": 6, "train/lo')
     caplog.set_level("INFO", logger="olmocr.train")
     second, _ = train(tmp_path, common, "resumed")
     assert second["state"]["step"] == 10

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from olmocr.data.steps import Reject, Step
+from olmocr.utils.jsonl import mend, read_rows
 
 
 class Pipeline:
@@ -76,6 +77,7 @@ class RejectReport:
         self._lock = threading.Lock()
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            mend(path)  # a resumed run's lines must not run on from one its interruption cut short
 
     def add(self, item: Mapping, reject: Reject) -> None:
         with self._lock:
@@ -94,7 +96,6 @@ class RejectReport:
         """Counts over every process that wrote to the report file."""
         counts: Counter = Counter()
         if self.path and os.path.exists(self.path):
-            with open(self.path) as fh:
-                for line in fh:
-                    counts[json.loads(line)["reason"]] += 1
+            for row in read_rows(self.path):
+                counts[row["reason"]] += 1
         return counts

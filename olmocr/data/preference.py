@@ -3,7 +3,6 @@ inference steps), the chosen and rejected answers as assistant turns, in trl's c
 
 from __future__ import annotations
 
-import json
 import logging
 
 from olmocr.data.pipeline import RejectReport, build_pipeline
@@ -15,6 +14,7 @@ log = logging.getLogger(__name__)
 def read_pairs(paths: list[str]) -> tuple[list[dict], int]:
     """The pairs of ``paths`` (lines without a pair skipped), and how many pages gave none."""
     from olmocr.utils.io import read_text
+    from olmocr.utils.jsonl import parse_lines
 
     pairs, without = [], 0
     for path in paths:
@@ -22,17 +22,14 @@ def read_pairs(paths: list[str]) -> tuple[list[dict], int]:
             text = read_text(path)
         except FileNotFoundError:
             raise ValueError(f"data: pairs file {path} does not exist (python -m olmocr.pairs writes one)") from None
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
+        for number, row in parse_lines(text, path):  # a line torn by a killed pairs run: left out
             try:
-                row = json.loads(line)
                 if row.get("chosen") is None:
                     without += 1
                     continue
                 pairs.append({"pdf_path": row["pdf_path"], "page": int(row["page"]), "page_id": row["page_id"],
                               "chosen": str(row["chosen"]), "rejected": str(row["rejected"])})
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise ValueError(f"{path}:{number}: not a pair line ({type(exc).__name__}: {exc})") from None
     return pairs, without
 

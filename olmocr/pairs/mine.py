@@ -12,6 +12,8 @@ import zlib
 from collections import Counter
 from collections.abc import Callable
 
+from olmocr.utils.jsonl import mend, read_rows
+
 log = logging.getLogger("olmocr.pairs")
 
 
@@ -47,15 +49,11 @@ class PairFile:
         self.path = path
         self.done: set[str] = set()
         self.counts: Counter = Counter()
+        mend(path)  # a line a kill cut short goes: that page is mined again
         if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut short by a kill: that page is mined again
-                    self.done.add(row["page_id"])
-                    self.counts["pairs" if row.get("chosen") is not None else "no_pair"] += 1
+            for row in read_rows(path):
+                self.done.add(row["page_id"])
+                self.counts["pairs" if row.get("chosen") is not None else "no_pair"] += 1
 
     def add(self, row: dict) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)

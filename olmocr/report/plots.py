@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 import olmocr.report.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.utils.jsonl import read_rows
 
 # (file name, title, y label, metric patterns; fnmatch over "kind:key", kind train or eval)
 PANELS = [
@@ -43,17 +44,7 @@ PANELS = [
 
 def read_metrics(path: str) -> list[dict]:
     """The rows of a metrics file; a torn last line (a run killed mid-write) is skipped."""
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                if fh.read(1):  # not the last line: the file is broken, say where
-                    raise ValueError(f"{path}:{number}: not a JSON line") from None
-                break
-            rows.append(row)
-    return rows
+    return read_rows(path)
 
 
 def panel_series(rows: list[dict]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:

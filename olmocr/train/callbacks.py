@@ -93,14 +93,16 @@ class MetricsFile(Callback):
     def on_fit_start(self, trainer):
         """A run resumed from a checkpoint redoes the steps after it: their rows from before the interruption
         go, so that the file holds each step once (as the run that counts did it)."""
+        from olmocr.utils.jsonl import mend, read_rows
+
         if trainer.rank != 0 or not os.path.exists(self.path):
             return
-        with open(self.path) as fh:
-            lines = fh.readlines()
-        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= trainer.state.step]
-        if len(kept) < len(lines):
+        mend(self.path)  # a line torn by the kill that interrupted the run
+        rows = read_rows(self.path)
+        kept = [row for row in rows if row["step"] <= trainer.state.step]
+        if len(kept) < len(rows):
             with open(self.path + ".tmp", "w") as fh:
-                fh.writelines(kept)
+                fh.writelines(json.dumps(row) + "\n" for row in kept)
             os.replace(self.path + ".tmp", self.path)
 
     def on_step_end(self, trainer, metrics):
