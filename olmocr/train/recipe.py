@@ -159,7 +159,7 @@ class Recipe:
             write_run_info(self.output_dir)
         self.resume_from = resume_point(self.latest_checkpoint(), self.settings.resume, self.checkpoints_dir)
         self.best.restore(self.resume_from)
-        if self.resume_from:
+        if self.resume_from and self.dist.rank == 0:
             self.say_what_changed()
         finished = self.finished_at()
         if finished is not None:
