@@ -498,7 +498,7 @@ def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(t
             time.sleep(0.2)
         with pytest.raises(ValueError) as refused:
             train(tmp_path, ["trainer.max_duration.value=500", "trainer.save_interval=2"], "run")
-        assert re.fullmatch(rf"{out} is in use by another run \(pid \d+ on {re.escape(socket.gethostname())}, since "
+        assert re.fullmatch(rf"{re.escape(str(out))} is in use by another run \(pid \d+ on {re.escape(socket.gethostname())}, since "
                             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\): wait for it to end, or give this one its own "
                             r"run_name \(or hydra.run.dir\)", str(refused.value)), refused.value
     finally:

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from olmocr.faults import Unreachable
 from olmocr.utils.io import filesystem, is_remote, patiently
 
 log = logging.getLogger(__name__)
@@ -50,9 +49,7 @@ def _sync(root: str, dest: str, wait_s: float, threads: int) -> None:
     start = time.perf_counter()
     try:
         listing = patiently(lambda: fs.find(root, detail=True), root, wait_s)
-    except Unreachable:
-        raise
-    except OSError as exc:
+    except OSError as exc:  # what waiting does not mend, a missing bucket say (an outage is Unreachable by now)
         raise ValueError(f"data.local_cache: cannot list {root}: {type(exc).__name__}: {exc}") from None
     if not listing:
         raise ValueError(f"data root {root}: no files there")

@@ -66,7 +66,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     pages, problems = bench_pages(cfg.bench_dir)
     for problem in problems:
         log.warning("%s", problem)
-    with run_dir_held(output_dir, "its own run_name (or hydra.run.dir)"):
+    with run_dir_held(output_dir):
         return mine(cfg, output_dir, rewards, pages)
 
 

@@ -133,7 +133,7 @@ class Recipe:
         self.dist = init_distributed(self.settings.device)
         self.check()
         # Rank 0 writes the run dir (checkpoints, metrics): one invocation at a time resumes into it.
-        with (run_dir_held(self.output_dir, "its own run_name (or hydra.run.dir)") if self.dist.rank == 0
+        with (run_dir_held(self.output_dir) if self.dist.rank == 0
               else contextlib.nullcontext()):
             return self.run_held()
 

@@ -23,10 +23,9 @@ LOCK = ".run.lock"
 
 
 @contextlib.contextmanager
-def run_dir_held(folder: str, elsewhere: str):
-    """Hold ``folder`` while the block runs; ValueError (saying ``elsewhere``: how to give a run its own
-    folder) when another process holds it. A file system without locks (some network mounts) is said once
-    and not locked."""
+def run_dir_held(folder: str):
+    """Hold ``folder`` while the block runs; ValueError when another process holds it. A file system without
+    locks (some network mounts) is said once and not locked."""
     os.makedirs(folder, exist_ok=True)
     fh = open(os.path.join(folder, LOCK), "a+")
     try:
@@ -41,7 +40,7 @@ def run_dir_held(folder: str, elsewhere: str):
             fh.seek(0)
             holder = fh.read().strip() or "a process that has not said which"
             raise ValueError(f"{folder} is in use by another run ({holder}): wait for it to end, or give this one "
-                             f"{elsewhere}") from None
+                             "its own run_name (or hydra.run.dir)") from None
         fh.seek(0)
         fh.truncate()
         since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
