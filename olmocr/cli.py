@@ -358,7 +358,8 @@ def run_dir_faults_named():
     sweep's dir and its ``multirun.yaml`` before any job); an OS error doing so (a full disk, a spent quota, a
     read-only or foreign folder) is a trace from inside Hydra. Whatever escapes Hydra's ``run_job`` comes from
     that setup (it catches the stage's own errors), and what escapes the sweeper before it launches a job from
-    the sweep's: an OS error there ends the program in one line naming the folder."""
+    the sweep's: an OS error there ends the program in one line naming the folder. A run dir that a running
+    stage holds (:mod:`olmocr.utils.runlock`) is refused before Hydra writes to it."""
     import hydra._internal.hydra as hydra_internal
 
     basic_launcher = _scanned_basic_launcher()
@@ -367,11 +368,18 @@ def run_dir_faults_named():
     original_run_job, original_sweep = hydra_internal.run_job, BasicSweeper.sweep
 
     def run_job(*, config, job_dir_key, job_subdir_key, **kwargs):
+        from olmocr.utils.runlock import check_free
+
+        folder = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key) if key))
+        if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
+            try:
+                check_free(folder)
+            except ValueError as exc:
+                fail(str(exc))
         try:
             return original_run_job(config=config, job_dir_key=job_dir_key, job_subdir_key=job_subdir_key, **kwargs)
         except OSError as exc:
-            fail(_setup_fault(exc, os.path.join(*(str(OmegaConf.select(config, key))
-                                                  for key in (job_dir_key, job_subdir_key) if key)), "run dir"))
+            fail(_setup_fault(exc, folder, "run dir"))
 
     def sweep(self, arguments):
         launch, launched = self.launcher.launch, []

@@ -501,6 +501,14 @@ def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(t
         assert re.fullmatch(rf"{re.escape(str(out))} is in use by another run \(pid \d+ on {re.escape(socket.gethostname())}, since "
                             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\): wait for it to end, or give this one its own "
                             r"run_name \(or hydra.run.dir\)", str(refused.value)), refused.value
+        # From the command line, refused before Hydra writes there: the running run's config stays its own and
+        # its log has no word of the refused one.
+        kept = {p: p.read_bytes() for p in (out / ".hydra").iterdir()}
+        second = subprocess.run([sys.executable, "-m", "olmocr.train", *FAST, "trainer.max_duration.value=600",
+                                 f"hydra.run.dir={out}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2 and second.stderr.splitlines() == [f"error: {refused.value}"], second.stderr
+        assert {p: p.read_bytes() for p in kept} == kept
+        assert "in use" not in (out / "train.log").read_text()
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()

@@ -22,6 +22,22 @@ log = logging.getLogger(__name__)
 LOCK = ".run.lock"
 
 
+def _refusal(folder: str, fh) -> ValueError:
+    fh.seek(0)
+    holder = fh.read().strip() or "a process that has not said which"
+    return ValueError(f"{folder} is in use by another run ({holder}): wait for it to end, or give this one its own "
+                      "run_name (or hydra.run.dir)")
+
+
+def _try_lock(fh) -> bool | None:
+    """True: locked; False: another process holds it; None: this file system has no locks."""
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        return False if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
+
+
 @contextlib.contextmanager
 def run_dir_held(folder: str):
     """Hold ``folder`` while the block runs; ValueError when another process holds it. A file system without
@@ -29,18 +45,14 @@ def run_dir_held(folder: str):
     os.makedirs(folder, exist_ok=True)
     fh = open(os.path.join(folder, LOCK), "a+")
     try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                log.warning("%s: cannot be locked here (%s): two runs in it at once would overwrite each other's "
-                            "checkpoints", folder, exc.strerror)
-                yield
-                return
-            fh.seek(0)
-            holder = fh.read().strip() or "a process that has not said which"
-            raise ValueError(f"{folder} is in use by another run ({holder}): wait for it to end, or give this one "
-                             "its own run_name (or hydra.run.dir)") from None
+        locked = _try_lock(fh)
+        if locked is False:
+            raise _refusal(folder, fh)
+        if locked is None:
+            log.warning("%s: cannot be locked here: two runs in it at once would overwrite each other's "
+                        "checkpoints", folder)
+            yield
+            return
         fh.seek(0)
         fh.truncate()
         since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -49,3 +61,16 @@ def run_dir_held(folder: str):
         yield
     finally:
         fh.close()
+
+
+def check_free(folder: str) -> None:
+    """ValueError when a run holds ``folder`` now: asked before a command writes anything there (the command
+    line does, before Hydra writes the run's ``.hydra/`` and log), so a refused second invocation leaves the
+    running one's files as they were. Takes nothing: the stage itself holds the folder when it runs."""
+    try:
+        fh = open(os.path.join(folder, LOCK))
+    except OSError:  # no lock file (no run has held it) or no folder yet: nothing to refuse
+        return
+    with fh:
+        if _try_lock(fh) is False:
+            raise _refusal(folder, fh)
