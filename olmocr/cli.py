@@ -359,7 +359,7 @@ def run_dir_faults_named():
     read-only or foreign folder) is a trace from inside Hydra. Whatever escapes Hydra's ``run_job`` comes from
     that setup (it catches the stage's own errors), and what escapes the sweeper before it launches a job from
     the sweep's: an OS error there ends the program in one line naming the folder. A run dir that a running
-    stage holds (:mod:`olmocr.utils.runlock`) is refused before Hydra writes to it."""
+    stage holds (:mod:`olmocr.runlock`) is refused before Hydra writes to it."""
     import hydra._internal.hydra as hydra_internal
 
     basic_launcher = _scanned_basic_launcher()
@@ -368,7 +368,7 @@ def run_dir_faults_named():
     original_run_job, original_sweep = hydra_internal.run_job, BasicSweeper.sweep
 
     def run_job(*, config, job_dir_key, job_subdir_key, **kwargs):
-        from olmocr.utils.runlock import check_free
+        from olmocr.runlock import check_free
 
         folder = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key) if key))
         if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir

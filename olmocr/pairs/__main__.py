@@ -60,7 +60,7 @@ def check(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.rewards import build_rewards
-    from olmocr.utils.runlock import run_dir_held
+    from olmocr.runlock import run_dir_held
 
     rewards = build_rewards(OmegaConf.to_container(cfg.rewards, resolve=True))
     pages, problems = bench_pages(cfg.bench_dir)

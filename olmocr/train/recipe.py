@@ -128,7 +128,7 @@ class Recipe:
 
     def run(self) -> dict:
         from olmocr.train.distributed import init_distributed
-        from olmocr.utils.runlock import run_dir_held
+        from olmocr.runlock import run_dir_held
 
         self.dist = init_distributed(self.settings.device)
         self.check()
