@@ -222,6 +222,13 @@ def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_pytho
     (["+experiment=grpo_tiny", "trainer.strategy=fsdp"],
      "trainer.strategy=fsdp is not available for GRPO: use ddp or deepspeed (ZeRO-1/2)"),
     (["+experiment=dpo_tiny", "+algo.trl_args.bta=0.2"], "algo.trl_args: bta not trl DPOConfig field(s)"),
+    # trl's values, and its rules across them, were met after the model had loaded (on the node, after the queue)
+    (["+experiment=dpo_tiny", "+algo.trl_args.padding_free=maybe"],
+     "algo.trl_args.padding_free: trl's DPOConfig expects bool, got 'maybe'"),
+    (["+experiment=grpo_tiny", "+algo.trl_args.top_k=ten"], "algo.trl_args.top_k: trl's GRPOConfig expects int, got 'ten'"),
+    (["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=3"],
+     "algo.trl_args: trl's GRPOConfig refuses them with this run's values: generation_batch_size (3) must be divisible "
+     "by the global batch size (4)."),
     (["+experiment=dpo_tiny", "trainer.max_duration.unit=tokens"],
      "trainer.max_duration.unit: DPO counts steps or epochs, got 'tokens'"),
 ])
@@ -387,15 +394,12 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
         assert "tokenize" in pipeline and not cfg.rewards
         return
     if cfg.algo.name == "dpo":
-        from olmocr.train import dpo
-
         assert "tokenize" not in pipeline  # trl tokenises prompts and answers
         algos.check(cfg, world_size=1)
-        args = dpo.dpo_arguments(base, resolved["algo"])
+        args = algos.dpo_arguments(base, resolved["algo"])
         assert (args.beta, args.loss_type) == (cfg.algo.beta, [cfg.algo.loss_type])
         return
     from olmocr.rewards import build_rewards
-    from olmocr.train import grpo
 
     assert "tokenize" not in pipeline  # trl tokenises GRPO prompts
     funcs, weights = build_rewards(resolved["rewards"], eos_token_ids=[2])
@@ -406,12 +410,12 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     else:
         algos.check(cfg, world_size=1)
     # Every option reaches trl's own config and is accepted there.
-    args = grpo.grpo_arguments(base, resolved["algo"])
+    args = algos.grpo_arguments(base, resolved["algo"])
     assert (args.num_generations, args.temperature, args.beta) == \
         (cfg.algo.num_generations, cfg.algo.temperature, cfg.algo.beta)
     assert (args.ddp_find_unused_parameters, args.gradient_checkpointing) == \
         (cfg.trainer.ddp_find_unused_parameters, cfg.trainer.activation_checkpointing)
     compiled = training_arguments({**resolved["trainer"], "compile": True, "compile_backend": "aot_eager"},
                                   output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
-    compiled = grpo.grpo_arguments(compiled, resolved["algo"])  # our blocks are compiled, not trl's whole model
+    compiled = algos.grpo_arguments(compiled, resolved["algo"])  # our blocks are compiled, not trl's whole model
     assert (compiled.torch_compile, compiled.torch_compile_backend) == (False, None)

@@ -233,7 +233,7 @@ def test_bench_prompts_skip_broken_pages_and_filter(tmp_path, processor):
 
 def test_grpo_qwen25_is_upstreams_best_recorded_run():
     """olmOCR 2's recorded best GRPO run, as trl 1.16 receives it (see the experiment file's comment)."""
-    from olmocr.train.grpo import grpo_arguments
+    from olmocr.train.algos import grpo_arguments
     from olmocr.train.hf import training_arguments
 
     cfg = compose("train", ["+experiment=grpo_qwen25"])

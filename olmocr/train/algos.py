@@ -1,25 +1,128 @@
-"""What each training algorithm needs of the config, checked by the ``train`` stage before any work: a run,
-a dry run and a launcher (before it submits) all call :func:`check`. Importing this module loads neither
-torch nor trl; trl is imported only to check keys given in ``algo.trl_args``."""
+"""What each training algorithm needs of the config, checked by the ``train`` stage before any work (a run,
+a dry run and a launcher before it submits all call :func:`check`), and what trl's trainers are given.
+Importing this module loads neither torch nor trl; trl is imported only where ``algo.trl_args`` has keys,
+to check them and the config trl builds with them."""
 
 from __future__ import annotations
 
-import dataclasses
+import enum
 import importlib.util
+import math
+import types
+import typing
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 
-def trl_fields(config_class: str) -> set[str]:
+def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = None,
+                   image_token_id: int | None = None):
+    """trl's GRPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
+    keys (``algo.trl_args`` passed through last)."""
     import trl
 
-    return {f.name for f in dataclasses.fields(getattr(trl, config_class))}
+    backend = algo["generation"]
+    batch = base["per_device_train_batch_size"]
+    args = dict(
+        **base,
+        # trl scores eval pages in whole groups too
+        per_device_eval_batch_size=algo["num_generations"] * math.ceil(batch / algo["num_generations"]),
+        num_generations=algo["num_generations"], temperature=algo["temperature"], top_p=algo["top_p"],
+        max_completion_length=algo["max_completion_length"], beta=algo["beta"], loss_type=algo["loss_type"],
+        importance_sampling_level=algo["importance_sampling_level"], scale_rewards=algo["scale_rewards"],
+        epsilon=algo["epsilon"], num_iterations=algo["num_iterations"], log_completions=algo["log_completions"],
+        use_vllm=backend != "transformers", reward_weights=reward_weights,
+    )
+    if backend != "transformers":
+        args.update(vllm_mode="server" if backend == "vllm_server" else "colocate",
+                    vllm_server_host=algo["vllm_server_host"], vllm_server_port=algo["vllm_server_port"],
+                    vllm_server_timeout=algo["vllm_server_timeout"],
+                    vllm_gpu_memory_utilization=algo["vllm_gpu_memory_utilization"],
+                    vllm_tensor_parallel_size=algo["vllm_tensor_parallel_size"],
+                    vllm_max_model_length=algo["vllm_max_model_length"])
+        if image_token_id is not None:
+            # A completion may never hold the image placeholder: the trainer's forward would look for an image
+            # behind it. trl keeps it out of transformers generation itself; vLLM is told the same.
+            args["generation_kwargs"] = {"logit_bias": {image_token_id: -100.0}}
+    args.update(algo["trl_args"])
+    return trl.GRPOConfig(**args)
 
 
-def _check_trl_args(trl_args, config_class: str) -> None:
-    unknown = sorted(set(trl_args) - trl_fields(config_class)) if trl_args else []
+def dpo_arguments(base: dict, algo: dict):
+    """trl's DPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
+    keys (``algo.trl_args`` passed through last)."""
+    import trl
+
+    args = dict(**base, per_device_eval_batch_size=base["per_device_train_batch_size"], beta=algo["beta"],
+                loss_type=[algo["loss_type"]],
+                label_smoothing=algo["label_smoothing"], max_length=algo["max_length"],
+                precompute_ref_log_probs=algo["precompute_ref_log_probs"])
+    args.update(algo["trl_args"])
+    return trl.DPOConfig(**args)
+
+
+ARGUMENTS = {"GRPOConfig": grpo_arguments, "DPOConfig": dpo_arguments}
+
+
+def _accepts(value, annotation) -> bool:
+    """Whether ``value`` (from YAML or the command line) is of a dataclass field's annotated type; a type this
+    does not know (an object only code can make) accepts anything, left to trl."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(value, arg) for arg in typing.get_args(annotation))
+    if origin is typing.Literal:
+        return value in typing.get_args(annotation)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return value in {member.value for member in annotation}
+    if annotation is list or origin is list:
+        inner = typing.get_args(annotation)
+        return isinstance(value, list) and (not inner or all(_accepts(v, inner[0]) for v in value))
+    if annotation is dict or origin is dict:
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(annotation) -> str:
+    return " or ".join(sorted({getattr(a, "__name__", str(a)).replace("NoneType", "null")
+                               for a in (typing.get_args(annotation) or (annotation,))}))
+
+
+def _check_trl_args(cfg: DictConfig, config_class: str) -> None:
+    """``algo.trl_args``: trl fields of the right types, and a config trl builds with them and the run's own
+    values (trl's rules across values: a generation batch its groups divide, …)."""
+    if not cfg.algo.trl_args:
+        return
+    import trl
+
+    from olmocr.train.hf import training_arguments
+
+    hints = typing.get_type_hints(getattr(trl, config_class))
+    given = OmegaConf.to_container(cfg.algo.trl_args, resolve=True)
+    unknown = sorted(set(given) - set(hints))
     if unknown:
         raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl {config_class} field(s)")
+    for key, value in given.items():
+        if not _accepts(value, hints[key]):
+            raise ValueError(f"algo.trl_args.{key}: trl's {config_class} expects {_type_name(hints[key])}, "
+                             f"got {value!r}")
+    # What depends on the machine that runs it (the device, bf16, DeepSpeed) is left out here: a dry run or a
+    # launcher checks on a machine without the job's GPUs.
+    trainer = {**OmegaConf.to_container(cfg.trainer, resolve=True), "precision": "fp32", "strategy": "ddp"}
+    base = training_arguments(trainer, output_dir="checkpoints", max_steps=1, seed=cfg.seed, use_cpu=True,
+                              evaluate=False)
+    try:
+        ARGUMENTS[config_class](base, OmegaConf.to_container(cfg.algo, resolve=True))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"algo.trl_args: trl's {config_class} refuses them with this run's values: {exc}") from None
 
 
 def _check_trl_run(name: str, trainer) -> None:
@@ -39,7 +142,7 @@ def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
     if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
         raise ValueError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
                          "vLLM, or its CPU build on a machine without CUDA)")
-    _check_trl_args(algo.trl_args, "GRPOConfig")
+    _check_trl_args(cfg, "GRPOConfig")
     _check_trl_run("GRPO", t)
     if world_size is not None:
         check_world(cfg, world_size)
@@ -61,7 +164,7 @@ def check_world(cfg: DictConfig, world_size: int) -> None:
 def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:
     if "train" not in cfg.data or isinstance(cfg.data.train, DictConfig):
         raise ValueError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
-    _check_trl_args(cfg.algo.trl_args, "DPOConfig")
+    _check_trl_args(cfg, "DPOConfig")
     _check_trl_run("DPO", cfg.trainer)
 
 

@@ -14,21 +14,10 @@ import os
 
 import trl
 
-from olmocr.train.algos import check_dpo
+from olmocr.train.algos import check_dpo, dpo_arguments
 from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
-
-
-def dpo_arguments(base: dict, algo: dict):
-    """trl's DPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
-    keys (``algo.trl_args`` passed through last)."""
-    args = dict(**base, per_device_eval_batch_size=base["per_device_train_batch_size"], beta=algo["beta"],
-                loss_type=[algo["loss_type"]],
-                label_smoothing=algo["label_smoothing"], max_length=algo["max_length"],
-                precompute_ref_log_probs=algo["precompute_ref_log_probs"])
-    args.update(algo["trl_args"])
-    return trl.DPOConfig(**args)
 
 
 class DPOTrainer(LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.DPOTrainer):

@@ -13,14 +13,13 @@ import functools
 import importlib.util
 import json
 import logging
-import math
 import os
 import sys
 
 import torch
 import trl
 
-from olmocr.train.algos import check_grpo
+from olmocr.train.algos import check_grpo, grpo_arguments
 from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
 log = logging.getLogger("olmocr.train")
@@ -31,37 +30,6 @@ def eos_token_ids(processor, model) -> list[int]:
     ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
     eos = processor.tokenizer.eos_token_id
     return ids if eos in ids else [eos, *ids]
-
-
-def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = None,
-                   image_token_id: int | None = None):
-    """trl's GRPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
-    keys (``algo.trl_args`` passed through last)."""
-    backend = algo["generation"]
-    batch = base["per_device_train_batch_size"]
-    args = dict(
-        **base,
-        # trl scores eval pages in whole groups too
-        per_device_eval_batch_size=algo["num_generations"] * math.ceil(batch / algo["num_generations"]),
-        num_generations=algo["num_generations"], temperature=algo["temperature"], top_p=algo["top_p"],
-        max_completion_length=algo["max_completion_length"], beta=algo["beta"], loss_type=algo["loss_type"],
-        importance_sampling_level=algo["importance_sampling_level"], scale_rewards=algo["scale_rewards"],
-        epsilon=algo["epsilon"], num_iterations=algo["num_iterations"], log_completions=algo["log_completions"],
-        use_vllm=backend != "transformers", reward_weights=reward_weights,
-    )
-    if backend != "transformers":
-        args.update(vllm_mode="server" if backend == "vllm_server" else "colocate",
-                    vllm_server_host=algo["vllm_server_host"], vllm_server_port=algo["vllm_server_port"],
-                    vllm_server_timeout=algo["vllm_server_timeout"],
-                    vllm_gpu_memory_utilization=algo["vllm_gpu_memory_utilization"],
-                    vllm_tensor_parallel_size=algo["vllm_tensor_parallel_size"],
-                    vllm_max_model_length=algo["vllm_max_model_length"])
-        if image_token_id is not None:
-            # A completion may never hold the image placeholder: the trainer's forward would look for an image
-            # behind it. trl keeps it out of transformers generation itself; vLLM is told the same.
-            args["generation_kwargs"] = {"logit_bias": {image_token_id: -100.0}}
-    args.update(algo["trl_args"])
-    return trl.GRPOConfig(**args)
 
 
 @functools.cache

@@ -21,7 +21,7 @@ class SFTAlgoConfig:
 @dataclass
 class GRPOAlgoConfig:
     """GRPO with trl: what is generated and how the loss is formed. Any other trl ``GRPOConfig`` field
-    goes in ``trl_args`` (checked against trl's own config before any work)."""
+    goes in ``trl_args`` (its name, type and trl's rules across values checked before any work)."""
 
     name: str = "grpo"
     num_generations: Annotated[int, Range(at_least=2)] = 8
@@ -54,7 +54,7 @@ class GRPOAlgoConfig:
 class DPOAlgoConfig:
     """DPO with trl on preference pairs (data=pairs). The reference model is the starting checkpoint
     (its log-probabilities computed alongside, or once before training with precompute_ref_log_probs);
-    any other trl ``DPOConfig`` field goes in ``trl_args`` (checked against trl's own config first)."""
+    any other trl ``DPOConfig`` field goes in ``trl_args`` (its name, type and trl's rules checked first)."""
 
     name: str = "dpo"
     beta: Annotated[float, Range(above=0)] = 0.1  # how far the policy may move from the reference; smaller: further
