@@ -239,6 +239,24 @@ def test_what_an_algorithm_needs_is_checked_before_a_launcher_submits(overrides,
     assert str(info.value) == error
 
 
+def test_checking_trl_values_leaves_the_processes_devices_to_the_run(monkeypatch):
+    """Building trl's config sets up accelerate's state, and in a launched job its process group (gloo, as the
+    check builds for the CPU), where the run sets up its own (NCCL on GPUs)."""
+    import torch.distributed as dist
+    from accelerate.state import PartialState
+
+    check = stages()["olmocr.train"].check
+    check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=8"]))
+    assert PartialState._shared_state == {} and not dist.is_initialized()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    # each rank's trainer meets trl's rules across values, with the job's processes; names and types are checked
+    check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=3"]))
+    with pytest.raises(ValueError, match="top_k: trl's GRPOConfig expects int"):
+        check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.top_k=ten"]))
+    assert PartialState._shared_state == {} and not dist.is_initialized()
+
+
 @pytest.mark.parametrize("override, error", [
     # Hydra's own five lines (suggesting `+`, which validation then refuses for a schema's key)
     ("trainer.batch_sise=3", "trainer.batch_sise: no such key in TrainerConfig (did you mean trainer.batch_size?)"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import importlib.util
 import math
+import os
 import types
 import typing
 
@@ -61,6 +62,9 @@ def dpo_arguments(base: dict, algo: dict):
 
 
 ARGUMENTS = {"GRPOConfig": grpo_arguments, "DPOConfig": dpo_arguments}
+# A process of a launched job (torchrun, MPI): building a Trainer's arguments there sets up its process group
+# (accelerate's, on the CPU), which the run must set up itself.
+LAUNCHED = ("WORLD_SIZE", "LOCAL_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
 def _accepts(value, annotation) -> bool:
@@ -114,6 +118,10 @@ def _check_trl_args(cfg: DictConfig, config_class: str) -> None:
         if not _accepts(value, hints[key]):
             raise ValueError(f"algo.trl_args.{key}: trl's {config_class} expects {_type_name(hints[key])}, "
                              f"got {value!r}")
+    if any(os.environ.get(name) for name in LAUNCHED):
+        return  # each rank's trainer builds trl's config, with the job's processes
+    from accelerate.state import AcceleratorState
+
     # What depends on the machine that runs it (the device, bf16, DeepSpeed) is left out here: a dry run or a
     # launcher checks on a machine without the job's GPUs.
     trainer = {**OmegaConf.to_container(cfg.trainer, resolve=True), "precision": "fp32", "strategy": "ddp"}
@@ -123,6 +131,8 @@ def _check_trl_args(cfg: DictConfig, config_class: str) -> None:
         ARGUMENTS[config_class](base, OmegaConf.to_container(cfg.algo, resolve=True))
     except (ValueError, TypeError) as exc:
         raise ValueError(f"algo.trl_args: trl's {config_class} refuses them with this run's values: {exc}") from None
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)  # the process's devices stay for the run to set up
 
 
 def _check_trl_run(name: str, trainer) -> None:
