@@ -368,9 +368,16 @@ def run_dir_faults_named():
     original_run_job, original_sweep = hydra_internal.run_job, BasicSweeper.sweep
 
     def run_job(*, config, job_dir_key, job_subdir_key, **kwargs):
+        from hydra.core.hydra_config import HydraConfig
+
         from olmocr.runlock import check_free
 
-        folder = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key) if key))
+        hydra, launching = HydraConfig.instance(), HydraConfig.instance().cfg
+        hydra.set_config(config)  # as run_job does first: a sweep's subdir is ${hydra:…}
+        try:
+            folder = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key) if key))
+        finally:
+            hydra.cfg = launching
         if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
             try:
                 check_free(folder)

@@ -226,9 +226,6 @@ def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_pytho
     (["+experiment=dpo_tiny", "+algo.trl_args.padding_free=maybe"],
      "algo.trl_args.padding_free: trl's DPOConfig expects bool, got 'maybe'"),
     (["+experiment=grpo_tiny", "+algo.trl_args.top_k=ten"], "algo.trl_args.top_k: trl's GRPOConfig expects int, got 'ten'"),
-    (["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=3"],
-     "algo.trl_args: trl's GRPOConfig refuses them with this run's values: generation_batch_size (3) must be divisible "
-     "by the global batch size (4)."),
     (["+experiment=dpo_tiny", "trainer.max_duration.unit=tokens"],
      "trainer.max_duration.unit: DPO counts steps or epochs, got 'tokens'"),
 ])
@@ -239,21 +236,27 @@ def test_what_an_algorithm_needs_is_checked_before_a_launcher_submits(overrides,
     assert str(info.value) == error
 
 
-def test_checking_trl_values_leaves_the_processes_devices_to_the_run(monkeypatch):
-    """Building trl's config sets up accelerate's state, and in a launched job its process group (gloo, as the
-    check builds for the CPU), where the run sets up its own (NCCL on GPUs)."""
+def test_trl_rules_across_values_are_checked_for_the_jobs_processes_leaving_their_devices_to_the_run(monkeypatch):
+    """trl's rules across its values and ours (met after the model had loaded, on the node) hold for a number of
+    processes: checked where it is known, by a launcher and by a run once it has set up its processes. Building
+    trl's config sets up accelerate's state, and in a process of a launched job its process group (gloo, as
+    the check builds for the CPU), where the run sets up its own (NCCL on GPUs)."""
     import torch.distributed as dist
     from accelerate.state import PartialState
 
-    check = stages()["olmocr.train"].check
-    check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=8"]))
+    cfg = compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=8"])  # 4 completions a step
+    stages()["olmocr.train"].check(cfg)  # a dry run: the processes are not known
+    algos.check_world(cfg, 2)
+    with pytest.raises(ValueError) as refused:
+        algos.check_world(cfg, 3)
+    assert str(refused.value) == ("algo.trl_args: trl's GRPOConfig refuses them with this run's values on 3 process(es): "
+                                  "generation_batch_size (8) must be divisible by the global batch size (12).")
     assert PartialState._shared_state == {} and not dist.is_initialized()
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    # each rank's trainer meets trl's rules across values, with the job's processes; names and types are checked
-    check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.generation_batch_size=3"]))
+    algos.check_world(cfg, 3)  # each rank's trainer meets the rule, on the processes the run set up
     with pytest.raises(ValueError, match="top_k: trl's GRPOConfig expects int"):
-        check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.top_k=ten"]))
+        stages()["olmocr.train"].check(compose("train", ["+experiment=grpo_tiny", "+algo.trl_args.top_k=ten"]))
     assert PartialState._shared_state == {} and not dist.is_initialized()
 
 

@@ -1,7 +1,8 @@
 """What each training algorithm needs of the config, checked by the ``train`` stage before any work (a run,
-a dry run and a launcher before it submits all call :func:`check`), and what trl's trainers are given.
-Importing this module loads neither torch nor trl; trl is imported only where ``algo.trl_args`` has keys,
-to check them and the config trl builds with them."""
+a dry run and a launcher before it submits all call :func:`check`; what depends on the job's processes,
+:func:`check_world`, where they are known: a launcher, and a run once it has set them up), and what trl's
+trainers are given. Importing this module loads neither torch nor trl; trl is imported only where
+``algo.trl_args`` has keys, to check them and the config trl builds with them."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ import typing
 from omegaconf import DictConfig, OmegaConf
 
 
-def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = None,
-                   image_token_id: int | None = None):
-    """trl's GRPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
-    keys (``algo.trl_args`` passed through last)."""
-    import trl
-
+def grpo_fields(base: dict, algo: dict, reward_weights: list[float] | None = None,
+                image_token_id: int | None = None) -> dict:
+    """trl's GRPOConfig fields: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the
+    algo keys (``algo.trl_args`` passed through last)."""
     backend = algo["generation"]
     batch = base["per_device_train_batch_size"]
     args = dict(
@@ -45,25 +44,38 @@ def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = 
             # behind it. trl keeps it out of transformers generation itself; vLLM is told the same.
             args["generation_kwargs"] = {"logit_bias": {image_token_id: -100.0}}
     args.update(algo["trl_args"])
-    return trl.GRPOConfig(**args)
+    return args
 
 
-def dpo_arguments(base: dict, algo: dict):
-    """trl's DPOConfig: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the algo
-    keys (``algo.trl_args`` passed through last)."""
+def grpo_arguments(base: dict, algo: dict, reward_weights: list[float] | None = None,
+                   image_token_id: int | None = None):
+    """trl's GRPOConfig of :func:`grpo_fields`."""
     import trl
 
+    return trl.GRPOConfig(**grpo_fields(base, algo, reward_weights, image_token_id))
+
+
+def dpo_fields(base: dict, algo: dict) -> dict:
+    """trl's DPOConfig fields: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the
+    algo keys (``algo.trl_args`` passed through last)."""
     args = dict(**base, per_device_eval_batch_size=base["per_device_train_batch_size"], beta=algo["beta"],
                 loss_type=[algo["loss_type"]],
                 label_smoothing=algo["label_smoothing"], max_length=algo["max_length"],
                 precompute_ref_log_probs=algo["precompute_ref_log_probs"])
     args.update(algo["trl_args"])
-    return trl.DPOConfig(**args)
+    return args
 
 
-ARGUMENTS = {"GRPOConfig": grpo_arguments, "DPOConfig": dpo_arguments}
-# A process of a launched job (torchrun, MPI): building a Trainer's arguments there sets up its process group
-# (accelerate's, on the CPU), which the run must set up itself.
+def dpo_arguments(base: dict, algo: dict):
+    """trl's DPOConfig of :func:`dpo_fields`."""
+    import trl
+
+    return trl.DPOConfig(**dpo_fields(base, algo))
+
+
+FIELDS = {"grpo": ("GRPOConfig", grpo_fields), "dpo": ("DPOConfig", dpo_fields)}
+# A process of a launched job (torchrun, MPI): building a Trainer's arguments there for a check would set up
+# accelerate's view of the job's processes (on the CPU, a process group), which the run sets up itself.
 LAUNCHED = ("WORLD_SIZE", "LOCAL_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
@@ -101,13 +113,10 @@ def _type_name(annotation) -> str:
 
 
 def _check_trl_args(cfg: DictConfig, config_class: str) -> None:
-    """``algo.trl_args``: trl fields of the right types, and a config trl builds with them and the run's own
-    values (trl's rules across values: a generation batch its groups divide, …)."""
+    """``algo.trl_args``: trl fields, of the types trl declares."""
     if not cfg.algo.trl_args:
         return
     import trl
-
-    from olmocr.train.hf import training_arguments
 
     hints = typing.get_type_hints(getattr(trl, config_class))
     given = OmegaConf.to_container(cfg.algo.trl_args, resolve=True)
@@ -118,19 +127,34 @@ def _check_trl_args(cfg: DictConfig, config_class: str) -> None:
         if not _accepts(value, hints[key]):
             raise ValueError(f"algo.trl_args.{key}: trl's {config_class} expects {_type_name(hints[key])}, "
                              f"got {value!r}")
+
+
+def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
+    """trl's rules across the values of ``algo.trl_args`` and the run's own (a generation batch that the job's
+    processes and the groups divide, …): trl's config built as the trainer will build it, for ``world_size``
+    processes."""
+    if not cfg.algo.trl_args:
+        return
     if any(os.environ.get(name) for name in LAUNCHED):
-        return  # each rank's trainer builds trl's config, with the job's processes
+        return  # each rank's trainer builds it, on the processes the run has set up
+    import trl
     from accelerate.state import AcceleratorState
 
-    # What depends on the machine that runs it (the device, bf16, DeepSpeed) is left out here: a dry run or a
-    # launcher checks on a machine without the job's GPUs.
+    from olmocr.train.hf import training_arguments
+
+    config_class, fields = FIELDS[cfg.algo.name]
+    # trl reads the job's processes from the devices this process sets up: told the job's number instead.
+    checked = type(config_class, (getattr(trl, config_class),), {"world_size": property(lambda self: world_size)})
+    # What depends on the machine that runs it (the device, bf16, DeepSpeed) is left out: a launcher checks on a
+    # machine without the job's GPUs.
     trainer = {**OmegaConf.to_container(cfg.trainer, resolve=True), "precision": "fp32", "strategy": "ddp"}
     base = training_arguments(trainer, output_dir="checkpoints", max_steps=1, seed=cfg.seed, use_cpu=True,
                               evaluate=False)
     try:
-        ARGUMENTS[config_class](base, OmegaConf.to_container(cfg.algo, resolve=True))
+        checked(**fields(base, OmegaConf.to_container(cfg.algo, resolve=True)))
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"algo.trl_args: trl's {config_class} refuses them with this run's values: {exc}") from None
+        raise ValueError(f"algo.trl_args: trl's {config_class} refuses them with this run's values on {world_size} "
+                         f"process(es): {exc}") from None
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)  # the process's devices stay for the run to set up
 
@@ -144,8 +168,8 @@ def _check_trl_run(name: str, trainer) -> None:
 
 
 def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
-    """``world_size``: the processes that will train, where known (a launcher checks before the job has any);
-    the completions of a step must split into whole groups over them."""
+    """``world_size``: the processes that will train, where known (a launcher checks before the job has any):
+    :func:`check_world` then."""
     algo, t = cfg.algo, cfg.trainer
     if not cfg.rewards:
         raise ValueError("algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)")
@@ -159,16 +183,18 @@ def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
 
 
 def check_world(cfg: DictConfig, world_size: int) -> None:
-    """What ``cfg.algo`` needs of the number of processes that train (SFT and DPO: nothing)."""
-    if cfg.algo.name != "grpo":
-        return
+    """What ``cfg.algo`` needs of the number of processes that train: GRPO's groups split over them, and trl's
+    rules across values hold for them."""
     algo, t = cfg.algo, cfg.trainer
-    completions = t.batch_size * t.grad_accum * world_size
-    if completions % algo.num_generations:
-        raise ValueError(
-            f"algo.num_generations={algo.num_generations} must divide the completions per step, trainer.batch_size"
-            f" × trainer.grad_accum × processes = {t.batch_size} × {t.grad_accum} × {world_size} = {completions}"
-            " (batch_size counts completions)")
+    if algo.name == "grpo":
+        completions = t.batch_size * t.grad_accum * world_size
+        if completions % algo.num_generations:
+            raise ValueError(
+                f"algo.num_generations={algo.num_generations} must divide the completions per step, trainer.batch_size"
+                f" × trainer.grad_accum × processes = {t.batch_size} × {t.grad_accum} × {world_size} = {completions}"
+                " (batch_size counts completions)")
+    if algo.name in FIELDS:
+        _check_trl_values(cfg, world_size)
 
 
 def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:
@@ -176,6 +202,8 @@ def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:
         raise ValueError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
     _check_trl_args(cfg, "DPOConfig")
     _check_trl_run("DPO", cfg.trainer)
+    if world_size is not None:
+        check_world(cfg, world_size)
 
 
 CHECKS = {"grpo": check_grpo, "dpo": check_dpo}

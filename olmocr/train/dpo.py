@@ -28,7 +28,7 @@ class DPO(HFRecipe):
     unit = "pairs"
 
     def check(self) -> None:
-        check_dpo(self.cfg)
+        check_dpo(self.cfg, self.dist.world_size)
 
     def datasets(self) -> tuple:
         from olmocr.data.preference import build_preference_dataset
