@@ -55,6 +55,19 @@ def test_loss_falls_and_matches_stored_losses(tmp_path, cache_dir):
     assert model.generate(**inputs, max_new_tokens=5, do_sample=False).shape[1] == inputs["input_ids"].shape[1] + 5
 
 
+def test_fsdp_in_one_process_trains_to_the_stored_losses_and_ends_its_process_group(tmp_path, cache_dir):
+    # Started on its own (no torchrun), it failed after the model loaded: FSDP's mesh wanted torchrun's variables.
+    import torch.distributed as dist
+
+    result, out = train(tmp_path, ["trainer.max_duration.value=30", "trainer.hard_stop.value=3",
+                                   "trainer.save_interval=null", "trainer.strategy=fsdp"])
+    expected = json.load(open(EXPECTED))
+    assert result["state"]["step"] == 3 and not dist.is_initialized()
+    for step, value in losses(out).items():
+        assert value == pytest.approx(expected[str(step)], abs=2e-3), step
+
+
+
 def test_padding_batch_equals_two_single_batches(processor, tiny):
     from conftest import SAMPLE, v4_steps
     from olmocr.data.dataset import build_datasets

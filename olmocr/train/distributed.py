@@ -71,7 +71,7 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
 
 def shutdown() -> None:
     """The run is over: put the launch variables back as the run found them, and end a process group that a
-    library set up in a process launched on its own (DeepSpeed does); a launched job's group stays."""
+    library or a strategy set up in a process launched on its own (DeepSpeed, FSDP); a launched job's group stays."""
     if dist.is_initialized() and int(_launched_with.get("WORLD_SIZE") or 1) == 1:
         dist.destroy_process_group()
     for key, value in _launched_with.items():
@@ -152,6 +152,11 @@ class Sharded(Replicated):
         units = set(getattr(base, "_no_split_modules", None) or [])
         if not units:
             raise ValueError(f"trainer.strategy=fsdp: {type(base).__name__} lists no _no_split_modules to shard")
+        if not dist.is_initialized():
+            # One process started on its own: FSDP shards over a process group, here of that one process (as
+            # DeepSpeed sets up for itself), which shutdown() ends with the run.
+            dist.init_process_group("nccl" if self.info.device.type == "cuda" else "gloo", store=dist.HashStore(),
+                                    rank=0, world_size=1)
         for module in list(model.modules()):
             if type(module).__name__ in units:
                 fully_shard(module, reshard_after_forward=self.reshard_after_forward, mp_policy=policy)
