@@ -228,8 +228,13 @@ def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_pytho
     (["+experiment=grpo_tiny", "+algo.trl_args.top_k=ten"], "algo.trl_args.top_k: trl's GRPOConfig expects int, got 'ten'"),
     (["+experiment=dpo_tiny", "trainer.max_duration.unit=tokens"],
      "trainer.max_duration.unit: DPO counts steps or epochs, got 'tokens'"),
+    # what Muon cannot train, refused by the optimizer once the model had loaded
+    (["optimizer=muon", "finetune=lora"], "optimizer=muon does not support LoRA: orthogonalising rank-r adapter "
+     "factors is not Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon"),
+    (["optimizer=muon", "trainer.strategy=fsdp"], "optimizer=muon orthogonalises whole matrices and cannot run on "
+     "FSDP shards: use trainer.strategy=ddp with Muon"),
 ])
-def test_what_an_algorithm_needs_is_checked_before_a_launcher_submits(overrides, error):
+def test_what_the_algorithm_and_optimizer_need_is_checked_before_a_launcher_submits(overrides, error):
     # Was checked when the recipe started, on the node: a launcher submitted the job and a dry run passed it.
     with pytest.raises(ValueError) as info:
         stages()["olmocr.train"].check(compose("train", overrides))

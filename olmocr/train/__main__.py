@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import Launch, Sidecar, stage
 from olmocr.config import locate
-from olmocr.train import algos
+from olmocr.train import algos, optim
 from olmocr.train.recipe import check_finetune, check_trainer
 from olmocr.train.vllm_server import server_command
 
@@ -42,6 +42,8 @@ def check(cfg: DictConfig) -> None:
         raise ValueError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
     check_trainer(cfg.trainer)
     check_finetune(cfg.finetune.freeze_vision, cfg.finetune.freeze_language, cfg.finetune.lora)
+    if cfg.optimizer._target_ == f"{optim.muon.__module__}.{optim.muon.__name__}":
+        optim.check_muon(sharded=cfg.trainer.strategy == "fsdp", lora=cfg.finetune.lora is not None)
     algos.check(cfg)
 
 

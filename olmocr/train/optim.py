@@ -49,12 +49,8 @@ def muon(model: nn.Module, lr: NonNegative = 0.02, momentum: Annotated[float, Ra
     from olmocr.train.muon import SingleDeviceMuonWithAuxAdam, muon_param_groups
 
     model = model.module if hasattr(model, "module") else model  # DDP wrapper
-    if any(hasattr(p, "full_tensor") for p in model.parameters()):
-        raise ValueError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
-                         "use trainer.strategy=ddp with Muon")
-    if any("lora_" in name for name, p in model.named_parameters() if p.requires_grad):
-        raise ValueError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
-                         "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")
+    check_muon(sharded=any(hasattr(p, "full_tensor") for p in model.parameters()),
+               lora=any("lora_" in name for name, p in model.named_parameters() if p.requires_grad))
     groups = muon_param_groups(model)
     adam = {"use_muon": False, "betas": tuple(adam_betas), "eps": adam_eps, "weight_decay": weight_decay}
     spec = [
@@ -66,3 +62,14 @@ def muon(model: nn.Module, lr: NonNegative = 0.02, momentum: Annotated[float, Ra
         {**adam, "params": groups["other"], "lr": adam_lr, "name": "other"},
     ]
     return SingleDeviceMuonWithAuxAdam([g for g in spec if g["params"]])
+
+
+def check_muon(sharded: bool, lora: bool) -> None:
+    """What Muon cannot train: known from the config (the train stage checks it before anything loads) and
+    from the model it is given."""
+    if sharded:
+        raise ValueError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
+                         "use trainer.strategy=ddp with Muon")
+    if lora:
+        raise ValueError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
+                         "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")
