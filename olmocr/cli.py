@@ -123,7 +123,7 @@ class Stage:
             return
         sys.argv = submit_on_cluster(sys.argv)
         with (mode_from_command_line(sys.argv[1:]), override_errors_in_one_line(), run_dir_faults_named(),
-              local_sweep_checked_first()):
+              local_sweep_checked_first(), jobs_composed_once()):
             hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
 
     def _task_function(self):
@@ -412,6 +412,26 @@ def run_dir_faults_named():
     finally:
         hydra_internal.run_job = basic_launcher.run_job = original_run_job
         BasicSweeper.sweep = original_sweep
+
+
+@contextlib.contextmanager
+def jobs_composed_once():
+    """Hydra's sweeper composes every job of a batch, to check it, before the launcher gets the batch; a launcher
+    that composes and checks every job itself before it starts or submits any (``checks_every_job``: the
+    cluster launchers) needs no first pass, which doubled the time to submit (a 128-replica pipeline array:
+    0.45 s a job)."""
+    _scanned_basic_launcher()
+    BasicSweeper = sys.modules["hydra._internal.core_plugins.basic_sweeper"].BasicSweeper  # noqa: N806 - the class
+
+    def validate_batch_is_legal(self, batch):
+        if not getattr(self.launcher, "checks_every_job", False):
+            super(BasicSweeper, self).validate_batch_is_legal(batch)
+
+    BasicSweeper.validate_batch_is_legal = validate_batch_is_legal
+    try:
+        yield
+    finally:
+        del BasicSweeper.validate_batch_is_legal
 
 
 @contextlib.contextmanager

@@ -122,6 +122,8 @@ def build_spec(*, script: str, params: dict, git_commit: str | None, description
 
 
 class BeakerLauncher(Launcher):
+    checks_every_job = True  # launch() composes and checks every job before it submits any (olmocr.cli)
+
     def __init__(self, **params: Any) -> None:
         self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
                        for k, v in params.items()}

@@ -75,6 +75,12 @@ def requeue(env, countdown: int) -> None:
 
 
 class OlmocrSlurmLauncher(SubmititSlurmLauncher):
+    @property
+    def checks_every_job(self) -> bool:
+        """Whether launch() composes and checks every job before it submits any (olmocr.cli.jobs_composed_once):
+        a declared stage's jobs."""
+        return getattr(self.task_function, "stage", None) is not None
+
     def __call__(self, *args, **kwargs):
         """The job side (in the SLURM task): the stage runs with the requeue above."""
         from submitit.slurm.slurm import SlurmJobEnvironment
