@@ -194,6 +194,11 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("check_data", ["data/steps=v4_augmented", "data.steps.rotation.probability=1.5"],
      "data.steps.rotation.probability: must be in [0, 1], got 1.5"),
     ("check_data", ["data.steps.render.longest_side=8"], "data.steps.render.longest_side: must be at least 16, got 8"),
+    # was the builder's own error, without the key
+    ("pipeline", ["convert.steps.prompt.version=v3"], "convert.steps.prompt.version: expected one of v1, v4, got 'v3'"),
+    ("pipeline", ["model.family=llama"], "model.family: expected one of qwen2_vl, qwen2_5_vl, qwen3_vl, got 'llama'"),
+    ("check_data", ["data.steps.target.format=yaml"],
+     "data.steps.target.format: expected one of front_matter, json, got 'yaml'"),
     # a stage's own field
     ("pipeline", ["queue.poll_s=0"], "queue.poll_s: must be positive, or null for a quarter lease, ≤30 s, got 0"),
     ("report_viewer", ["max_documents=0"], "max_documents: must be at least 1, or null for all, got 0"),

@@ -15,7 +15,7 @@ from typing import Annotated
 
 from olmocr.config import OneOf, Range, runtime
 from olmocr.data import text_rules
-from olmocr.data.prompts import build_prompt
+from olmocr.data.prompts import PROMPT_VERSIONS, build_prompt
 from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
 from olmocr.formats.image import ImageError, render_image
 from olmocr.formats.pdf import PdfError, anchor_text, pdf_info, pdf_page_size
@@ -254,7 +254,7 @@ class AnnotateTables(Step):
 
 
 class BuildPrompt(Step):
-    def __init__(self, version: str = "v4"):
+    def __init__(self, version: Annotated[str, OneOf(*PROMPT_VERSIONS)] = "v4"):
         build_prompt(version, anchor_text="")  # fail at construction on an unknown version
         self.version = version
 
@@ -263,12 +263,13 @@ class BuildPrompt(Step):
         return sample
 
 
-class BuildTarget(Step):
-    FORMATS = ("front_matter", "json")
+TARGET_FORMATS = ("front_matter", "json")
 
-    def __init__(self, format: str = "front_matter"):
-        if format not in self.FORMATS:
-            raise ValueError(f"target format must be one of {', '.join(self.FORMATS)}, got {format!r}")
+
+class BuildTarget(Step):
+    def __init__(self, format: Annotated[str, OneOf(*TARGET_FORMATS)] = "front_matter"):
+        if format not in TARGET_FORMATS:
+            raise ValueError(f"target format must be one of {', '.join(TARGET_FORMATS)}, got {format!r}")
         self.format = format
 
     def __call__(self, sample):

@@ -10,12 +10,13 @@ import re
 from typing import TYPE_CHECKING, Annotated
 
 from olmocr.config import OneOf
-from olmocr.models.families import get_family, transformers_class
+from olmocr.models.families import FAMILIES, get_family, transformers_class
 
 if TYPE_CHECKING:
     import torch
 
 Dtype = Annotated[str, OneOf("float32", "bfloat16", "float16")]
+FamilyName = Annotated[str, OneOf(*FAMILIES)]
 HUB_PROBE_TIMEOUT_S = 10.0
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ class ModelSource:
     Subclasses only decide ``path``; loading is shared so every stage loads models the same way.
     """
 
-    def __init__(self, family: str, dtype: Dtype = "bfloat16", attn_implementation: str = "sdpa",
+    def __init__(self, family: FamilyName, dtype: Dtype = "bfloat16", attn_implementation: str = "sdpa",
                  image_min_pixels: int | None = None, image_max_pixels: int | None = None):
         self.family = get_family(family)
         self.dtype = dtype
@@ -110,7 +111,7 @@ HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 class HubModel(ModelSource):
     """A published checkpoint: a hub id (``org/name``) or a local folder in Hugging Face format."""
 
-    def __init__(self, name_or_path: str, family: str, revision: str | None = None, dtype: Dtype = "bfloat16",
+    def __init__(self, name_or_path: str, family: FamilyName, revision: str | None = None, dtype: Dtype = "bfloat16",
                  attn_implementation: str = "sdpa", image_min_pixels: int | None = None,
                  image_max_pixels: int | None = None):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 from olmocr.models.families import transformers_class
-from olmocr.models.source import Dtype, ModelSource
+from olmocr.models.source import Dtype, FamilyName, ModelSource
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -41,7 +41,7 @@ BUILDER_VERSION = 2
 
 
 class TinyModel(ModelSource):
-    def __init__(self, family: str = "qwen2_5_vl", hidden_size: int = 64, num_layers: int = 2,
+    def __init__(self, family: FamilyName = "qwen2_5_vl", hidden_size: int = 64, num_layers: int = 2,
                  num_heads: int = 2, num_kv_heads: int = 1, intermediate_size: int = 128,
                  vision_depth: int = 2, vision_hidden_size: int = 64, vision_heads: int = 4,
                  vocab_size: int = 1024, seed: int = 0, cache_dir: str = "~/.cache/olmocr/models",
