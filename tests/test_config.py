@@ -196,6 +196,8 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("check_data", ["data.steps.render.longest_side=8"], "data.steps.render.longest_side: must be at least 16, got 8"),
     # was the builder's own error, without the key
     ("pipeline", ["convert.steps.prompt.version=v3"], "convert.steps.prompt.version: expected one of v1, v4, got 'v3'"),
+    ("pipeline", ["server=vllm", "server.dtype=fp4"],
+     "server.dtype: expected one of auto, bfloat16, float, float16, float32, half, got 'fp4'"),
     ("pipeline", ["model.family=llama"], "model.family: expected one of qwen2_vl, qwen2_5_vl, qwen3_vl, got 'llama'"),
     ("check_data", ["data.steps.target.format=yaml"],
      "data.steps.target.format: expected one of front_matter, json, got 'yaml'"),

@@ -18,6 +18,7 @@ import pytest
 from conftest import SAMPLE
 
 from olmocr.config import PROJECT_ROOT, compose
+from olmocr.pipeline.server import VLLM_DTYPES
 
 # Eager mode: graph capture costs a minute at start and buys nothing for a few pages.
 VLLM_SERVER = ["server=vllm", "server.max_model_len=4096", "server.cpu_kv_cache_gib=1",
@@ -51,6 +52,9 @@ def test_the_vllm_serve_command_is_one_the_installed_vllm_accepts(tiny):
     assert (args.model_tag, args.served_model_name, args.port, args.dtype) == (tiny.path, ["olmocr"], 8765, "float32")
     assert (args.max_model_len, args.gpu_memory_utilization, args.max_num_seqs) == (16384, 0.8, 64)
     assert args.limit_mm_per_prompt == {"image": 1, "video": 0} and args.enable_prefix_caching
+    # The dtypes a config may name are this vLLM's (validation refuses others before a server starts).
+    serve = next(a for a in parser._actions if a.dest == "subparser").choices["serve"]
+    assert sorted(next(a for a in serve._actions if "--dtype" in a.option_strings).choices) == list(VLLM_DTYPES)
     # A flag this vLLM does not know fails here, not minutes into a GPU job.
     with pytest.raises(SystemExit):
         parser.parse_args([*command[1:], "--disable-log-requests"])

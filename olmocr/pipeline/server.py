@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Annotated
 
-from olmocr.config import Positive, Range, runtime
+from olmocr.config import OneOf, Positive, Range, runtime
 from olmocr.pipeline.failures import StopWork
 from olmocr.utils.vllm_cpu import server_env
 
@@ -34,6 +34,7 @@ log = logging.getLogger("olmocr.pipeline")
 
 Port = Annotated[int | None, Range(at_least=1, at_most=65535, null="a free one")]
 Restarts = Annotated[int, Range(at_least=0)]
+VLLM_DTYPES = ("auto", "bfloat16", "float", "float16", "float32", "half")  # vllm serve --dtype (a test keeps them equal)
 
 
 class ServerGone(StopWork):
@@ -297,7 +298,7 @@ class VllmServer(ManagedServer):
 
     name = "vllm serve"
 
-    def __init__(self, model, served_model_name: str = "olmocr", dtype: str = "auto",
+    def __init__(self, model, served_model_name: str = "olmocr", dtype: Annotated[str, OneOf(*VLLM_DTYPES)] = "auto",
                  max_model_len: Annotated[int | None, Range(at_least=1, null="the model's own")] = 16384,
                  gpu_memory_utilization: Annotated[float | None,
                                                    Range(above=0, at_most=1, null="vLLM's default")] = None,
