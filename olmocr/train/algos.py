@@ -112,12 +112,13 @@ def _type_name(annotation) -> str:
                                for a in (typing.get_args(annotation) or (annotation,))}))
 
 
-def _check_trl_args(cfg: DictConfig, config_class: str) -> None:
+def _check_trl_args(cfg: DictConfig) -> None:
     """``algo.trl_args``: trl fields, of the types trl declares."""
     if not cfg.algo.trl_args:
         return
     import trl
 
+    config_class = FIELDS[cfg.algo.name][0]
     hints = typing.get_type_hints(getattr(trl, config_class))
     given = OmegaConf.to_container(cfg.algo.trl_args, resolve=True)
     unknown = sorted(set(given) - set(hints))
@@ -176,7 +177,7 @@ def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
     if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
         raise ValueError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
                          "vLLM, or its CPU build on a machine without CUDA)")
-    _check_trl_args(cfg, "GRPOConfig")
+    _check_trl_args(cfg)
     _check_trl_run("GRPO", t)
     if world_size is not None:
         check_world(cfg, world_size)
@@ -200,7 +201,7 @@ def check_world(cfg: DictConfig, world_size: int) -> None:
 def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:
     if "train" not in cfg.data or isinstance(cfg.data.train, DictConfig):
         raise ValueError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
-    _check_trl_args(cfg, "DPOConfig")
+    _check_trl_args(cfg)
     _check_trl_run("DPO", cfg.trainer)
     if world_size is not None:
         check_world(cfg, world_size)
