@@ -309,11 +309,27 @@ def test_wandb_online_without_its_server_is_one_line_before_the_model_loads(tmp_
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
-    assert error.startswith(f"error: callbacks.wandb: Failed to authenticate with {url}: ")
-    assert error.endswith("(WANDB_MODE=offline logs the run here for a later `wandb sync`; logger=console logs to the "
-                          "console only)")
+    assert error == (f"error: callbacks.wandb: cannot reach {url}: Connection refused (WANDB_BASE_URL or `wandb login "
+                     "--host` names the server; WANDB_MODE=offline logs the run here for a later `wandb sync`; "
+                     "logger=console logs to the console only)")
     assert "Traceback" not in proc.stderr and " - model " not in proc.stderr  # the model never loaded
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_a_wandb_server_that_takes_the_connection_and_never_answers_is_one_line_in_bounded_time(tmp_path):
+    """A brownout: the port is open, nothing answers. wandb's own check would wait on its service process."""
+    import socket
+
+    from olmocr.train.callbacks import Wandb
+
+    callback = Wandb(project="p", run_config={}, output_dir=str(tmp_path))
+    callback.REACH_TIMEOUT_S = 1
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(ValueError, match=rf"^callbacks.wandb: cannot reach {url}: no answer within 1 s \("):
+            callback._reach(url)
 
 
 def test_data_that_cannot_be_read_stops_the_run_before_the_weights_load(tmp_path, tiny):

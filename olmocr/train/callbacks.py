@@ -176,6 +176,7 @@ class Wandb(Callback):
     the server and the key are checked before the model loads (:meth:`on_run_start`)."""
 
     LOGIN_TIMEOUT_S = 30
+    REACH_TIMEOUT_S = 10
 
     def __init__(self, project: str, run_config: dict, output_dir: str, entity: str | None = None,
                  name: str | None = None, mode: Annotated[str, OneOf("online", "offline", "disabled")] = "online",
@@ -190,13 +191,43 @@ class Wandb(Callback):
         if rank != 0 or self.kwargs["mode"] != "online":
             return
         import wandb
+        from wandb.sdk.wandb_setup import singleton
 
+        # Reachability first, here: wandb's own check waits on its service process, which retries a refused
+        # or silent server until its own deadline and then says only that the service "did not respond".
+        self._reach(singleton().settings.base_url)
         try:
             wandb.login(verify=True, timeout=self.LOGIN_TIMEOUT_S)
         except wandb.errors.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ValueError(f"callbacks.wandb: {reason} (WANDB_MODE=offline logs the run here for a later "
                              "`wandb sync`; logger=console logs to the console only)") from None
+
+    def _reach(self, url: str) -> None:
+        """Any HTTP answer means the server is there (its key is wandb's to check); no connection, no name or
+        no answer in time is one line. TLS is left to wandb, which may trust certificates this process does not."""
+        import socket
+        import ssl
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(url, timeout=self.REACH_TIMEOUT_S).close()
+        except (urllib.error.HTTPError, ssl.SSLError):
+            return
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLError):
+                return
+            reason = exc.reason if isinstance(exc.reason, str) else (exc.reason.strerror or str(exc.reason))
+        except (TimeoutError, socket.timeout):
+            reason = f"no answer within {self.REACH_TIMEOUT_S} s"
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+        else:
+            return
+        raise ValueError(f"callbacks.wandb: cannot reach {url}: {reason} (WANDB_BASE_URL or `wandb login --host` "
+                         "names the server; WANDB_MODE=offline logs the run here for a later `wandb sync`; "
+                         "logger=console logs to the console only)")
 
     def run_id(self) -> str:
         """The W&B run of this run dir: made on the first start, read on every later one."""
