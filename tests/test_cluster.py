@@ -3,6 +3,7 @@ and every cluster file composing for every stage. Jobs run on a real scheduler i
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -118,6 +119,7 @@ def test_every_job_is_checked_as_it_will_check_itself_before_anything_is_submitt
 
 COUNTED = """
 import runpy, sys
+import olmocr.cli
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
 composed, compose = [], ConfigLoaderImpl.load_sweep_config
@@ -129,6 +131,7 @@ def counted(self, *args, **kwargs):
 
 
 ConfigLoaderImpl.load_sweep_config = counted
+olmocr.cli.counted.__defaults__ = (0.0,)  # its progress line after every job, not every 10 s
 sys.argv = ["olmocr.pipeline", *sys.argv[1:]]
 try:
     runpy.run_module("olmocr.pipeline", run_name="__main__", alter_sys=True)
@@ -145,6 +148,9 @@ def test_a_cluster_launcher_composes_each_job_once_before_submitting(tmp_path, w
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[-1] == "composed 4"
+    # A long check says how far it is (olmocr.cli.counted): 1,000 jobs take minutes.
+    progress = re.findall(r"checked (\d)/4 jobs \(\d+\.\d jobs/s, \d+ s to go\)", proc.stdout + proc.stderr)
+    assert progress == ["1", "2", "3"], proc.stdout
     assert sorted(p.name for p in tmp_path.glob("sbatch_*.sh")) == [f"sbatch_{i}.sh" for i in range(4)]
 
 

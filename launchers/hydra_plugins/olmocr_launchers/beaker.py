@@ -28,7 +28,7 @@ from hydra_plugins.olmocr_launchers import beaker_job
 from hydra_plugins.olmocr_launchers.task_script import processes, stage_command, task_script
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from olmocr.cli import Launch, fail
+from olmocr.cli import Launch, counted, fail
 from olmocr.config import OneOf, Positive, Range, check_constraints
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ class BeakerLauncher(Launcher):
         try:  # every job is checked and its spec written, then Beaker asked, before anything is submitted
             commit = self._check()
             jobs = [self._job(stage, list(overrides), idx, commit)
-                    for idx, overrides in enumerate(job_overrides, start=initial_job_idx)]
+                    for idx, overrides in enumerate(counted(job_overrides, "checked"), start=initial_job_idx)]
             client = None if self.params["dry_run"] else self._client()
             for *_, prepare in jobs:
                 if prepare is not None:

@@ -22,7 +22,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 
-from olmocr.cli import fail
+from olmocr.cli import counted, fail
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
         configs = []
         if stage is not None:  # every job's config is checked as its job will check it, before anything else
             try:
-                for overrides in job_overrides:
+                for overrides in counted(job_overrides, "checked"):
                     configs.append(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
                     stage.check_job(configs[-1])
                     needs = stage.launch(configs[-1])
