@@ -25,6 +25,10 @@ class Callback:
     def on_save(self, trainer, path: str) -> None: ...
     def on_fit_end(self, trainer) -> None: ...
 
+    def on_exception(self, trainer, exc: BaseException) -> None:
+        """The fit stops on an error (divergence, a fault, an interrupt): end what :meth:`on_fit_start` began,
+        so that the error, printed next, is the last thing the run shows."""
+
 
 class GPUMemory(Callback):
     def on_step_end(self, trainer, metrics):
@@ -52,6 +56,9 @@ class GarbageCollection(Callback):
     def on_fit_end(self, trainer):
         gc.enable()
 
+    def on_exception(self, trainer, exc):
+        gc.enable()
+
 
 @runtime("output_dir")
 class Profiler(Callback):
@@ -76,6 +83,9 @@ class Profiler(Callback):
         self.profiler.step()
 
     def on_fit_end(self, trainer):
+        self.profiler.stop()
+
+    def on_exception(self, trainer, exc):
         self.profiler.stop()
 
 
@@ -166,6 +176,9 @@ class Console(Callback):
 
     def on_fit_end(self, trainer):
         self.bar.close()
+
+    def on_exception(self, trainer, exc):
+        self.bar.close()  # else drawn again when the process exits, after the error line
 
 
 @runtime("run_config", "output_dir")

@@ -139,7 +139,11 @@ class HFRecipe(Recipe):
         trainer.keep = (self.settings.keep_last, self.best, self.resolved)
         bridge.trainer = trainer  # the bench eval decodes with GRPO's colocated vLLM engine where it runs one
         trainer.remove_callback(PrinterCallback)  # our console callback reports steps
-        trainer.train(resume_from_checkpoint=self.resume_from)
+        try:
+            trainer.train(resume_from_checkpoint=self.resume_from)
+        except BaseException as exc:
+            bridge.on_exception(exc)
+            raise
         # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
         final = self.latest_checkpoint()
         return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "log": trainer.state.log_history}

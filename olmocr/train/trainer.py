@@ -98,17 +98,21 @@ class Trainer:
         self._emit("on_fit_start")
         self._clock = (time.perf_counter(), self.data_wait)
         windows = self.windows()
-        while self.state.step < self.stop_step:
-            window = next(windows)
-            metrics = self.train_step(window)
-            self._emit("on_step_end", metrics)
-            self.check_finite(metrics)
-            evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
-            new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
-            due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
-            # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
-            if due and not self.divergence.in_a_row:
-                self.save()
+        try:
+            while self.state.step < self.stop_step:
+                window = next(windows)
+                metrics = self.train_step(window)
+                self._emit("on_step_end", metrics)
+                self.check_finite(metrics)
+                evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
+                new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
+                due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
+                # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
+                if due and not self.divergence.in_a_row:
+                    self.save()
+        except BaseException as exc:
+            self._emit("on_exception", exc)
+            raise
         self._emit("on_fit_end")
         return self.state
 

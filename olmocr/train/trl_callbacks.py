@@ -26,6 +26,7 @@ class HFTrainerBridge(TrainerCallback):
         self.divergence = Divergence()
         self.bench_eval, self.best, self.eval_interval = bench_eval, best, eval_interval
         self.trainer = None  # the Hugging Face trainer, once built (GRPO's vLLM engine lives there)
+        self.started = False  # on_fit_start called: the callbacks have something to end
         # What our callbacks read from a trainer.
         self.view = types.SimpleNamespace(state=types.SimpleNamespace(step=0), stop_step=0, rank=0, device=device)
 
@@ -36,6 +37,7 @@ class HFTrainerBridge(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.view.state.step, self.view.stop_step, self.view.rank = state.global_step, state.max_steps, args.process_index
         self._call("on_fit_start")
+        self.started = True
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if state.global_step >= state.max_steps and args.save_strategy != "no":
@@ -88,6 +90,11 @@ class HFTrainerBridge(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self._call("on_fit_end")
+
+    def on_exception(self, exc: BaseException) -> None:
+        """The Trainer's train() raised (it has no hook of its own for that)."""
+        if self.started:
+            self._call("on_exception", exc)
 
 
 def _metric_name(key: str) -> str:
