@@ -32,7 +32,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                       OmegaConf.to_container(cfg.steps, resolve=True), engine=cfg.engine,
                       max_new_tokens=cfg.max_new_tokens, threshold=cfg.threshold, max_flagged=cfg.max_flagged,
                       device=cfg.device, dtype=cfg.dtype, gpu_memory_utilization=cfg.vllm.gpu_memory_utilization,
-                      max_model_len=cfg.vllm.max_model_len, report_path=os.path.join(output_dir, "rejected.jsonl"))
+                      max_model_len=cfg.vllm.max_model_len, report_path=os.path.join(output_dir, "rejected.jsonl"),
+                      storage_wait_s=cfg.storage_wait_s)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "compare.json"), "w") as fh:
         json.dump(summary, fh, indent=2)

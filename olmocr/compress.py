@@ -24,7 +24,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     record = compress(cfg.source, cfg.output, scheme=cfg.scheme, ignore=list(cfg.ignore), step=cfg.step,
                       calibration=OmegaConf.to_container(cfg.calibration, resolve=True),
                       steps=OmegaConf.to_container(cfg.steps, resolve=True), overwrite=cfg.overwrite,
-                      report_path=os.path.join(output_dir, "rejected.jsonl"))
+                      report_path=os.path.join(output_dir, "rejected.jsonl"), storage_wait_s=cfg.storage_wait_s)
     write_run_info(output_dir, summary={k: record[k] for k in ("output", "scheme", "weights_bytes", "weights_sha256")})
     return record
 

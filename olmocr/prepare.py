@@ -25,7 +25,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     weights = OmegaConf.to_container(cfg.weights) if cfg.weights is not None else None
     record = prepare(list(cfg.sources), cfg.output, weights=weights, step=cfg.step, base=cfg.base,
-                     processor=cfg.processor, overwrite=cfg.overwrite)
+                     processor=cfg.processor, overwrite=cfg.overwrite, storage_wait_s=cfg.storage_wait_s)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "provenance.json"), "w") as fh:
         json.dump(record, fh, indent=2)

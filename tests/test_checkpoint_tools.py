@@ -150,6 +150,47 @@ def test_s3_sources_and_output_round_trip(grpo_runs, s3_server, tmp_path):
     assert fs.exists("s3://ckpt/released/provenance.json")
 
 
+def test_release_stages_wait_out_storage_that_stops_answering_and_stop_in_one_line_past_their_patience(
+        grpo_runs, s3_server, tmp_path, caplog, monkeypatch):
+    """Outages met mid-run, through a proxy: one as the second source's weights are first read, one as the
+    souped weights are put in place. Each read and upload waits and is made again; the result is the soup a
+    run without outages makes. Past ``storage_wait_s`` the stage stops with the place and the wait, and the
+    output stays recognisably unfinished. The client's own retries are off, so that short outages outlast
+    them, as long ones do theirs."""
+    import boto3
+
+    from olmocr.faults import Unreachable
+    from olmocr.utils.faultproxy import FaultProxy
+    from olmocr.utils.io import filesystem
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="ckpt")
+    fs = filesystem("s3://ckpt")
+    for seed, run in enumerate(grpo_runs):
+        fs.put(os.path.join(run, "checkpoints"), f"s3://ckpt/runs/seed{seed}/checkpoints", recursive=True)
+    sources = "sources=[s3://ckpt/runs/seed0,s3://ckpt/runs/seed1]"
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        proxy.outage_when("GET", r"/runs/seed1/checkpoints/checkpoint-3/model.safetensors$", 2)
+        proxy.outage_when("PUT", r"/released/model.safetensors", 2)
+        record = stage("prepare", [sources, "output=s3://ckpt/released"], tmp_path / "run")
+        assert proxy.counts["outage", "GET"] and proxy.counts["outage", "PUT"]
+        waited = [r.getMessage() for r in caplog.records if r.name == "olmocr.io"]
+        for place in ("runs/seed1/checkpoints/checkpoint-3/model.safetensors", "released/model.safetensors"):
+            # (other requests made during an outage wait too: the upload runs beside the next reads)
+            assert any(m.startswith(f"s3://ckpt/{place}: the storage answers again, after ") for m in waited), waited
+
+        proxy.outage_when("PUT", r"/unfinished/config.json", 600)
+        # (the place named is the first request to give up: the upload, or a read made beside it)
+        with pytest.raises(Unreachable, match=r"^s3://ckpt/\S+: the storage did not answer for \d+ s \("):
+            stage("prepare", [sources, "output=s3://ckpt/unfinished", "storage_wait_s=1"], tmp_path / "run2")
+    local = tmp_path / "local"
+    assert stage("prepare", [f"sources=[{grpo_runs[0]},{grpo_runs[1]}]", f"output={local}"],
+                 tmp_path / "run3")["weights_sha256"] == record["weights_sha256"]
+    assert fs.cat_file("s3://ckpt/released/model.safetensors") == (local / "model.safetensors").read_bytes()
+    assert not fs.exists("s3://ckpt/unfinished/provenance.json")
+
+
 def test_mismatched_architectures_fail_naming_the_tensor(grpo_runs, cache_dir, tmp_path):
     from olmocr.models import TinyModel
 

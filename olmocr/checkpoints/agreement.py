@@ -142,9 +142,10 @@ def rescore(model, processor, page: dict, generation: Generation, threshold: flo
 def compare(reference: str, candidate: str, pages: list[dict], steps: dict, engine: str = "auto",
             max_new_tokens: int = 128, threshold: float = 0.2, max_flagged: int = 0, device: str = "auto",
             dtype: str = "auto", gpu_memory_utilization: float = 0.5, max_model_len: int | None = None,
-            report_path: str | None = None) -> dict:
+            report_path: str | None = None, storage_wait_s: float = 0.0) -> dict:
     """Render ``pages`` ({pdf_path, page, page_id}) by ``steps``, decode them with the candidate,
-    re-score with the reference; the summary."""
+    re-score with the reference; the summary. Remote models are read waiting out storage that does not
+    answer for up to ``storage_wait_s`` at each read."""
     import os
     import tempfile
 
@@ -156,7 +157,8 @@ def compare(reference: str, candidate: str, pages: list[dict], steps: dict, engi
         raise ValueError(f"threshold: a probability gap between 0 and 1, got {threshold}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    models = {"reference": resolve(reference, key="reference"), "candidate": resolve(candidate, key="candidate")}
+    models = {key: resolve(given, key=key, wait_s=storage_wait_s)
+              for key, given in (("reference", reference), ("candidate", candidate))}
     for key, checkpoint in models.items():
         if checkpoint.kind != "full":
             raise ValueError(f"{key}: {checkpoint.given} is a LoRA adapter; merge it first (python -m olmocr.prepare)")

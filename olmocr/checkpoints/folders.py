@@ -13,11 +13,14 @@ A checkpoint counts when its trainer's marker is there, the rule training resume
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import posixpath
 import re
+import tempfile
+import threading
 from dataclasses import dataclass
 
 from olmocr.utils.io import filesystem, is_remote
@@ -44,10 +47,11 @@ class Checkpoint:
     path: str
     kind: str
     step: int | None = None
+    wait_s: float = 0.0  # how long a remote read waits out storage that does not answer
 
     @property
     def fs(self):
-        return filesystem(self.path)
+        return filesystem(self.path, wait_s=self.wait_s)
 
     def files(self) -> dict[str, int]:
         """Top-level file names and sizes (sub-folders are never model files: DeepSpeed state lives there)."""
@@ -58,8 +62,7 @@ class Checkpoint:
         return out
 
     def read_json(self, name: str) -> dict:
-        with self.fs.open(join(self.path, name), "r") as fh:
-            return json.load(fh)
+        return json.loads(self.fs.cat_file(join(self.path, name)))
 
     def config(self) -> dict:
         return self.read_json("adapter_config.json" if self.kind == "adapter" else "config.json")
@@ -133,14 +136,14 @@ def _checkpoints_in(fs, folder: str) -> dict[int, str]:
     return found
 
 
-def expand(sources: list[str]) -> list[str]:
+def expand(sources: list[str], wait_s: float = 0.0) -> list[str]:
     """Sources with wildcards (``runs/*``, ``s3://bucket/seed*``) replaced by the folders they match."""
     out = []
     for i, given in enumerate(sources):
         if not any(c in given for c in "*?["):
             out.append(given)
             continue
-        fs = filesystem(given)
+        fs = filesystem(given, wait_s=wait_s)
         pattern = given if is_remote(given) else os.path.abspath(os.path.expanduser(given))
         matches = sorted(fs.unstrip_protocol(p) if is_remote(given) else p for p in fs.glob(pattern) if fs.isdir(p))
         if not matches:
@@ -153,8 +156,7 @@ def best_step(fs, given: str, checkpoints: dict[int, str], key: str) -> int:
     """The step the newest checkpoint names as the run's best (trainer.keep_best)."""
     newest = checkpoints[max(checkpoints)]
     try:
-        with fs.open(join(newest, BEST), "r") as fh:
-            record = json.load(fh)
+        record = json.loads(fs.cat_file(join(newest, BEST)))
     except FileNotFoundError:
         raise ValueError(f"{key}: step=best, but {given} records no best checkpoint ({newest} has no {BEST}: "
                          "train with trainer.keep_best=eval/bench/overall)") from None
@@ -164,19 +166,20 @@ def best_step(fs, given: str, checkpoints: dict[int, str], key: str) -> int:
     return record["step"]
 
 
-def resolve(given: str, step: int | str | None = None, key: str = "source") -> Checkpoint:
-    """The model folder ``given`` names (see the module docstring); ``key`` names it in errors."""
+def resolve(given: str, step: int | str | None = None, key: str = "source", wait_s: float = 0.0) -> Checkpoint:
+    """The model folder ``given`` names (see the module docstring); ``key`` names it in errors; remote storage
+    that does not answer is waited out for up to ``wait_s`` at each look, here and in the checkpoint's reads."""
     if not (step is None or step == "best" or (isinstance(step, int) and not isinstance(step, bool))):
         raise ValueError(f"step: expected a step number, best or null (the newest), got {step!r}")
     path = given if is_remote(given) else os.path.abspath(os.path.expanduser(given))
     path = path.rstrip("/") or "/"
-    fs = filesystem(path)
+    fs = filesystem(path, wait_s=wait_s)
     if not is_remote(path) and not os.path.isdir(path):
         raise ValueError(f"{key}: {given} is not a folder")
     kind = _is_model(fs, path)
     if kind is not None:
         match = CHECKPOINT_DIR.match(posixpath.basename(path))
-        return Checkpoint(given, path, kind, int(match.group(1)) if match else None)
+        return Checkpoint(given, path, kind, int(match.group(1)) if match else None, wait_s)
     match = CHECKPOINT_DIR.match(posixpath.basename(path))
     if match:  # an SFT checkpoint keeps its model in model/
         inner = join(path, "model")
@@ -184,7 +187,7 @@ def resolve(given: str, step: int | str | None = None, key: str = "source") -> C
         if kind is None:
             raise ValueError(f"{key}: {given} is a checkpoint with no model (no config.json or "
                              "adapter_config.json, here or in model/)")
-        return Checkpoint(given, inner, kind, int(match.group(1)))
+        return Checkpoint(given, inner, kind, int(match.group(1)), wait_s)
     checkpoints = _checkpoints_in(fs, join(path, "checkpoints")) or _checkpoints_in(fs, path)
     if not checkpoints:
         raise ValueError(f"{key}: {given} holds no model (expected a Hugging Face folder, a checkpoint "
@@ -196,7 +199,7 @@ def resolve(given: str, step: int | str | None = None, key: str = "source") -> C
     elif step not in checkpoints:
         raise ValueError(f"{key}: {given} has no complete checkpoint at step {step} (it has "
                          f"{', '.join(map(str, sorted(checkpoints)))})")
-    resolved = resolve(checkpoints[step], key=key)
+    resolved = resolve(checkpoints[step], key=key, wait_s=wait_s)
     resolved.given = given
     return resolved
 
@@ -218,12 +221,15 @@ def local_copy(checkpoint: Checkpoint, folder: str) -> str:
 
 class Output:
     """The folder being written. Local: a staging folder renamed into place when complete. Remote: the
-    folder itself, ``provenance.json`` written last, so a folder without it is an unfinished upload."""
+    folder itself, ``provenance.json`` written last, so a folder without it is an unfinished upload; each
+    file is written locally and put in place whole, in the order written, while the next one is written (an
+    upload that meets storage that does not answer waits for up to ``wait_s`` and is made again whole)."""
 
-    def __init__(self, path: str, overwrite: bool = False):
+    def __init__(self, path: str, overwrite: bool = False, wait_s: float = 0.0):
         self.remote = is_remote(path)
         self.path = path.rstrip("/") if self.remote else os.path.abspath(os.path.expanduser(path))
-        self.fs = filesystem(self.path)
+        self.fs = filesystem(self.path, wait_s=wait_s)
+        self._upload: Upload | None = None
         there = self.fs.ls(self.path, detail=False) if self.fs.exists(self.path) else []
         if there and not overwrite:
             if self.remote and not any(name.rstrip("/").endswith("/provenance.json") for name in there):
@@ -236,13 +242,35 @@ class Output:
         self.fs.makedirs(self.root, exist_ok=True)
 
     def open(self, name: str):
-        return self.fs.open(join(self.root, name), "wb")
+        """A file of the output, open for writing; ``discard`` it rather than close it when its writing failed."""
+        return Staged(self, name) if self.remote else self.fs.open(join(self.root, name), "wb")
 
     def put(self, local_file: str, name: str) -> None:
+        self.wait()  # files land in the order they are finished: provenance.json last
         self.fs.put_file(local_file, join(self.root, name))
+
+    def discard(self, handle) -> None:
+        """A file whose writing failed: not put in place (a local one goes with the staging folder)."""
+        if isinstance(handle, Staged):
+            handle.discard()
+        else:
+            handle.close()
+
+    def upload(self, local_file: str, name: str) -> None:
+        """Put ``local_file`` in place as ``name`` in the background, then remove it; the previous upload is
+        awaited first, so at most two files are held locally."""
+        self.wait()
+        self._upload = Upload(self.fs, local_file, join(self.root, name))
+
+    def wait(self) -> None:
+        """Until the file being uploaded is in place (its failure raised here)."""
+        upload, self._upload = self._upload, None
+        if upload is not None:
+            upload.result()
 
     def commit(self) -> None:
         if self.remote:
+            self.wait()
             return
         if os.path.exists(self.path):
             self.fs.rm(self.path, recursive=True)
@@ -250,8 +278,67 @@ class Output:
 
     def abort(self) -> None:
         """Drop a local staging folder; a remote folder stays, recognisably unfinished (no provenance)."""
+        if self._upload is not None:
+            self._upload.abandon()
+            self._upload = None
         if not self.remote:
             self.fs.rm(self.root, recursive=True)
+
+
+class Staged:
+    """A file of a remote output, written to a local temporary file and uploaded whole when closed."""
+
+    def __init__(self, out: Output, name: str):
+        self.out, self.name = out, name
+        self.file = tempfile.NamedTemporaryFile(prefix="olmocr-output-", delete=False)
+
+    def write(self, data) -> int:
+        return self.file.write(data)
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+            self.out.upload(self.file.name, self.name)
+
+    def discard(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+            os.unlink(self.file.name)
+
+    def __enter__(self) -> Staged:
+        return self
+
+    def __exit__(self, kind, *exc) -> None:
+        self.discard() if kind is not None else self.close()
+
+
+class Upload:
+    """One file put in place by a thread of its own, the local file removed afterwards. The thread is a daemon:
+    a run that stops on an error does not wait for an upload that waits out an outage."""
+
+    def __init__(self, fs, local_file: str, remote: str):
+        self.local_file, self.error = local_file, None
+        self.thread = threading.Thread(target=self._put, args=(fs, remote), name="output-upload", daemon=True)
+        self.thread.start()
+
+    def _put(self, fs, remote: str) -> None:
+        try:
+            fs.put_file(self.local_file, remote)
+        except BaseException as exc:  # noqa: BLE001 - raised again by result(), in the writing thread
+            self.error = exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.local_file)
+
+    def result(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def abandon(self) -> None:
+        """The run stops: the thread ends with the process; its file goes now if the put has not begun."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.local_file)
 
 
 def file_hash(checkpoint: Checkpoint) -> str:

@@ -81,10 +81,11 @@ def quantize(model, processor, folder: str, scheme: str, ignore: list[str], cali
 
 def compress(source: str, output: str, scheme: str = "FP8_DYNAMIC", ignore: list[str] = (), step: int | None = None,
              calibration: dict | None = None, steps: dict | None = None, overwrite: bool = False,
-             report_path: str | None = None) -> dict:
+             report_path: str | None = None, storage_wait_s: float = 0.0) -> dict:
     """Quantise the model ``source`` names into ``output`` (a folder, local or remote); returns its
     provenance. ``calibration`` ({root, count, seed}) and ``steps`` give the pages a static scheme
-    measures activations on."""
+    measures activations on. Remote storage that does not answer is waited out for up to ``storage_wait_s``
+    at each read and write."""
     from olmocr.checkpoints.folders import (Checkpoint, Output, file_hash, local_copy, model_source, provenance_of,
                                            resolve)
     from olmocr.checkpoints.pages import choose_pages, render_pages
@@ -93,12 +94,12 @@ def compress(source: str, output: str, scheme: str = "FP8_DYNAMIC", ignore: list
     if calibrate and (calibration or {}).get("count", 0) < 1:
         raise ValueError(f"calibration.count: scheme {scheme} measures activation scales on pages; give "
                          "calibration.count=<pages> (and calibration.root=<folder>)")
-    resolved = resolve(source, step, key="source")
+    resolved = resolve(source, step, key="source", wait_s=storage_wait_s)
     if resolved.kind != "full":
         raise ValueError(f"source: {source} is a LoRA adapter; merge it first (python -m olmocr.prepare)")
     if "quantization_config" in resolved.config():
         raise ValueError(f"source: {source} is already quantized")
-    out = Output(output, overwrite)
+    out = Output(output, overwrite, storage_wait_s)
     try:
         with tempfile.TemporaryDirectory(prefix="olmocr-compress-") as work:
             local = Checkpoint(source, local_copy(resolved, os.path.join(work, "source")), "full")

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 from omegaconf import MISSING
 
-from olmocr.config import OneOf, Range, StageConfig, store
+from olmocr.config import NonNegative, OneOf, Range, StageConfig, store
+from olmocr.utils.io import STORAGE_WAIT_S
 
 # What decodes the candidate in compare: auto is vLLM where it is installed and a GPU is present
 ENGINES = ("auto", "vllm", "transformers")
@@ -36,6 +37,8 @@ class PrepareConfig(StageConfig):
     base: str | None = None  # the base model of LoRA sources; null: as their adapter_config.json says
     processor: str | None = None  # where to take processor files from when the sources have none
     overwrite: bool = False
+    # how long a remote read or write waits out storage that does not answer before the stage stops
+    storage_wait_s: NonNegative = STORAGE_WAIT_S
 
 
 @dataclass
@@ -48,6 +51,7 @@ class CompressConfig(StageConfig):
     calibration: PagesConfig = field(default_factory=PagesConfig)
     steps: dict[str, Any] = field(default_factory=dict)  # how calibration pages are rendered and prompted
     overwrite: bool = False
+    storage_wait_s: NonNegative = STORAGE_WAIT_S  # as prepare's
 
 
 @dataclass
@@ -70,6 +74,7 @@ class CompareConfig(StageConfig):
     device: str = "auto"  # of the transformers models: cuda when available, else cpu
     dtype: str = "auto"  # of the transformers models: as stored
     vllm: VllmConfig = field(default_factory=VllmConfig)
+    storage_wait_s: NonNegative = STORAGE_WAIT_S  # as prepare's, for reads of remote models
 
 
 store("prepare_schema", PrepareConfig)

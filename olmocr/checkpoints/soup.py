@@ -123,6 +123,10 @@ def stream_weights(sources: list[Checkpoint], weights: list[float], out: Output)
                 written = writer.submit(write, file_name, entry, merged)
             if written is not None:
                 written.result()
+    except BaseException:
+        for opened in handle.values():
+            out.discard(opened)
+        raise
     finally:
         torch.set_num_threads(threads)
         for opened in handle.values():
@@ -134,7 +138,7 @@ def stream_weights(sources: list[Checkpoint], weights: list[float], out: Output)
     return out_hash.hexdigest(), [h.hexdigest() for h in hashes]
 
 
-def _base_checkpoint(given: str, key: str) -> Checkpoint:
+def _base_checkpoint(given: str, key: str, wait_s: float) -> Checkpoint:
     """The base model of an adapter: a folder (local or remote), or a hub id (fetched)."""
     from olmocr.models.source import HUB_ID
 
@@ -148,13 +152,14 @@ def _base_checkpoint(given: str, key: str) -> Checkpoint:
             raise ValueError(f"{key}: cannot fetch {given} from the Hugging Face Hub "
                              f"({str(exc).splitlines()[0]}); give {key}=<local folder>") from None
         given = local
-    base = resolve(given, key=key)
+    base = resolve(given, key=key, wait_s=wait_s)
     if base.kind != "full":
         raise ValueError(f"{key}: {given} is an adapter, not a full model")
     return base
 
 
-def merge_adapter(adapter: Checkpoint, base: str | None, work: str, key: str) -> tuple[Checkpoint, dict]:
+def merge_adapter(adapter: Checkpoint, base: str | None, work: str, key: str,
+                  wait_s: float = 0.0) -> tuple[Checkpoint, dict]:
     """Merge a LoRA adapter into its base (``merge_and_unload``) and save the result in ``work``."""
     from peft import PeftModel
 
@@ -165,7 +170,7 @@ def merge_adapter(adapter: Checkpoint, base: str | None, work: str, key: str) ->
     if not base_given:
         raise ValueError(f"{key}: {adapter.given}'s adapter_config.json names no base model; give base=<folder>")
     base_key = "base" if base else f"{key} (its adapter's base model)"
-    base_checkpoint = _base_checkpoint(base_given, base_key)
+    base_checkpoint = _base_checkpoint(base_given, base_key, wait_s)
     base_local = Checkpoint(base_given, local_copy(base_checkpoint, os.path.join(work, "base")), "full")
     adapter_local = Checkpoint(adapter.given, local_copy(adapter, os.path.join(work, "adapter")), "adapter")
     source = model_source(base_local.path, base_key)
@@ -214,11 +219,13 @@ def check_weights(sources: list[str], weights: list[float] | None) -> list[float
 
 
 def prepare(sources: list[str], output: str, weights: list[float] | None = None, step: int | None = None,
-            base: str | None = None, processor: str | None = None, overwrite: bool = False) -> dict:
-    """Make ``output`` a self-contained Hugging Face folder from ``sources``; returns its provenance."""
-    sources = expand(sources)
+            base: str | None = None, processor: str | None = None, overwrite: bool = False,
+            storage_wait_s: float = 0.0) -> dict:
+    """Make ``output`` a self-contained Hugging Face folder from ``sources``; returns its provenance. Remote
+    storage that does not answer is waited out for up to ``storage_wait_s`` at each read and write."""
+    sources = expand(sources, storage_wait_s)
     weights = check_weights(sources, weights)
-    resolved = [resolve(given, step, key=f"sources[{i}]") for i, given in enumerate(sources)]
+    resolved = [resolve(given, step, key=f"sources[{i}]", wait_s=storage_wait_s) for i, given in enumerate(sources)]
     for i, checkpoint in enumerate(resolved):
         log.info("sources[%d]: %s (%s%s)", i, checkpoint.path, checkpoint.kind,
                  f", step {checkpoint.step}" if checkpoint.step is not None else "")
@@ -227,14 +234,15 @@ def prepare(sources: list[str], output: str, weights: list[float] | None = None,
     if resolved[0].kind == "full" and not resolved[0].has_processor() and processor is None:
         raise ValueError(f"sources[0]: {sources[0]} has no processor files (processor_config.json or "
                          "preprocessor_config.json, and tokenizer.json); give processor=<folder or hub id>")
-    out = Output(output, overwrite)
+    out = Output(output, overwrite, storage_wait_s)
     try:
         with tempfile.TemporaryDirectory(prefix="olmocr-prepare-") as work:
             full, merges = [], []
             for i, checkpoint in enumerate(resolved):
                 info = None
                 if checkpoint.kind == "adapter":
-                    checkpoint, info = merge_adapter(checkpoint, base, os.path.join(work, str(i)), f"sources[{i}]")
+                    checkpoint, info = merge_adapter(checkpoint, base, os.path.join(work, str(i)), f"sources[{i}]",
+                                                     storage_wait_s)
                 full.append(checkpoint)
                 merges.append(info)
             architectures = {tuple(c.config().get("architectures") or ()) for c in full}

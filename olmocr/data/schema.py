@@ -9,10 +9,10 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 import olmocr.models.schema  # noqa: F401 - the data stage composes the model group
 from olmocr.config import TYPED_MAP_ENTRIES, NonNegative, StageConfig, store
-
 # How long a read of training data waits out remote storage that does not answer before the run stops (it
 # resumes from its newest checkpoint); a page is never dropped for it (olmocr.utils.io.read_bytes).
-STORAGE_WAIT_S = 600.0
+from olmocr.utils.io import STORAGE_WAIT_S
+
 
 @dataclass
 class SourceConfig:

@@ -219,7 +219,6 @@ class Wandb(Callback):
     def _reach(self, url: str) -> None:
         """Any HTTP answer means the server is there (its key is wandb's to check); no connection, no name or
         no answer in time is one line. TLS is left to wandb, which may trust certificates this process does not."""
-        import socket
         import ssl
         import urllib.error
         import urllib.request
@@ -232,7 +231,7 @@ class Wandb(Callback):
             if isinstance(exc.reason, ssl.SSLError):
                 return
             reason = exc.reason if isinstance(exc.reason, str) else (exc.reason.strerror or str(exc.reason))
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             reason = f"no answer within {self.REACH_TIMEOUT_S} s"
         except OSError as exc:
             reason = exc.strerror or str(exc)

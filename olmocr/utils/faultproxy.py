@@ -16,7 +16,8 @@ and, only when asked for, ``access_denied`` (403 AccessDenied, as for the wrong 
 keeps the faults to requests of some HTTP methods: ``access_denied`` on PUT, POST and DELETE alone is
 read-only credentials; ``paths`` (a regular expression) to requests for some objects.
 
-:meth:`FaultProxy.outage` takes the server away altogether for a while: every request in it is reset.
+:meth:`FaultProxy.outage` takes the server away altogether for a while: every request in it is reset;
+:meth:`FaultProxy.outage_when` does so from the first request of a kind for a given object on.
 Faults are drawn from a seeded generator; ``counts`` says how many of each met which kind of request.
 """
 
@@ -94,6 +95,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.counts: Counter = Counter()  # (fault or "ok", request kind) -> requests
         self._down_until = 0.0
+        self._armed: list[tuple[str, re.Pattern, float]] = []  # outage_when's, each to begin once
         self._server = _Server((host, port), self._handler())
         self.endpoint = f"http://{host}:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="faultproxy", daemon=True)
@@ -118,12 +120,24 @@ class FaultProxy:
         with self.lock:
             self._down_until = time.monotonic() + seconds
 
+    def outage_when(self, method: str, path: str, seconds: float) -> None:
+        """The first ``method`` request whose path matches ``path`` (a regular expression) begins an outage of
+        ``seconds``, itself included: a fault at a chosen point of a run, however fast the run. Each call arms
+        one more such outage."""
+        with self.lock:
+            self._armed.append((method, re.compile(path), seconds))
+
     @property
     def down(self) -> bool:
         return time.monotonic() < self._down_until
 
     def _draw(self, kind: str, path: str) -> str:
         with self.lock:
+            for armed in self._armed:
+                if kind.split()[0] == armed[0] and armed[1].search(path):
+                    self._down_until = time.monotonic() + armed[2]
+                    self._armed.remove(armed)
+                    break
             exposed = (not self.methods or kind.split()[0] in self.methods) and (
                 self.paths is None or bool(self.paths.search(path)))
             fault = "outage" if self.down else "ok" if not exposed else (

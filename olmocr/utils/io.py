@@ -16,6 +16,8 @@ from olmocr.faults import Unreachable, gist, refused, store_errors
 
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://")
 MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
+# How long a stage waits out remote storage that does not answer before it stops, unless its config says.
+STORAGE_WAIT_S = 600.0
 
 log = logging.getLogger("olmocr.io")
 
@@ -42,10 +44,93 @@ class Access:
         return options
 
 
-def filesystem(path: str, access: Access | None = None):
-    """The fsspec filesystem for ``path``, reached with ``access`` (default: the environment's)."""
+def filesystem(path: str, access: Access | None = None, wait_s: float = 0.0):
+    """The fsspec filesystem for ``path``, reached with ``access`` (default: the environment's); remote and with
+    ``wait_s``, one whose calls wait out storage that does not answer (:class:`PatientFileSystem`)."""
     protocol = fsspec.utils.get_protocol(str(path))
-    return fsspec.filesystem(protocol, **((access or Access()).s3_options() if protocol == "s3" else {}))
+    fs = fsspec.filesystem(protocol, **((access or Access()).s3_options() if protocol == "s3" else {}))
+    return PatientFileSystem(fs, wait_s) if wait_s and is_remote(path) else fs
+
+
+class PatientFileSystem:
+    """A remote filesystem whose calls wait out storage that does not answer for up to ``wait_s`` each, and end
+    at once on refused credentials (:func:`patiently`). A call is made again whole, so only calls that may be
+    are offered: reads, listings, whole-file gets and puts, removals; a file opened for reading reads again from
+    where it was. Writing a file in parts is not: write it locally and ``put_file`` it."""
+
+    RETRIED = ("ls", "exists", "info", "isdir", "isfile", "find", "glob", "cat_file", "get_file", "put_file", "rm",
+               "makedirs")
+
+    def __init__(self, fs, wait_s: float):
+        self.fs, self.wait_s = fs, wait_s
+
+    def __getattr__(self, name: str):
+        if name == "unstrip_protocol":
+            return self.fs.unstrip_protocol
+        if name not in self.RETRIED:
+            raise AttributeError(f"PatientFileSystem offers no {name} (only calls that can be made again whole)")
+        call = getattr(self.fs, name)
+
+        def retried(path, *args, **kwargs):
+            where = args[0] if name == "put_file" else path  # put_file(local, remote)
+            return patiently(lambda: call(path, *args, **kwargs), str(where), self.wait_s)
+
+        return retried
+
+    def open(self, path: str, mode: str = "rb") -> PatientReader:
+        assert mode == "rb", mode  # writes: put_file
+        return PatientReader(self.fs, path, self.wait_s)
+
+
+class PatientReader:
+    """A remote file open for reading whose reads wait out storage that does not answer: a read that fails is
+    made again at the same offset, through a new handle (the old one may hold a broken connection)."""
+
+    def __init__(self, fs, path: str, wait_s: float):
+        self.fs, self.path, self.wait_s = fs, path, wait_s
+        self.position, self.handle = 0, None
+
+    def _again(self, read):
+        def attempt():
+            if self.handle is None:
+                self.handle = self.fs.open(self.path, "rb")
+            try:
+                self.handle.seek(self.position)
+                return read(self.handle)
+            except BaseException:
+                self.close()
+                raise
+
+        return patiently(attempt, self.path, self.wait_s)
+
+    def seek(self, position: int) -> int:
+        self.position = position
+        return position
+
+    def tell(self) -> int:
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._again(lambda handle: handle.read(size))
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        count = self._again(lambda handle: handle.readinto(buffer))
+        self.position += count
+        return count
+
+    def close(self) -> None:
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            with contextlib.suppress(*store_errors()):
+                handle.close()
+
+    def __enter__(self) -> PatientReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def read_bytes(path: str, access: Access | None = None, wait_s: float = 0.0) -> bytes:
