@@ -71,12 +71,40 @@ def test_dpo_trains_on_pairs_and_resumes_exactly(tmp_path, cache_dir):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_pair_pages_are_made_when_read_and_a_page_that_fails_is_replaced_and_reported_once(tmp_path):
+    """Made up front, 10,000 pairs' pages held ~40 GB (1288 px) on every rank before the first step."""
+    from omegaconf import OmegaConf
+
+    from olmocr.data.preference import build_preference_dataset
+
+    path = easy_pairs(str(tmp_path / "pairs.jsonl"))
+    lines = open(path).read().splitlines()
+    broken = json.loads(lines[0]) | {"page_id": "gone", "pdf_path": str(tmp_path / "gone.pdf")}
+    with open(path, "w") as fh:
+        fh.write("\n".join([json.dumps(broken), *lines * 50]) + "\n")
+    steps = OmegaConf.to_container(compose("train", ["+experiment=dpo_tiny", f"data.train=[{path}]"]).data.steps,
+                                   resolve=True)
+    report = tmp_path / "rejected.jsonl"
+    dataset = build_preference_dataset([path], steps, ["<|image_pad|>"], str(report))
+    usable = 1 + 50 * (len(lines) - 2)  # the broken pair, and each copy's pairs but the pageless and the spelled one
+    assert len(dataset) == usable and dataset.data.nbytes < 100 * usable  # an index per row, no page
+    first, again = dataset[0], dataset[0]  # the broken pair's row: the next pair's page stands in
+    assert first["page_id"] == json.loads(lines[0])["page_id"] and again["page_id"] == first["page_id"]
+    assert max(first["images"][0].size) == 256 and first["prompt"][0]["role"] == "user"
+    rejected = [json.loads(line) for line in open(report)]
+    assert [r["reason"] for r in rejected] == ["control_token"] * 50 + [rejected[-1]["reason"]]
+    assert rejected[-1]["pdf"] == str(tmp_path / "gone.pdf")  # once, though read twice
+
+
 def test_dpo_config_errors_name_the_key_before_any_model_loads(tmp_path):
     from olmocr.train.__main__ import run
 
     pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
     for override, match in [("algo.loss_type=best", "algo.loss_type"), ("algo.beta=0", "algo.beta"),
-                            ("+algo.trl_args.no_such_option=1", "no_such_option")]:
+                            ("+algo.trl_args.no_such_option=1", "no_such_option"),
+                            ("+algo.trl_args.precompute_ref_log_probs=true",
+                             r"^algo.trl_args.precompute_ref_log_probs: trl precomputes the reference's "
+                             r"log-probabilities for text only, not for pages")]:
         with pytest.raises(ValueError, match=match):
             run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", override]), str(tmp_path / "x"))
     with pytest.raises(ValueError, match="does not exist"):

@@ -34,36 +34,65 @@ def read_pairs(paths: list[str]) -> tuple[list[dict], int]:
     return pairs, without
 
 
+class PairPages:
+    """The rows of a preference dataset, made when read (by the trainer's loader workers), not up front: a page
+    rendered at 1288 px is ~4 MB in a dataset and ~0.1 s of work, so 10,000 pairs made up front held ~40 GB and
+    took ~20 minutes on every rank before the first step. A pair whose page a step rejects is reported once and
+    stands in no row: the next pair whose page is made takes its place."""
+
+    FIELDS = ("prompt", "images", "page_id", "chosen", "rejected")
+
+    def __init__(self, pairs: list[dict], pipeline, report: RejectReport):
+        self.pairs, self.pipeline, self.report = pairs, pipeline, report
+        self.rejected: set[int] = set()  # in this process
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        rows = [self.row(index) for index in batch["index"]]
+        return {field: [row[field] for row in rows] for field in self.FIELDS}
+
+    def row(self, index: int) -> dict:
+        for offset in range(len(self.pairs)):
+            at = (index + offset) % len(self.pairs)
+            if at in self.rejected:
+                continue
+            pair = self.pairs[at]
+            try:
+                sample = self.pipeline({"pdf_path": pair["pdf_path"], "page": pair["page"]})
+            except Reject as exc:
+                self.rejected.add(at)
+                self.report.add(pair, exc)
+                continue
+            return {"prompt": sample["messages"], "images": [sample["image"]], "page_id": pair["page_id"],
+                    "chosen": [{"role": "assistant", "content": pair["chosen"]}],
+                    "rejected": [{"role": "assistant", "content": pair["rejected"]}]}
+        raise ValueError(f"data: no pair's page could be made ({len(self.pairs)} pairs; the reasons are in "
+                         f"{self.report.path or 'the log'})")
+
+
 def build_preference_dataset(paths: list[str], steps: dict, special_tokens: list[str],
                              report_path: str | None = None):
-    """A Hugging Face dataset of ``prompt`` (chat messages), ``images``, ``chosen``, ``rejected``. Pages
-    that fail a step, and pairs whose answers spell out one of the tokenizer's ``special_tokens``, are
-    skipped, counted and written to ``report_path``."""
+    """A Hugging Face dataset of ``prompt`` (chat messages), ``images``, ``chosen``, ``rejected``, made as its
+    rows are read (:class:`PairPages`). Pairs whose answers spell out one of the tokenizer's ``special_tokens``
+    are skipped here, pages that fail a step when read; both are counted and written to ``report_path``."""
     from datasets import Dataset
-    from tqdm import tqdm
 
     pipeline = build_pipeline(steps)
     if not any(isinstance(step, BuildMessages) for step in pipeline.steps.values()):
         raise ValueError("data.steps: DPO prompts need a 'messages' step (olmocr.data.steps.BuildMessages)")
     pairs, without = read_pairs(paths)
     report = RejectReport(report_path)
-    rows = []
-    for pair in tqdm(pairs, desc="pairs", unit="pair", disable=len(pairs) < 50):
-        try:
-            for side in ("chosen", "rejected"):
-                token = control_token_in(pair[side], special_tokens)
-                if token is not None:
-                    raise Reject("control_token", f"{pair['page_id']}: the {side} answer spells out {token}")
-            sample = pipeline({"pdf_path": pair["pdf_path"], "page": pair["page"]})
-        except Reject as exc:
-            report.add(pair, exc)
+    kept = []
+    for pair in pairs:
+        spelled = [(side, token) for side in ("chosen", "rejected")
+                   if (token := control_token_in(pair[side], special_tokens)) is not None]
+        if spelled:
+            side, token = spelled[0]
+            report.add(pair, Reject("control_token", f"{pair['page_id']}: the {side} answer spells out {token}"))
             continue
-        rows.append({"prompt": sample["messages"], "images": [sample["image"]], "page_id": pair["page_id"],
-                     "chosen": [{"role": "assistant", "content": pair["chosen"]}],
-                     "rejected": [{"role": "assistant", "content": pair["rejected"]}]})
+        kept.append(pair)
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(report.counts.items())) or "none"
-    log.info("%d pairs from %s (%d pages gave no pair; pairs skipped: %s)", len(rows), ", ".join(paths), without,
-             skipped)
-    if not rows:
+    log.info("%d pairs from %s (%d pages gave no pair; pairs skipped: %s); pages are made as the trainer reads "
+             "them", len(kept), ", ".join(paths), without, skipped)
+    if not kept:
         raise ValueError(f"data: no usable pairs in {', '.join(paths)}")
-    return Dataset.from_list(rows)
+    return Dataset.from_dict({"index": list(range(len(kept)))}).with_transform(PairPages(kept, pipeline, report))

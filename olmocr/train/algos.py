@@ -60,8 +60,7 @@ def dpo_fields(base: dict, algo: dict) -> dict:
     algo keys (``algo.trl_args`` passed through last)."""
     args = dict(**base, per_device_eval_batch_size=base["per_device_train_batch_size"], beta=algo["beta"],
                 loss_type=[algo["loss_type"]],
-                label_smoothing=algo["label_smoothing"], max_length=algo["max_length"],
-                precompute_ref_log_probs=algo["precompute_ref_log_probs"])
+                label_smoothing=algo["label_smoothing"], max_length=algo["max_length"])
     args.update(algo["trl_args"])
     return args
 
@@ -112,6 +111,12 @@ def _type_name(annotation) -> str:
                                for a in (typing.get_args(annotation) or (annotation,))}))
 
 
+# trl fields its trainers refuse for image data (every page is an image), which a run would meet only once
+# the model had loaded.
+NOT_FOR_PAGES = {"dpo": {"precompute_ref_log_probs": "trl precomputes the reference's log-probabilities for text "
+                                                     "only, not for pages (images); leave it out"}}
+
+
 def _check_trl_args(cfg: DictConfig) -> None:
     """``algo.trl_args``: trl fields, of the types trl declares."""
     if not cfg.algo.trl_args:
@@ -124,6 +129,9 @@ def _check_trl_args(cfg: DictConfig) -> None:
     unknown = sorted(set(given) - set(hints))
     if unknown:
         raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl {config_class} field(s)")
+    for key in sorted(set(given) & set(NOT_FOR_PAGES.get(cfg.algo.name, {}))):
+        if given[key]:
+            raise ValueError(f"algo.trl_args.{key}: {NOT_FOR_PAGES[cfg.algo.name][key]}")
     for key, value in given.items():
         if not _accepts(value, hints[key]):
             raise ValueError(f"algo.trl_args.{key}: trl's {config_class} expects {_type_name(hints[key])}, "

@@ -52,9 +52,9 @@ class GRPOAlgoConfig:
 
 @dataclass
 class DPOAlgoConfig:
-    """DPO with trl on preference pairs (data=pairs). The reference model is the starting checkpoint
-    (its log-probabilities computed alongside, or once before training with precompute_ref_log_probs);
-    any other trl ``DPOConfig`` field goes in ``trl_args`` (its name, type and trl's rules checked first)."""
+    """DPO with trl on preference pairs (data=pairs). The reference model is the starting checkpoint (its
+    log-probabilities computed alongside: trl precomputes them only for text, and pages are images); any other
+    trl ``DPOConfig`` field goes in ``trl_args`` (its name, type and trl's rules checked first)."""
 
     name: str = "dpo"
     beta: Annotated[float, Range(above=0)] = 0.1  # how far the policy may move from the reference; smaller: further
@@ -66,7 +66,6 @@ class DPOAlgoConfig:
     label_smoothing: Annotated[float, Range(at_least=0, below=0.5)] = 0.0
     # prompt + answer tokens; longer pairs are cut
     max_length: Annotated[int | None, Range(at_least=1, null="no cut")] = None
-    precompute_ref_log_probs: bool = False
     trl_args: dict[str, Any] = field(default_factory=dict)
 
 
