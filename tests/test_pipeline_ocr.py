@@ -357,6 +357,15 @@ def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
     assert sorted(fs.find("corpus/labels")) == [f"corpus/labels/corpus/x/a_pg{n}.{x}" for n in (1, 2) for x in ("md", "pdf")]
     assert fs.cat_file("corpus/labels/corpus/x/a_pg2.md").decode().endswith("---\nRead remotely.\n")
     assert text_layer("s3://corpus/labels/corpus/x/a_pg2.pdf") == "Remote page two"
+    # A re-run keeps what is there, known from a listing of each folder, not from a request a page: a
+    # lookup of one page's object would be refused here.
+    from olmocr.utils.faultproxy import FaultProxy
+
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("HEAD",), paths=r"/labels/.") as proxy:
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint  # the s3_server fixture restores it
+        again = export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels",
+                                                   "progress=false"]), str(tmp_path / "export2"))
+    assert (again["exported"], again["kept"]) == (0, 2) and not proxy.faulted()
 
 
 # --- the real model server ---------------------------------------------------------------------------------

@@ -56,7 +56,23 @@ def read_page_results(workspace, counts: Counter) -> dict[str, list[dict]]:
     return by_source
 
 
-def export_source(source: str, records: list[dict], out, counts: Counter, pdf_access=None) -> None:
+class Exported:
+    """Which training pages ``out`` holds, listed a folder at a time as pages are asked about: a re-run (after
+    a kill or an outage) looked each page up, one request a page on S3, hours for a million pages."""
+
+    def __init__(self, out):
+        self.out = out
+        self.folders: dict[str, set[str]] = {}
+
+    def __contains__(self, name: str) -> bool:
+        folder, _, leaf = name.rpartition("/")
+        if folder not in self.folders:
+            self.folders[folder] = set(self.out.list(folder))
+        return leaf in self.folders[folder]
+
+
+def export_source(source: str, records: list[dict], out, exported: Exported, counts: Counter,
+                  pdf_access=None) -> None:
     """Write the training pages of one source document (read once, and only when a page is new); an image's
     page becomes a one-page PDF of its pixels."""
     from olmocr.formats.document import IMAGE, DocumentError, kind_of
@@ -77,7 +93,7 @@ def export_source(source: str, records: list[dict], out, counts: Counter, pdf_ac
         if isinstance(label, str):
             counts[label] += 1
             continue
-        if out.exists(f"{stem}.md"):
+        if f"{stem}.md" in exported:
             counts["kept"] += 1
             continue
         try:
@@ -114,14 +130,14 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     try:
         workspace = Workspace(cfg.workspace, workspace_access)
         out = open_store(cfg.out_dir, workspace_access)
-        by_source = read_page_results(workspace, counts)
+        by_source, exported = read_page_results(workspace, counts), Exported(out)
         if not by_source:
             raise ValueError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
                              "python -m olmocr.pipeline … work.page_results=true")
         pages = sum(len(records) for records in by_source.values())
         with tqdm(total=pages, unit="page", desc="export", disable=not cfg.progress, dynamic_ncols=True) as bar:
             for source in sorted(by_source):
-                export_source(source, by_source[source], out, counts, pdf_access)
+                export_source(source, by_source[source], out, exported, counts, pdf_access)
                 bar.update(len(by_source[source]))
                 bar.set_postfix(exported=counts["exported"], refresh=False)
     except store_errors() as exc:
