@@ -119,7 +119,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     from olmocr.pipeline.store import open_store
     from olmocr.pipeline.workspace import Workspace
-    from olmocr.faults import store_errors
+    from olmocr.faults import no_space, outside, store_errors
     from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
 
@@ -141,6 +141,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                 bar.update(len(by_source[source]))
                 bar.set_postfix(exported=counts["exported"], refresh=False)
     except store_errors() as exc:
+        if outside(exc) is not None or no_space(exc) is not None:
+            raise  # the command line names the fault, with the free space or the config's remote places
         raise ValueError(f"export: {exc}") from None
     summary = {"workspace": cfg.workspace, "out_dir": cfg.out_dir, "pages": pages, **counts}
     skipped = ", ".join(f"{counts[k]} {k}" for k in SKIPPED if counts[k])
