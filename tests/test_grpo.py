@@ -227,6 +227,24 @@ def test_bench_prompts_skip_broken_pages_and_filter(tmp_path, processor):
     only_absent = build_prompt_dataset({"b": {"root": str(bench), "types": ["absent"]}}, steps, None,
                                        processor=processor)
     assert len(only_absent) == 1
+    # Pages are made when read: a PDF gone since the dataset was built (a cleaned-up shared folder) costs its
+    # row, which the next page's takes, and a line in the report, not the run.
+    write_pdf(str(bench / "pdfs" / "one.pdf"), ["Only page"])
+    (bench / "t.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tests[:3]) + json.dumps(
+        {"type": "present", "pdf": "one.pdf", "page": 1, "id": "g", "text": "Only"}) + "\n")
+    report.unlink()
+    data = build_prompt_dataset({"b": {"root": str(bench)}}, steps, str(report), processor=processor)
+    ids = [json.loads(tests)[0]["id"] for tests in data.with_format(None)["tests"]]  # the rows unmade
+    (bench / "pdfs" / "one.pdf").unlink()
+    stand_in = data[ids.index("g")]
+    assert json.loads(stand_in["tests"])[0]["id"] == ids[(ids.index("g") + 1) % len(ids)]
+    assert json.loads(data[ids.index("g")]["tests"]) == json.loads(stand_in["tests"])  # known gone: no new try
+    assert [(r["reason"], r["pdf"].rsplit("/", 1)[-1]) for r in map(json.loads, open(report))] == [
+        ("missing_pdf", "one.pdf")]
+    data = build_prompt_dataset({"b": {"root": str(bench)}}, steps, None, processor=processor)  # two.pdf's pages
+    os.rename(bench / "pdfs" / "two.pdf", bench / "pdfs" / "moved.pdf")  # every page gone
+    with pytest.raises(ValueError, match=r"^data: no row could be made of 2 items \(the reasons: the log\)$"):
+        data[0]
     with pytest.raises(ValueError, match="no test file"):
         build_prompt_dataset({"b": {"root": str(bench), "files": ["nope"]}}, steps, None, processor=processor)
 

@@ -17,7 +17,7 @@ from collections import OrderedDict
 
 from olmocr.bench.records import load_tests
 from olmocr.data.cache import localize
-from olmocr.data.pipeline import Pipeline, RejectReport, build_pipeline
+from olmocr.data.pipeline import MadeWhenRead, Pipeline, RejectReport, build_pipeline
 from olmocr.data.steps import BuildMessages, CheckPdf, Reject
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,9 @@ def bench_pages(root: str, types: list[str] | None = None, files: list[str] | No
 
 
 class PromptRenderer:
-    """The dataset transform: runs the steps on a page and returns trl's row (``prompt``, ``image`` and
-    the reward columns). The last pages are kept, since trl reads each prompt once per generation."""
+    """trl's row of a bench page (``prompt``, ``image`` and the reward columns), the steps run on the page when
+    the row is read (:class:`MadeWhenRead`). The last pages are kept, since trl reads each prompt once per
+    generation."""
 
     def __init__(self, pipeline: Pipeline, cache_size: int = 8):
         self.pipeline = pipeline
@@ -77,11 +78,6 @@ class PromptRenderer:
             if len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
         return {**self.cache[page["page_id"]], "tests": page["tests"], "page_id": page["page_id"]}
-
-    def __call__(self, batch: dict) -> dict:
-        keys = list(batch)
-        rows = [self.row(dict(zip(keys, values))) for values in zip(*batch.values())]
-        return {key: [r[key] for r in rows] for key in rows[0]}
 
 
 def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = None, local_cache: str | None = None,
@@ -114,11 +110,14 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
             except Reject as exc:
                 report.add({**page, "source": name}, exc)
                 continue
-            rows.append(page)
+            rows.append({**page, "source": name})
             kept += 1
         log.info("bench %s: %d pages with tests (%d skipped)", name, kept, len(pages) - kept)
     if report.counts:
         log.warning("skipped bench pages by reason: %s (see %s)", dict(report.counts), report_path)
     if not rows:
         raise ValueError("no usable bench pages: every configured page was filtered out or rejected")
-    return Dataset.from_list(rows).with_transform(PromptRenderer(pipeline))
+    # The rows' own columns stay in the dataset (trl reads its column names); the transform makes each row anew
+    # from its index.
+    made = MadeWhenRead(rows, PromptRenderer(pipeline).row, report)
+    return Dataset.from_list([{**row, "index": i} for i, row in enumerate(rows)]).with_transform(made)

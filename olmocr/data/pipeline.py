@@ -6,7 +6,7 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from olmocr.data.steps import Reject, Step
 from olmocr.utils.jsonl import mend, read_rows
@@ -79,6 +79,13 @@ class RejectReport:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             mend(path)  # a resumed run's lines must not run on from one its interruption cut short
 
+    def __getstate__(self) -> dict:  # copied with the dataset transform that holds it, when datasets derives one
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def add(self, item: Mapping, reject: Reject) -> None:
         with self._lock:
             self.counts[reject.reason] += 1
@@ -99,3 +106,31 @@ class RejectReport:
             for row in read_rows(self.path):
                 counts[row["reason"]] += 1
         return counts
+
+
+class MadeWhenRead:
+    """A dataset transform: the row of ``items[index]``, made by ``make`` when the trainer reads it (in its loader
+    workers), not up front, where every page of a large set rendered at once held tens of GB before the first step.
+    An item a step rejects is reported once (per process) and the next item that makes a row stands in: a page
+    that fails costs its render, not the run."""
+
+    def __init__(self, items: list[dict], make: Callable[[dict], dict], report: RejectReport):
+        self.items, self.make, self.report = items, make, report
+        self.rejected: set[int] = set()
+
+    def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        rows = [self.row(index) for index in batch["index"]]
+        return {key: [row[key] for row in rows] for key in rows[0]}
+
+    def row(self, index: int) -> dict:
+        for offset in range(len(self.items)):
+            at = (index + offset) % len(self.items)
+            if at in self.rejected:
+                continue
+            try:
+                return self.make(self.items[at])
+            except Reject as exc:
+                self.rejected.add(at)
+                self.report.add(self.items[at], exc)
+        where = self.report.path or "the log"
+        raise ValueError(f"data: no row could be made of {len(self.items)} items (the reasons: {where})")
