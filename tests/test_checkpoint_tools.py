@@ -184,6 +184,12 @@ def test_release_stages_wait_out_storage_that_stops_answering_and_stop_in_one_li
         # (the place named is the first request to give up: the upload, or a read made beside it)
         with pytest.raises(Unreachable, match=r"^s3://ckpt/\S+: the storage did not answer for \d+ s \("):
             stage("prepare", [sources, "output=s3://ckpt/unfinished", "storage_wait_s=1"], tmp_path / "run2")
+    # Credentials that read but do not write are refused before any weight is read (a read of one would be too).
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("PUT", "GET"),
+                    paths=r"/readonly/|\.safetensors") as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(Unreachable, match=r"^s3://ckpt/readonly/.write-check: the storage refused the credentials"):
+            stage("prepare", [sources, "output=s3://ckpt/readonly"], tmp_path / "run4")
     local = tmp_path / "local"
     assert stage("prepare", [f"sources=[{grpo_runs[0]},{grpo_runs[1]}]", f"output={local}"],
                  tmp_path / "run3")["weights_sha256"] == record["weights_sha256"]

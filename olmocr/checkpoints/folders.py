@@ -240,6 +240,10 @@ class Output:
         if self.fs.exists(self.root) and (overwrite or not self.remote):
             self.fs.rm(self.root, recursive=True)
         self.fs.makedirs(self.root, exist_ok=True)
+        if self.remote:  # credentials that may read but not write: found now, not after every weight is read
+            probe = join(self.root, ".write-check")
+            self.fs.pipe_file(probe, b"")
+            self.fs.rm(probe)
 
     def open(self, name: str):
         """A file of the output, open for writing; ``discard`` it rather than close it when its writing failed."""

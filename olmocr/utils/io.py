@@ -58,8 +58,8 @@ class PatientFileSystem:
     are offered: reads, listings, whole-file gets and puts, removals; a file opened for reading reads again from
     where it was. Writing a file in parts is not: write it locally and ``put_file`` it."""
 
-    RETRIED = ("ls", "exists", "info", "isdir", "isfile", "find", "glob", "cat_file", "get_file", "put_file", "rm",
-               "makedirs")
+    RETRIED = ("ls", "exists", "info", "isdir", "isfile", "find", "glob", "cat_file", "get_file", "put_file",
+               "pipe_file", "rm", "makedirs")
 
     def __init__(self, fs, wait_s: float):
         self.fs, self.wait_s = fs, wait_s
