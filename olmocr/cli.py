@@ -450,7 +450,7 @@ def local_sweep_checked_first():
     def launch(self, job_overrides, initial_job_idx):
         stage = getattr(self.task_function, "stage", None)
         if stage is not None and len(job_overrides) > 1:
-            for overrides in counted(job_overrides, "checked"):
+            for overrides in counted(job_overrides):
                 try:
                     stage.check_job(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
                 except ValueError as exc:
@@ -464,17 +464,18 @@ def local_sweep_checked_first():
         BasicLauncher.launch = original
 
 
-def counted(items: Sequence, what: str, every_s: float = 10.0) -> Iterator:
-    """``items`` one by one, with a line every ``every_s`` seconds saying how many are done, how fast and how long
-    the rest takes: composing and checking a job costs ~0.25 s, and a 1,000-job array was silent for minutes."""
+def counted(jobs: Sequence, every_s: float = 10.0) -> Iterator:
+    """``jobs`` one by one as they are checked, with a line every ``every_s`` seconds saying how many are, how fast
+    and how long the rest takes: composing and checking a job costs ~0.25 s, and a 1,000-job array was silent
+    for minutes."""
     start = last = time.monotonic()
-    for i, item in enumerate(items):
-        yield item
+    for i, job in enumerate(jobs):
+        yield job
         now = time.monotonic()
-        if now - last >= every_s and i + 1 < len(items):
+        if now - last >= every_s and i + 1 < len(jobs):
             rate = (i + 1) / (now - start)
-            log.info("%s %d/%d jobs (%.1f jobs/s, %.0f s to go)", what, i + 1, len(items), rate,
-                     (len(items) - i - 1) / rate)
+            log.info("checked %d/%d jobs (%.1f jobs/s, %.0f s to go)", i + 1, len(jobs), rate,
+                     (len(jobs) - i - 1) / rate)
             last = now
 
 

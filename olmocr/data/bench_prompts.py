@@ -105,12 +105,13 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
             log.warning("bench %s: %s", name, line)
         kept = 0
         for page in pages:
+            page = {**page, "source": name}
             try:
                 check({"pdf_path": page["pdf_path"], "page": page["page"]})
             except Reject as exc:
-                report.add({**page, "source": name}, exc)
+                report.add(page, exc)
                 continue
-            rows.append({**page, "source": name})
+            rows.append(page)
             kept += 1
         log.info("bench %s: %d pages with tests (%d skipped)", name, kept, len(pages) - kept)
     if report.counts:

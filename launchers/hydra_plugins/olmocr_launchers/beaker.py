@@ -248,7 +248,7 @@ class BeakerLauncher(Launcher):
         try:  # every job is checked and its spec written, then Beaker asked, before anything is submitted
             commit = self._check()
             jobs = [self._job(stage, list(overrides), idx, commit)
-                    for idx, overrides in enumerate(counted(job_overrides, "checked"), start=initial_job_idx)]
+                    for idx, overrides in enumerate(counted(job_overrides), start=initial_job_idx)]
             client = None if self.params["dry_run"] else self._client()
             for *_, prepare in jobs:
                 if prepare is not None:

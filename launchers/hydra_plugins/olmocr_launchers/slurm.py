@@ -110,7 +110,7 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
         configs = []
         if stage is not None:  # every job's config is checked as its job will check it, before anything else
             try:
-                for overrides in counted(job_overrides, "checked"):
+                for overrides in counted(job_overrides):
                     configs.append(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
                     stage.check_job(configs[-1])
                     needs = stage.launch(configs[-1])
