@@ -35,7 +35,7 @@ def no_space(exc: BaseException, path: str | None = None) -> NoSpace | None:
     torch's file writer reports a short write as a position mismatch and a failed close as a stream error
     (TORCH_WRITE_FAILED), which on a regular file mean the disk refused the rest. ``path``: where the write
     went, when the error does not say."""
-    for seen in _chain(exc):
+    for seen in causes(exc):
         if isinstance(seen, NoSpace):
             return seen
         text = str(seen)
@@ -111,7 +111,7 @@ def refused(exc: BaseException) -> bool:
 def outside(exc: BaseException) -> str | None:
     """``exc`` (or what led to it) as a fault of storage or the network, in words, or None: credentials refused,
     a local permission denied, or no answer (refused or reset connections, timeouts, a client giving up)."""
-    for seen in _chain(exc):
+    for seen in causes(exc):
         if isinstance(seen, PermissionError) and seen.filename:
             return f"permission denied: {seen.filename}"
         if isinstance(seen, store_errors()) and refused(seen):
@@ -127,7 +127,7 @@ def gist(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"
 
 
-def _chain(exc: BaseException):
+def causes(exc: BaseException):
     """``exc`` and what led to it (its cause, else its context), each once."""
     seen: BaseException | None = exc
     visited = set()

@@ -332,8 +332,10 @@ def test_a_server_that_answers_no_page_stops_the_run_and_marks_nothing_done(tmp_
     assert summary["work"]["done"] == 3 and summary["work"]["counts"]["documents"] == 3
 
 
-def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
+def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):
     import s3fs
+
+    from olmocr.faults import Unreachable
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
     fs.mkdir("corpus")
@@ -366,6 +368,30 @@ def test_pdfs_and_workspace_on_s3(tmp_path, s3_server):
         again = export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels",
                                                    "progress=false"]), str(tmp_path / "export2"))
     assert (again["exported"], again["kept"]) == (0, 2) and not proxy.faulted()
+    # Storage that stops answering is waited out (the client's own retries off): an outage while a source PDF
+    # is read was a page skipped as an unreadable source, and one while a page is written ended the stage.
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        proxy.outage_when("GET", r"/corpus/x/a\.pdf$", 1)
+        proxy.outage_when("PUT", r"/labels2/corpus/x/a_pg1\.md$", 1)
+        waited = export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels2",
+                                                    "progress=false"]), str(tmp_path / "export3"))
+        assert proxy.counts["outage", "GET"] and proxy.counts["outage", "PUT"]
+        assert (waited["exported"], waited["unreadable_sources"]) == (2, 0), waited
+        # Past the wait: one line naming the place, nothing counted as the document's fault.
+        proxy.outage_when("GET", r"/corpus/x/a\.pdf$", 600)
+        with pytest.raises(Unreachable, match=r"^s3://corpus/x/a\.pdf: the storage did not answer for \d+ s"):
+            export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels3",
+                                               "progress=false", "storage_wait_s=1"]), str(tmp_path / "export4"))
+    # Credentials refused on a source are said at once, not waited out.
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("GET",), paths=r"/corpus/x/a\.pdf$") as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(Unreachable, match=r"^s3://corpus/x/a\.pdf: the storage refused the credentials \("):
+            export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels3",
+                                               "progress=false"]), str(tmp_path / "export5"))
+    assert fs.cat_file("corpus/labels2/corpus/x/a_pg2.md") == fs.cat_file("corpus/labels/corpus/x/a_pg2.md")
+    assert not fs.exists("corpus/labels3/corpus/x/a_pg1.md")
 
 
 # --- the real model server ---------------------------------------------------------------------------------
@@ -541,6 +567,15 @@ def test_a_teacher_labels_a_pdf_folder_into_training_pages_the_data_steps_load(t
     assert pixels_key(render({"pdf_path": f"{stem}_pg3.pdf", "page": 1})["image"]) == sideways
     again = export(compose("pipeline_export", args), str(tmp_path / "export2"))
     assert (again["exported"], again["kept"]) == (0, 2)
+    # Sources that cannot be read now (their folder gone, as an unmounted one) stop the stage in one line; they
+    # were counted as unreadable and skipped, the run ending as if it were whole.
+    os.rename(tmp_path / "in", tmp_path / "moved")
+    with pytest.raises(ValueError, match=rf"^export: {three}: {tmp_path}/in is not there \(an unmounted folder, .*"
+                                         r"\(the pages exported so far are kept: run again to add the rest\)$"):
+        export(compose("pipeline_export", [f"workspace={workspace}", f"out_dir={out}2", "progress=false"]),
+               str(tmp_path / "export3"))
+    assert not os.path.exists(f"{out}2/{three.lstrip('/')[:-4]}_pg1.md")
+    os.rename(tmp_path / "moved", tmp_path / "in")
     checked = check_data(compose("check_data", ["data=folder", f"data.roots=[{out}]", f"data.eval_roots=[{out}]"]),
                          str(tmp_path / "check"))
     assert checked["loaded"] == 2 and checked["rejected"] == {}

@@ -6,7 +6,9 @@ beside it: the reading's front matter, with ``rotation_correction`` the clockwis
 original page upright, and the text. That is the folder ``data=folder`` trains on, so a teacher model
 behind the pipeline (``server=vllm`` or ``server=external``) labels a PDF folder for SFT. It reads the
 workspace's page results (``work.page_results=true``). Pages already exported are kept, so running it
-again as more items finish adds only the new pages.
+again as more items finish adds only the new pages. Remote storage (the workspace, the PDFs, ``out_dir``) that
+does not answer is waited out for up to ``storage_wait_s`` at each call; past that the stage stops, naming the
+place, and a re-run adds what is missing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from olmocr.cli import stage
 from olmocr.formats.frontmatter import FrontMatterError, PageMeta, write_document
 from olmocr.pipeline.dolma import mirror_path
 from olmocr.pipeline.ocr import PAGES
+from olmocr.utils.io import is_remote, patiently
 
 log = logging.getLogger("olmocr.pipeline.export")
 SKIPPED = ("fallback", "still_turned", "unreadable_sources", "unreadable_lines")
@@ -39,11 +42,32 @@ def training_page(record: dict) -> tuple[PageMeta, str] | str:
     return meta, record["text"]
 
 
-def read_page_results(workspace, counts: Counter) -> dict[str, list[dict]]:
+class Patient:
+    """A store (:mod:`olmocr.pipeline.store`) whose reads, listings and whole writes wait out remote storage that
+    does not answer for up to ``wait_s`` each (:func:`olmocr.utils.io.patiently`); a local one's are made once,
+    so a full disk is said at once."""
+
+    def __init__(self, store, wait_s: float):
+        self.store, self.wait_s = store, wait_s if is_remote(store.root) else 0.0
+
+    def _call(self, name: str, call):
+        return patiently(call, self.store.url(name), self.wait_s) if self.wait_s else call()
+
+    def list(self, folder: str) -> list[str]:
+        return self._call(folder, lambda: self.store.list(folder))
+
+    def read_many(self, names: list[str]) -> dict[str, bytes]:
+        return self._call(names[0] if names else "", lambda: self.store.read_many(names))
+
+    def write(self, name: str, data: bytes) -> None:
+        self._call(name, lambda: self.store.write(name, data))
+
+
+def read_page_results(store: Patient, counts: Counter) -> dict[str, list[dict]]:
     """The workspace's page results by source PDF; lines that do not parse are counted and skipped."""
-    names = sorted(n for n in workspace.store.list(PAGES) if n.endswith(".jsonl"))
+    names = sorted(n for n in store.list(PAGES) if n.endswith(".jsonl"))
     by_source: dict[str, list[dict]] = defaultdict(list)
-    for name, data in workspace.store.read_many([f"{PAGES}/{n}" for n in names]).items():
+    for name, data in store.read_many([f"{PAGES}/{n}" for n in names]).items():
         for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
             if not line.strip():
                 continue
@@ -60,7 +84,7 @@ class Exported:
     """Which training pages ``out`` holds, listed a folder at a time as pages are asked about: a re-run (after
     a kill or an outage) looked each page up, one request a page on S3, hours for a million pages."""
 
-    def __init__(self, out):
+    def __init__(self, out: Patient):
         self.out = out
         self.folders: dict[str, set[str]] = {}
 
@@ -71,10 +95,12 @@ class Exported:
         return leaf in self.folders[folder]
 
 
-def export_source(source: str, records: list[dict], out, exported: Exported, counts: Counter,
-                  pdf_access=None) -> None:
+def export_source(source: str, records: list[dict], out: Patient, exported: Exported, counts: Counter,
+                  pdf_access=None, wait_s: float = 0.0) -> None:
     """Write the training pages of one source document (read once, and only when a page is new); an image's
-    page becomes a one-page PDF of its pixels."""
+    page becomes a one-page PDF of its pixels. A remote source whose storage does not answer is waited out for
+    up to ``wait_s``, a local one is not: either way it stops the stage (:class:`Unavailable` or
+    :class:`olmocr.faults.Unreachable`) rather than pass for a bad document."""
     from olmocr.formats.document import IMAGE, DocumentError, kind_of
     from olmocr.formats.image import image_page_pdf
     from olmocr.formats.pdf import single_page
@@ -96,14 +122,16 @@ def export_source(source: str, records: list[dict], out, exported: Exported, cou
         if f"{stem}.md" in exported:
             counts["kept"] += 1
             continue
+        if data is None:
+            def read():
+                return read_documents([source], pdf_access)[source]
+            data = patiently(read, source, wait_s, also=(Unavailable,)) if wait_s and is_remote(source) else read()
         try:
-            if data is None:
-                data = read_documents([source], pdf_access)[source]
             if isinstance(data, DocumentError):
                 raise data
             cut = image_page_pdf if kind_of(data) == IMAGE else single_page
             page_pdf = cut(source, record["page"], data)
-        except (Unavailable, DocumentError) as exc:
+        except DocumentError as exc:
             counts["unreadable_sources"] += 1
             log.warning("skipped %s page %d: %s", source, record["page"], exc)
             continue
@@ -117,8 +145,8 @@ def export_source(source: str, records: list[dict], out, exported: Exported, cou
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from tqdm import tqdm
 
+    from olmocr.pipeline.failures import Unavailable
     from olmocr.pipeline.store import open_store
-    from olmocr.pipeline.workspace import Workspace
     from olmocr.faults import no_space, outside, store_errors
     from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
@@ -128,18 +156,20 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     counts = Counter(dict.fromkeys(("exported", "kept", *SKIPPED), 0))
     workspace_access, pdf_access = Access(**cfg.workspace_access), Access(**cfg.pdf_access)
     try:
-        workspace = Workspace(cfg.workspace, workspace_access)
-        out = open_store(cfg.out_dir, workspace_access)
-        by_source, exported = read_page_results(workspace, counts), Exported(out)
+        out = Patient(open_store(cfg.out_dir, workspace_access), cfg.storage_wait_s)
+        by_source = read_page_results(Patient(open_store(cfg.workspace, workspace_access), cfg.storage_wait_s), counts)
+        exported = Exported(out)
         if not by_source:
             raise ValueError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
                              "python -m olmocr.pipeline … work.page_results=true")
         pages = sum(len(records) for records in by_source.values())
         with tqdm(total=pages, unit="page", desc="export", disable=not cfg.progress, dynamic_ncols=True) as bar:
             for source in sorted(by_source):
-                export_source(source, by_source[source], out, exported, counts, pdf_access)
+                export_source(source, by_source[source], out, exported, counts, pdf_access, cfg.storage_wait_s)
                 bar.update(len(by_source[source]))
                 bar.set_postfix(exported=counts["exported"], refresh=False)
+    except Unavailable as exc:  # a local source that cannot be read now
+        raise ValueError(f"export: {exc} (the pages exported so far are kept: run again to add the rest)") from None
     except store_errors() as exc:
         if outside(exc) is not None or no_space(exc) is not None:
             raise  # the command line names the fault, with the free space or the config's remote places

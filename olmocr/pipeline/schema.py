@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from omegaconf import MISSING
 
 import olmocr.models.schema  # noqa: F401 - the model group a started server serves (model=…)
-from olmocr.config import AccessConfig, Positive, Range, StageConfig, store
+from olmocr.config import AccessConfig, NonNegative, Positive, Range, StageConfig, store
+from olmocr.utils.io import STORAGE_WAIT_S
 
 
 @dataclass
@@ -91,6 +92,8 @@ class ExportConfig(StageConfig):
     workspace_access: AccessConfig = field(default_factory=AccessConfig)  # the workspace's and out_dir's
     pdf_access: AccessConfig = field(default_factory=AccessConfig)  # the converted PDFs' (cut into pages)
     out_dir: str = MISSING  # the training folder (local or s3://): <pdf path>_pg<page>.pdf and .md
+    # how long a remote read or write waits out storage that does not answer before the stage stops
+    storage_wait_s: NonNegative = STORAGE_WAIT_S
     progress: bool = True
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from olmocr.faults import Unreachable, gist, refused, store_errors
+from olmocr.faults import Unreachable, causes, gist, refused, store_errors
 
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://")
 MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
@@ -150,24 +150,26 @@ def read_text(path: str, access: Access | None = None, wait_s: float = 0.0) -> s
     return read_bytes(path, access, wait_s).decode("utf-8")
 
 
-def patiently(call, path: str, wait_s: float):
+def patiently(call, path: str, wait_s: float, also: tuple[type[BaseException], ...] = ()):
     """``call()`` (an operation on remote ``path``), storage that does not answer waited out for up to ``wait_s``
-    (0: not at all) and refused credentials at once, as :func:`read_bytes` does; FileNotFoundError passes."""
+    (0: not at all) and refused credentials at once, as :func:`read_bytes` does; FileNotFoundError passes.
+    ``also``: errors raised for a storage error, which is what is judged and said."""
     since, pause = None, 1.0
     while True:
         try:
             found = call()
         except FileNotFoundError:
             raise
-        except store_errors() as exc:
-            if refused(exc):
-                raise Unreachable(f"{path}: the storage refused the credentials ({gist(exc)})") from None
+        except (*store_errors(), *also) as exc:
+            seen = next((cause for cause in causes(exc) if isinstance(cause, store_errors())), exc)
+            if refused(seen):
+                raise Unreachable(f"{path}: the storage refused the credentials ({gist(seen)})") from None
             now = time.monotonic()
             if since is None:
                 since = now
-                log.warning("%s: the storage does not answer (%s); waiting up to %.0f s", path, gist(exc), wait_s)
+                log.warning("%s: the storage does not answer (%s); waiting up to %.0f s", path, gist(seen), wait_s)
             if now - since >= wait_s:
-                raise Unreachable(f"{path}: the storage did not answer for {now - since:.0f} s ({gist(exc)})") from None
+                raise Unreachable(f"{path}: the storage did not answer for {now - since:.0f} s ({gist(seen)})") from None
             time.sleep(min(pause, wait_s - (now - since)))
             pause = min(2 * pause, MAX_PAUSE_S)
             continue
