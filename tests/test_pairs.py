@@ -86,6 +86,19 @@ def test_samples_within_the_margin_give_no_pair_and_a_rerun_skips_mined_pages(tm
         mine(tmp_path, server, bench_dir, "samples=1")
 
 
+def test_a_page_the_server_answered_no_sample_of_is_not_recorded_when_the_server_stopped_answering(tmp_path):
+    """A re-run skips the pages in pairs.jsonl: a page recorded as 'fewer than 2 answers' because the server
+    answered none of its samples would never be mined once the server is mended."""
+    bench_dir = one_page_bench(tmp_path)
+    with ChatServer([SERVER_ERROR]) as server:
+        with pytest.raises(ValueError, match=r"^the server at \S+ answered no request for all 1 pages \(model m\): "
+                                             r"HTTP 500: .*; they are not recorded \(pages mined so far are kept"):
+            mine(tmp_path, server, bench_dir, "samples=2")
+    assert not os.path.exists(tmp_path / "run" / "pairs.jsonl") or not open(tmp_path / "run" / "pairs.jsonl").read()
+    with ChatServer([good("Same answer")]) as server:
+        assert mine(tmp_path, server, bench_dir, "samples=2")["mined_now"] == 1
+
+
 @pytest.mark.slow
 def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny, warm_python):
     run_dir = tmp_path / "pairs"

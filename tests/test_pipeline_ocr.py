@@ -332,6 +332,38 @@ def test_a_server_that_answers_no_page_stops_the_run_and_marks_nothing_done(tmp_
     assert summary["work"]["done"] == 3 and summary["work"]["counts"]["documents"] == 3
 
 
+def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
+    """pipeline.bench keeps the candidates it finds, so a page written from the text layer because the server
+    answered none of its requests would stay when the run is made again with the server mended. A page now
+    and then is the page's (written from its text layer, as a failed page is); pages in a row are the
+    server's: none written, the run stops in one line, and the re-run converts them."""
+    from olmocr.formats.pdf import text_layer
+    from olmocr.pipeline.bench import run as pipeline_bench
+
+    def bench(server: ChatServer, run: str, *extra: str) -> dict:
+        args = [f"bench_dir={SAMPLE}/eval", "server=external", f"server.url={server.url}", "server.model_name=scripted",
+                f"convert.steps.render.longest_side={SIDE}", "convert.temperatures=[0.1,0.2]",
+                f"candidates={tmp_path}/candidates", "repeats=2", "progress=false", *extra]
+        os.makedirs(tmp_path / run)
+        return pipeline_bench(compose("pipeline_bench", args), str(tmp_path / run))
+
+    with ChatServer([answer("", status=500)]) as server:
+        with pytest.raises(ValueError, match=r"^the server at http://127.0.0.1:\d+/v1 answered no request for the "
+                                             r"last 8 pages \(model scripted\): HTTP 500: \{\"error\": \"scripted "
+                                             r"failure\"\}; they are not recorded \(pages written so far are kept; run "
+                                             r"again to resume\)$"):
+            bench(server, "run")
+    assert not glob.glob(f"{tmp_path}/candidates/*")
+    # The server mended, but one page it cannot answer (a request it rejects): that page is the page's fault.
+    first = sorted(glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))[0]
+    [rejected] = page_keys(first, 1)
+    with ChatServer(script=lambda r: answer("", status=400) if pixels_key(r.image) == rejected else good("Read.")) as server:
+        summary = bench(server, "run2")
+    assert (summary["written"], summary["fallback_pages"]) == (16, 2)
+    stem = f"{tmp_path}/candidates/{os.path.basename(first)[:-4]}_pg1"
+    assert open(f"{stem}_repeat1.md").read() == text_layer(first, 1) != "Read."
+
+
 def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):
     import s3fs
 

@@ -29,9 +29,17 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
     from tqdm import tqdm
 
     from olmocr.pairs.mine import mine_page
-    from olmocr.pipeline.convert import all_of
+    from olmocr.pipeline.convert import ServerWatch, all_of
 
     bar = tqdm(total=len(pages), unit="page", desc="pairs", disable=not progress, dynamic_ncols=True)
+    # A page none of whose samples the server answered is recorded only once that is known to be the page's
+    # fault: a server that stops answering must not leave pages that a re-run skips.
+    watch = ServerWatch(converter.server)
+
+    def add(row: dict) -> None:
+        pairs.add(row)
+        bar.set_postfix(pairs=pairs.counts["pairs"], no_pair=pairs.counts["no_pair"], refresh=False)
+        bar.update(1)
 
     async def one(page: dict) -> None:
         reference = None
@@ -39,12 +47,15 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
             with open(page["md_path"], encoding="utf-8") as fh:
                 reference = fh.read()
         row = await mine_page(converter, page, samples, temperature, rewards, margin, reference, seed)
-        pairs.add(row)
-        bar.set_postfix(pairs=pairs.counts["pairs"], no_pair=pairs.counts["no_pair"], refresh=False)
-        bar.update(1)
+        asked = row.get("samples")  # none: the page could not be rendered
+        unanswered = asked[0]["error"] if asked and all(s["error"] for s in asked) else None
+        for ready in watch.settled(row, unanswered) if asked else [row]:
+            add(ready)
 
     try:
         await all_of(one(page) for page in pages)
+        for ready in watch.finish():
+            add(ready)
     finally:
         bar.close()
 

@@ -39,15 +39,18 @@ def write_text(path: str, text: str) -> None:
 
 
 async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_path: str, progress: bool) -> dict:
+    """Convert and write every page of ``todo``; a page the server did not answer is written only once it is
+    known to be the page's fault (:class:`ServerWatch`), so a server that stops answering writes nothing that a
+    re-run would keep."""
     from tqdm import tqdm
 
-    from olmocr.pipeline.convert import all_of
+    from olmocr.pipeline.convert import ServerWatch, all_of
 
     totals = {"written": 0, "fallback_pages": 0, "input_tokens": 0, "output_tokens": 0}
     bar = tqdm(total=len(todo), unit="page", desc="bench pages", disable=not progress, dynamic_ncols=True)
+    watch = ServerWatch(converter.server)
 
-    async def one(row: dict, repeat: int, path: str) -> None:
-        result = await converter.convert({"pdf_path": row["pdf_path"], "page": row["page"]}, row["pdf_path"])
+    async def write(row: dict, repeat: int, path: str, result) -> None:
         await asyncio.to_thread(write_text, path, result.text)
         record = {"pdf": row["pdf"], "repeat": repeat, "candidate": path, **result.record()}
         with open(records_path, "a", encoding="utf-8") as fh:
@@ -59,8 +62,16 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
         bar.set_postfix(fallback=totals["fallback_pages"], refresh=False)
         bar.update(1)
 
+    async def one(row: dict, repeat: int, path: str) -> None:
+        result = await converter.convert({"pdf_path": row["pdf_path"], "page": row["page"]}, row["pdf_path"])
+        page = (row, repeat, path, result)
+        for ready in watch.settled(page, result.unanswered) if result.asked else [page]:
+            await write(*ready)
+
     try:
         await all_of(one(row, repeat, path) for row, repeat, path in todo)
+        for ready in watch.finish():
+            await write(*ready)
     finally:
         bar.close()
     return totals

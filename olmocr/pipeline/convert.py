@@ -28,7 +28,7 @@ from olmocr.data.steps import BuildMessages, Reject
 from olmocr.formats.frontmatter import PageMeta, read_answer
 from olmocr.formats.pdf import PdfError, text_layer
 from olmocr.pipeline.client import ChatClient, Reply
-from olmocr.pipeline.failures import Unavailable
+from olmocr.pipeline.failures import StopWork, Unavailable
 from olmocr.pipeline.server import Server
 
 log = logging.getLogger("olmocr.pipeline")
@@ -46,6 +46,8 @@ PAGE_REGEX = (r"---\nprimary_language: (?:[a-z]{2}|null)\nis_rotation_valid: (?:
               r"---(?:\n[\s\S]*)?")
 # The start check's page: a small image of one flat colour, prompted by the steps like any page.
 CHECK_PAGE_PX, CHECK_PAGE_COLOUR, CHECK_TOKENS = 64, (250, 250, 240), 8
+# Pages in a row that the server answered none of the requests for, after which it is the server's fault.
+UNANSWERED_IN_A_ROW = 8
 
 
 def clockwise(degrees: int, direction: str) -> int:
@@ -97,10 +99,66 @@ class PageResult:
     server_error: str | None = None
     answered: bool = False
 
+    @property
+    def asked(self) -> bool:
+        """Was the server asked (not so for a page that could not be rendered)?"""
+        return self.answered or self.server_error is not None
+
+    @property
+    def unanswered(self) -> str | None:
+        """The server's error when it answered none of the page's requests."""
+        return None if self.answered else self.server_error
+
     def record(self) -> dict:
         """The page as a JSON object (the per-page output)."""
         return {"page": self.page, "text": self.text, **self.meta.to_dict(), "fallback": self.fallback,
                 "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts}
+
+
+def error_gist(error: str) -> str:
+    """An HTTP-level error (a reply's) on one short line."""
+    return " ".join(error.split())[:300]
+
+
+class ServerWatch:
+    """Tells a page the server did not answer (every request an HTTP error, a model it does not serve, no chat
+    completion) apart from a server that stopped answering pages, for runs that record pages one by one and
+    skip recorded pages when run again (bench mode, pairs). Now and then, such a page is the page's own (a
+    request too large, an image the server chokes on) and is recorded as any failed page is; ``in_a_row`` of
+    them with no answered page between (or a run none of whose pages were answered) is the server's: they are
+    not recorded, so a re-run asks again, and the run stops (:class:`StopWork`) in one line. Until that is
+    known a page is held: :meth:`settled` gives the pages now known to be recorded."""
+
+    def __init__(self, server: Server, in_a_row: int = UNANSWERED_IN_A_ROW):
+        self.server, self.in_a_row = server, in_a_row
+        self.held: list = []
+        self.error: str | None = None  # the first error of the pages held
+        self.answered = False
+
+    def settled(self, page, error: str | None) -> list:
+        """``page`` (what the caller records), ``error`` its server error when no request of it was answered;
+        the pages to record now."""
+        if error is None:
+            self.answered = True
+            held, self.held = self.held, []
+            return [*held, page]
+        self.held.append(page)
+        self.error = self.error or error
+        if len(self.held) >= self.in_a_row:
+            raise self._stop(f"the last {len(self.held)} pages")
+        return []
+
+    def finish(self) -> list:
+        """At the end of the run: the pages still held, when the server answered others."""
+        if self.held and not self.answered:
+            raise self._stop(f"all {len(self.held)} pages")
+        held, self.held = self.held, []
+        return held
+
+    def _stop(self, which: str) -> StopWork:
+        server = self.server
+        return StopWork(f"{server.name} at {server.url} answered no request for {which} (model {server.model}): "
+                        f"{error_gist(self.error)}; they are not recorded")
 
 
 def _leaves(error: BaseException):
@@ -209,9 +267,8 @@ class PageConverter:
         except Unavailable as exc:
             raise ValueError(f"{self.server.name} at {self.server.url}: {exc}") from None
         if reply.error is not None:
-            gist = " ".join(reply.error.split())[:300]
             raise ValueError(f"{self.server.name} at {self.server.url} does not answer page requests for model "
-                             f"{self.server.model!r}: {gist}")
+                             f"{self.server.model!r}: {error_gist(reply.error)}")
 
     def __exit__(self, *exc) -> None:
         try:

@@ -23,7 +23,7 @@ from typing import Annotated
 
 from olmocr.config import Range, runtime
 from olmocr.formats.document import IMAGE, DocumentError
-from olmocr.pipeline.convert import PageConverter, PageResult, all_of
+from olmocr.pipeline.convert import PageConverter, PageResult, all_of, error_gist
 from olmocr.pipeline.dolma import dolma_document, mirror_path
 from olmocr.pipeline.failures import Unavailable
 from olmocr.pipeline.filter import DocumentFilter
@@ -159,12 +159,11 @@ class OcrWork:
         """An item none of whose pages the server answered (every attempt an HTTP error, a refused model
         name, no chat completion) says nothing of its documents: it goes back to the queue uncounted, and
         the worker's pause-and-give-up rule applies, as for a storage fault."""
-        asked = [page for page in pages if page.server_error is not None or page.answered]
+        asked = [page for page in pages if page.asked]
         if asked and not any(page.answered for page in asked):
             server = self.converter.server
-            gist = " ".join(asked[0].server_error.split())[:300]
             raise Unavailable(f"{server.name} at {server.url} answered none of this item's {len(asked)} page(s) "
-                              f"(model {server.model}): {gist}")
+                              f"(model {server.model}): {error_gist(asked[0].server_error)}")
 
     def _side_files(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str], filtered: list[str],
                     bad: list[str]) -> dict[str, bytes]:
