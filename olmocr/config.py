@@ -19,6 +19,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -97,6 +98,20 @@ class OneOf(Constraint):
 
     def __str__(self) -> str:
         return f"expected one of {', '.join(map(str, self.choices))}"
+
+
+@dataclass(frozen=True)
+class Matches(Constraint):
+    """A string of a given form: ``pattern`` (a regular expression) matches it whole; ``what`` says the form."""
+
+    pattern: str
+    what: str
+
+    def holds(self, value) -> bool:
+        return isinstance(value, str) and re.fullmatch(self.pattern, value) is not None
+
+    def __str__(self) -> str:
+        return f"expected {self.what}"
 
 
 # The bounds most often declared

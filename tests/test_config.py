@@ -196,6 +196,13 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("check_data", ["data.steps.render.longest_side=8"], "data.steps.render.longest_side: must be at least 16, got 8"),
     # was the builder's own error, without the key
     ("pipeline", ["convert.steps.prompt.version=v3"], "convert.steps.prompt.version: expected one of v1, v4, got 'v3'"),
+    # what transformers serve, or transformers' loader, would refuse only once started: its log, not a line
+    ("pipeline", ["server.dtype=bfloat"], "server.dtype: expected one of auto, float32, bfloat16, float16, got 'bfloat'"),
+    ("pipeline", ["server.device=gpu"],
+     "server.device: expected auto, cpu, mps, cuda, cuda:N (or xpu, npu, hpu), or a GPU number, got 'gpu'"),
+    ("pipeline", ["model=olmocr2_7b", "model.attn_implementation=flash_attention2"],
+     "model.attn_implementation: expected eager, sdpa, flex_attention, flash_attention_2, _3 or _4 (paged|… for "
+     "paged attention), or a kernel on the Hub as org/repo, got 'flash_attention2'"),
     ("pipeline", ["server=vllm", "server.dtype=fp4"],
      "server.dtype: expected one of auto, bfloat16, float, float16, float32, half, got 'fp4'"),
     ("pipeline", ["model.family=llama"], "model.family: expected one of qwen2_vl, qwen2_5_vl, qwen3_vl, got 'llama'"),
@@ -214,6 +221,23 @@ def test_a_value_outside_its_declared_bounds_fails_validation_naming_the_key(con
     with pytest.raises(ValueError) as info:
         compose(config, [*BY_CONFIG[config].placeholders(), *overrides])
     assert str(info.value) == message
+
+
+def test_the_attention_and_device_forms_are_the_ones_transformers_takes():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from olmocr.config import constraints
+    from olmocr.models.source import ModelSource
+    from olmocr.pipeline.server import TransformersServer
+
+    attention = constraints(ModelSource.__init__)["attn_implementation"]
+    device = constraints(TransformersServer.__init__)["device"]
+    for name in ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys(), "kernels-community/flash-attn3",
+                 "org/my.kernel@v2:attention"]:
+        assert attention.holds(name), name
+    assert not [name for name in ("sdpa2", "flash_attention", "paged|", "org/") if attention.holds(name)]
+    assert [name for name in ("auto", "cpu", "cuda", "cuda:1", "0", "xpu:0", "mps") if not device.holds(name)] == []
+    assert not [name for name in ("gpu", "cuda:", "cuda:x", "") if device.holds(name)]
 
 
 def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_python):

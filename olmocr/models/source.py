@@ -9,13 +9,19 @@ import os
 import re
 from typing import TYPE_CHECKING, Annotated
 
-from olmocr.config import OneOf
+from olmocr.config import Matches, OneOf
 from olmocr.models.families import FAMILIES, get_family, transformers_class
 
 if TYPE_CHECKING:
     import torch
 
 Dtype = Annotated[str, OneOf("float32", "bfloat16", "float16")]
+# transformers' attention implementations (a test keeps the names equal to its registry), paged ones
+# ("paged|sdpa"), and kernels on the Hub ("kernels-community/flash-attn3", "org/repo@rev:function").
+Attention = Annotated[str, Matches(r"(paged\|)?(eager|sdpa|flex_attention|flash_attention_[2-4])"
+                                   r"|[\w.-]+/[\w.-]+(@[\w.-]+)?(:\w+)?",
+                                   "eager, sdpa, flex_attention, flash_attention_2, _3 or _4 (paged|… for paged "
+                                   "attention), or a kernel on the Hub as org/repo")]
 FamilyName = Annotated[str, OneOf(*FAMILIES)]
 HUB_PROBE_TIMEOUT_S = 10.0
 
@@ -28,7 +34,7 @@ class ModelSource:
     Subclasses only decide ``path``; loading is shared so every stage loads models the same way.
     """
 
-    def __init__(self, family: FamilyName, dtype: Dtype = "bfloat16", attn_implementation: str = "sdpa",
+    def __init__(self, family: FamilyName, dtype: Dtype = "bfloat16", attn_implementation: Attention = "sdpa",
                  image_min_pixels: int | None = None, image_max_pixels: int | None = None):
         self.family = get_family(family)
         self.dtype = dtype
@@ -112,7 +118,7 @@ class HubModel(ModelSource):
     """A published checkpoint: a hub id (``org/name``) or a local folder in Hugging Face format."""
 
     def __init__(self, name_or_path: str, family: FamilyName, revision: str | None = None, dtype: Dtype = "bfloat16",
-                 attn_implementation: str = "sdpa", image_min_pixels: int | None = None,
+                 attn_implementation: Attention = "sdpa", image_min_pixels: int | None = None,
                  image_max_pixels: int | None = None):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
         if not os.path.isdir(os.path.expanduser(name_or_path)):

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 
 from olmocr.models.families import transformers_class
-from olmocr.models.source import Dtype, FamilyName, ModelSource
+from olmocr.models.source import Attention, Dtype, FamilyName, ModelSource
 
 SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -45,7 +45,7 @@ class TinyModel(ModelSource):
                  num_heads: int = 2, num_kv_heads: int = 1, intermediate_size: int = 128,
                  vision_depth: int = 2, vision_hidden_size: int = 64, vision_heads: int = 4,
                  vocab_size: int = 1024, seed: int = 0, cache_dir: str = "~/.cache/olmocr/models",
-                 dtype: Dtype = "float32", attn_implementation: str = "sdpa",
+                 dtype: Dtype = "float32", attn_implementation: Attention = "sdpa",
                  image_min_pixels: int | None = 56 * 56, image_max_pixels: int | None = 256 * 256):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
         head_dim = hidden_size // num_heads

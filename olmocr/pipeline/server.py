@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Annotated
 
-from olmocr.config import OneOf, Positive, Range, runtime
+from olmocr.config import Matches, OneOf, Positive, Range, runtime
 from olmocr.pipeline.failures import StopWork
 from olmocr.utils.vllm_cpu import server_env
 
@@ -35,6 +35,9 @@ log = logging.getLogger("olmocr.pipeline")
 Port = Annotated[int | None, Range(at_least=1, at_most=65535, null="a free one")]
 Restarts = Annotated[int, Range(at_least=0)]
 VLLM_DTYPES = ("auto", "bfloat16", "float", "float16", "float32", "half")  # vllm serve --dtype (a test keeps them equal)
+# transformers serve's --device: torch's device names as a device map takes them ("0": the first GPU).
+Device = Annotated[str, Matches(r"auto|cpu|mps|(cuda|xpu|npu|hpu|mlu)(:\d+)?|\d+",
+                                "auto, cpu, mps, cuda, cuda:N (or xpu, npu, hpu), or a GPU number")]
 
 
 class ServerGone(StopWork):
@@ -250,9 +253,10 @@ class TransformersServer(ManagedServer):
     name = "transformers serve"
     structured_outputs = False
 
-    def __init__(self, model, device: str = "cpu", dtype: str = "auto", continuous_batching: bool = False,
-                 host: str = "127.0.0.1", port: Port = None, startup_timeout_s: Positive = 300.0,
-                 max_restarts: Restarts = 3):
+    def __init__(self, model, device: Device = "cpu",
+                 dtype: Annotated[str, OneOf("auto", "float32", "bfloat16", "float16")] = "auto",
+                 continuous_batching: bool = False, host: str = "127.0.0.1", port: Port = None,
+                 startup_timeout_s: Positive = 300.0, max_restarts: Restarts = 3):
         # Without the update check, an offline machine does not wait on PyPI at every start.
         super().__init__(host, port, startup_timeout_s, max_restarts, {"HF_HUB_DISABLE_UPDATE_CHECK": "1"})
         self.source = model
