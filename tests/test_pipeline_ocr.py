@@ -405,6 +405,7 @@ def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):
     with FaultProxy(s3_server, rate=0.0) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        proxy.outage_when("GET", r"/corpus/ws/pages/[^?]+\.jsonl", 1)  # was a workspace of no page results
         proxy.outage_when("GET", r"/corpus/x/a\.pdf$", 1)
         proxy.outage_when("PUT", r"/labels2/corpus/x/a_pg1\.md$", 1)
         waited = export(compose("pipeline_export", ["workspace=s3://corpus/ws", "out_dir=s3://corpus/labels2",

@@ -254,7 +254,8 @@ def test_stats_on_a_half_done_workspace(root, tmp_path):
     assert queue(ws, "busy", lease_s=600).claim_next() is not None
     assert queue(ws, "dead", lease_s=0.01).claim_next() is not None
     time.sleep(0.05)
-    stats = workspace_stats(ws)
+    cache = str(tmp_path / "cache")
+    stats = workspace_stats(ws, cache_dir=cache)
     assert (stats["items"], stats["done"], stats["active"], stats["expired"], stats["waiting"]) == (10, 4, 1, 1, 4)
     assert stats["counts"] == {"documents": 4, "pages": 8, "fallback_pages": 4, "input_tokens": 400,
                                "output_tokens": 160}
@@ -272,6 +273,24 @@ def test_stats_on_a_half_done_workspace(root, tmp_path):
             "up, 4 waiting") in proc.stdout
     assert "8 done, 4 from the text layer (fallback), ~12 to go" in proc.stdout
     assert not glob.glob(str(tmp_path / "outputs")) and not glob.glob(str(tmp_path / "*.log"))  # a query only
+    # A later look reads no done marker it has read (on S3, every read of one is refused here) …
+    if root.startswith("s3://"):
+        from olmocr.utils.faultproxy import FaultProxy
+
+        with FaultProxy(os.environ["AWS_ENDPOINT_URL"], rate=1.0, faults=("access_denied",), methods=("GET",),
+                        paths=r"/done/[^?]*\.json") as proxy, pytest.MonkeyPatch.context() as env:
+            env.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            again = workspace_stats(Workspace(root), cache_dir=cache)
+        assert again["counts"] == stats["counts"] and again["done"] == 4 and not proxy.faulted()
+    # … and reads one written again (a look cut short left a torn line: that costs a read, not a wrong figure).
+    [marker] = [n for n in ws.store.list("done")][:1]
+    record = json.loads(ws.store.read(f"done/{marker}").data)
+    ws.store.write(f"done/{marker}", json.dumps({**record, "counts": {**record["counts"], "pages": 20}}).encode())
+    [kept] = glob.glob(f"{cache}/done-*.jsonl")
+    with open(kept, "a") as fh:
+        fh.write('["torn')
+    again = workspace_stats(ws, cache_dir=cache)
+    assert again["counts"] == {**stats["counts"], "pages": 26} and again["unreadable_done_markers"] == 0
 
 
 def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_no_op(tmp_path):

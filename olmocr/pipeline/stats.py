@@ -3,13 +3,17 @@
 Items total / done / being worked on / claims expired (their worker died; the next worker takes them
 over) / given up; documents, pages, fallback pages and tokens of the finished items; throughput over the
 whole run and over the last ``window_min`` minutes; the projected finish at the recent rate. Reads the
-index, the claims and the done markers only (never the results), so it is cheap on large workspaces.
+index, the claims and the done markers only (never the results), and a done marker once: what it says is
+kept in ``<paths.cache>/stats/`` (a marker is written once), so a look at a large workspace lists the markers
+and reads only those written since the last look.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import time
 from collections import Counter
 
@@ -33,24 +37,87 @@ def _rate(records: list[dict], key: str, since: float | None = None, now: float 
     return total / span if span > 0 else None
 
 
-def workspace_stats(workspace, window_min: float = 15.0, now: float | None = None) -> dict:
+def done_record(data: bytes) -> dict | None:
+    """What stats needs of a done marker, or None when it is not one."""
+    try:
+        record = json.loads(data)
+        return {"id": record.get("id"), "claimed": float(record["claimed"]), "finished": float(record["finished"]),
+                "counts": dict(record.get("counts") or {})}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class DoneRecords:
+    """The done markers of a workspace as :func:`done_record` reads them, remembered in ``cache_dir`` (None: not
+    at all) by each marker's listing tag: a later look lists the markers and reads only those new or written
+    again. At 100,000 items a look read 100,000 objects (29 s here from a local disk not yet cached; a minute
+    or more on S3 or a parallel file system)."""
+
+    def __init__(self, store, cache_dir: str | None):
+        self.store = store
+        digest = hashlib.sha256(store.url("").encode()).hexdigest()[:16]
+        self.path = os.path.join(os.path.expanduser(cache_dir), f"done-{digest}.jsonl") if cache_dir else None
+
+    def _load(self) -> tuple[dict[str, tuple[str, dict | None]], int]:
+        known, lines = {}, 0
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                for line in fh:
+                    lines += 1
+                    try:
+                        name, tag, record = json.loads(line)
+                        known[name] = (tag, record)
+                    except (ValueError, TypeError):
+                        continue  # a line a kill cut short: that marker is read again
+        except (OSError, TypeError):
+            pass
+        return known, lines
+
+    def read(self, folder: str, names: set[str]) -> dict[str, dict | None]:
+        """The record of each marker in ``folder`` whose name is in ``names`` (None: not a done marker)."""
+        tags = {name: tag for name, tag in self.store.tags(folder).items() if name in names}
+        known, lines = self._load() if self.path else ({}, 0)
+        current = {name: known[name] for name, tag in tags.items() if known.get(name, (None,))[0] == tag}
+        fresh = [name for name in tags if name not in current]
+        read = self.store.read_many([f"{folder}/{name}" for name in fresh])
+        new = {name: (tags[name], done_record(read[f"{folder}/{name}"])) for name in fresh if f"{folder}/{name}" in read}
+        current.update(new)
+        if self.path and new:
+            # Most lines of markers gone or written again: the file is written anew.
+            whole = lines + len(new) > 2 * len(current) + 1000
+            self._remember(current if whole else new, whole)
+        return {name: record for name, (_, record) in current.items()}
+
+    def _remember(self, rows: dict[str, tuple[str, dict | None]], whole: bool) -> None:
+        text = "".join(json.dumps([name, tag, record], separators=(",", ":")) + "\n" for name, (tag, record) in rows.items())
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            if whole:
+                tmp = f"{self.path}.{os.getpid()}.tmp"
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                os.replace(tmp, self.path)
+            else:
+                with open(self.path, "a", encoding="utf-8") as fh:
+                    fh.write(text)
+        except OSError as exc:
+            log.warning("cannot keep the done markers read in %s (%s): the next look reads them all again",
+                        self.path, exc)
+
+
+def workspace_stats(workspace, window_min: float = 15.0, now: float | None = None,
+                    cache_dir: str | None = None) -> dict:
+    """The figures of ``workspace``; the done markers read are remembered in ``cache_dir`` (:class:`DoneRecords`)."""
     from olmocr.pipeline.workspace import CLAIMS, DONE
 
     now = time.time() if now is None else now
     items = {item.id: item for item in workspace.items()}
-    done_ids = [n[:-5] for n in workspace.store.list(DONE) if n.endswith(".json") and n[:-5] in items]
-    done = set(done_ids)
+    found = DoneRecords(workspace.store, cache_dir).read(DONE, {f"{i}.json" for i in items})
+    done = {name[:-5] for name in found}
     claim_ids = [n[:-5] for n in workspace.store.list(CLAIMS) if n.endswith(".json") and n[:-5] in items
                  and n[:-5] not in done]
-    records, unreadable = [], 0
-    for data in workspace.store.read_many([workspace.done_name(i) for i in done_ids]).values():
-        try:
-            record = json.loads(data)
-            record["counts"] = dict(record.get("counts") or {})
-            float(record["claimed"]), float(record["finished"])
-            records.append(record)
-        except (ValueError, KeyError, TypeError):
-            unreadable += 1
+    records = [record for record in found.values() if record is not None]
+    unreadable = len(found) - len(records)
     claims, given_up = Counter(), []
     for name, data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).items():
         try:
@@ -150,7 +217,8 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
     from olmocr.utils.io import Access
 
     try:
-        stats = workspace_stats(Workspace(cfg.workspace, Access(**cfg.workspace_access)), window_min=cfg.window_min)
+        stats = workspace_stats(Workspace(cfg.workspace, Access(**cfg.workspace_access)), window_min=cfg.window_min,
+                                cache_dir=os.path.join(cfg.paths.cache, "stats"))
     except store_errors() as exc:
         raise ValueError(f"workspace {cfg.workspace}: {exc}") from None
     if not stats["items"]:

@@ -62,6 +62,11 @@ class Store:
         """Names of the objects directly in ``folder`` (not their paths)."""
         raise NotImplementedError
 
+    def tags(self, folder: str) -> dict[str, str]:
+        """The objects directly in ``folder`` (names, as :meth:`list`), each with what changes whenever it is
+        written again, from a listing (no request an object)."""
+        raise NotImplementedError
+
     def write(self, name: str, data: bytes) -> None:
         raise NotImplementedError
 
@@ -142,6 +147,18 @@ class LocalStore(Store):
         except FileNotFoundError:
             return []
 
+    def tags(self, folder: str) -> dict[str, str]:
+        try:
+            with os.scandir(self._path(folder)) as entries:
+                found = {}
+                for entry in entries:
+                    if not entry.name.startswith("."):
+                        st = entry.stat()
+                        found[entry.name] = f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"  # as version()
+                return found
+        except FileNotFoundError:
+            return {}
+
     def write(self, name: str, data: bytes) -> None:
         os.replace(self._staged(name, data), self._path(name))
 
@@ -216,8 +233,14 @@ class S3Store(Store):
         if not names:
             return {}
         by_key = {self.fs._strip_protocol(self.url(n)): n for n in names}
-        found = self.fs.cat(list(by_key), on_error="omit")
-        return {by_key[self.fs._strip_protocol(key)]: data for key, data in found.items()}
+        out = {}
+        for key, data in self.fs.cat(list(by_key), on_error="return").items():
+            if isinstance(data, FileNotFoundError):
+                continue
+            if isinstance(data, BaseException):  # refused, or no answer: never taken for an object not there
+                raise data
+            out[by_key[self.fs._strip_protocol(key)]] = data
+        return out
 
     def version(self, name: str) -> str | None:
         try:
@@ -233,6 +256,13 @@ class S3Store(Store):
             return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.url(folder), detail=False)]
         except FileNotFoundError:
             return []
+
+    def tags(self, folder: str) -> dict[str, str]:
+        try:
+            listed = self.fs.ls(self.url(folder), detail=True)
+        except FileNotFoundError:
+            return {}
+        return {entry["name"].rsplit("/", 1)[-1]: entry["ETag"] for entry in listed if entry.get("type") == "file"}
 
     def write(self, name: str, data: bytes) -> None:
         self.fs.pipe_file(self.url(name), data)
