@@ -354,6 +354,10 @@ def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
                                              r"again to resume\)$"):
             bench(server, "run")
     assert not glob.glob(f"{tmp_path}/candidates/*")
+    with ChatServer([answer("", status=503)]) as server:  # busy past convert.busy_s: a line, not a traceback
+        with pytest.raises(ValueError, match=r"^server http://127.0.0.1:\d+/v1 busy for 1 s \(convert.busy_s\): HTTP "
+                                             r"503 .*\(pages written so far are kept; run again to resume\)$"):
+            bench(server, "run1", "convert.busy_s=1")
     # The server mended, but one page it cannot answer (a request it rejects): that page is the page's fault.
     first = sorted(glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))[0]
     [rejected] = page_keys(first, 1)

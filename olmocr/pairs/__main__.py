@@ -83,7 +83,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
 def mine(cfg: DictConfig, output_dir: str, rewards, pages: list[dict]) -> dict:
     from olmocr.pairs.mine import PairFile
-    from olmocr.pipeline.failures import StopWork
+    from olmocr.pipeline.failures import StopWork, Unavailable
     from olmocr.utils.runinfo import write_run_info
 
     pairs = PairFile(os.path.join(output_dir, "pairs.jsonl"))
@@ -96,7 +96,7 @@ def mine(cfg: DictConfig, output_dir: str, rewards, pages: list[dict]) -> dict:
             with converter:
                 converter.run(mine_all(converter, todo, pairs, cfg.samples, cfg.temperature, rewards, cfg.margin,
                                        cfg.seed, cfg.progress))
-        except StopWork as exc:
+        except (StopWork, Unavailable) as exc:  # the server gone, refusing the key, or busy past convert.busy_s
             raise ValueError(f"{exc} (pages mined so far are kept; run again to resume)") from None
     summary = {"pairs_file": pairs.path, "pages": len(pages), "pairs": pairs.counts["pairs"],
                "pages_without_pair": pairs.counts["no_pair"], "mined_now": len(todo)}

@@ -80,7 +80,7 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
 @stage("pipeline_bench")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
-    from olmocr.pipeline.failures import StopWork
+    from olmocr.pipeline.failures import StopWork, Unavailable
     from olmocr.utils.runinfo import write_run_info
 
     rows, problems = bench_pages(cfg.bench_dir, reference=False)
@@ -109,7 +109,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             with converter:
                 totals = converter.run(convert_pages(converter, todo, os.path.join(output_dir, "pages.jsonl"),
                                                      cfg.progress))
-        except StopWork as exc:
+        except (StopWork, Unavailable) as exc:  # the server gone, refusing the key, or busy past convert.busy_s
             raise ValueError(f"{exc} (pages written so far are kept; run again to resume)") from None
     summary = {"candidates": candidates, "pages": len(rows), "repeats": cfg.repeats, "kept": kept, **totals,
                "server_restarts": converter.server.restarts}
