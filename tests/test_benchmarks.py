@@ -102,6 +102,15 @@ def test_viewer_scale_runs(warm_python):
     assert re.search(r"^peak RSS 30 vs 10 documents: [\d.]+x", proc.stdout, re.M), proc.stdout
 
 
+def test_export_scale_runs(warm_python):
+    proc = subprocess.run([warm_python, "benchmarks/export_scale.py", "--items", "4", "--baseline", "2", "--pages", "100",
+                           "--chars", "200", "--repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^ +4 items \(400 pages, \d+ MiB of page results\): [\d.]+ s, peak RSS \d+ MiB, 4 pages exported, "
+                     r"396 fallback$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^peak RSS 4 vs 2 items: [\d.]+x", proc.stdout, re.M), proc.stdout
+
+
 def test_dpo_learning_runs(monkeypatch, capsys):
     out = in_process("dpo_learning.py", ["--steps", "3", "--seeds", "0"], monkeypatch, capsys)
     assert re.search(r"^seed 0 lr 0 +0\.000 +\| 0\.00$", out, re.M), out  # lr 0: policy == reference

@@ -56,27 +56,29 @@ class Patient:
     def list(self, folder: str) -> list[str]:
         return self._call(folder, lambda: self.store.list(folder))
 
-    def read_many(self, names: list[str]) -> dict[str, bytes]:
-        return self._call(names[0] if names else "", lambda: self.store.read_many(names))
+    def read(self, name: str) -> bytes | None:
+        found = self._call(name, lambda: self.store.read(name))
+        return None if found is None else found.data
 
     def write(self, name: str, data: bytes) -> None:
         self._call(name, lambda: self.store.write(name, data))
 
 
-def read_page_results(store: Patient, counts: Counter) -> dict[str, list[dict]]:
-    """The workspace's page results by source PDF; lines that do not parse are counted and skipped."""
-    names = sorted(n for n in store.list(PAGES) if n.endswith(".jsonl"))
+def read_page_results(store: Patient, name: str, counts: Counter) -> dict[str, list[dict]]:
+    """The page results of one item (``name``, in ``pages/``) by source document: every page of a document is
+    in its item's file, so the workspace is exported a file at a time, its memory that of one item. Lines that
+    do not parse are counted and skipped."""
     by_source: dict[str, list[dict]] = defaultdict(list)
-    for name, data in store.read_many([f"{PAGES}/{n}" for n in names]).items():
-        for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                by_source[record["source"]].append(record)
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                counts["unreadable_lines"] += 1
-                log.warning("%s:%d: not a page result (%s)", name, number, exc)
+    data = store.read(f"{PAGES}/{name}") or b""
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            by_source[record["source"]].append(record)
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            counts["unreadable_lines"] += 1
+            log.warning("%s:%d: not a page result (%s)", name, number, exc)
     return by_source
 
 
@@ -157,17 +159,20 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     workspace_access, pdf_access = Access(**cfg.workspace_access), Access(**cfg.pdf_access)
     try:
         out = Patient(open_store(cfg.out_dir, workspace_access), cfg.storage_wait_s)
-        by_source = read_page_results(Patient(open_store(cfg.workspace, workspace_access), cfg.storage_wait_s), counts)
-        exported = Exported(out)
-        if not by_source:
+        workspace = Patient(open_store(cfg.workspace, workspace_access), cfg.storage_wait_s)
+        names = sorted(n for n in workspace.list(PAGES) if n.endswith(".jsonl"))
+        exported, pages = Exported(out), 0
+        with tqdm(total=len(names), unit="item", desc="export", disable=not cfg.progress, dynamic_ncols=True) as bar:
+            for name in names:
+                by_source = read_page_results(workspace, name, counts)
+                for source in sorted(by_source):
+                    export_source(source, by_source[source], out, exported, counts, pdf_access, cfg.storage_wait_s)
+                    pages += len(by_source[source])
+                bar.update(1)
+                bar.set_postfix(pages=pages, exported=counts["exported"], refresh=False)
+        if not pages:
             raise ValueError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
                              "python -m olmocr.pipeline … work.page_results=true")
-        pages = sum(len(records) for records in by_source.values())
-        with tqdm(total=pages, unit="page", desc="export", disable=not cfg.progress, dynamic_ncols=True) as bar:
-            for source in sorted(by_source):
-                export_source(source, by_source[source], out, exported, counts, pdf_access, cfg.storage_wait_s)
-                bar.update(len(by_source[source]))
-                bar.set_postfix(exported=counts["exported"], refresh=False)
     except Unavailable as exc:  # a local source that cannot be read now
         raise ValueError(f"export: {exc} (the pages exported so far are kept: run again to add the rest)") from None
     except store_errors() as exc:
