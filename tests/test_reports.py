@@ -226,7 +226,8 @@ def test_a_stage_whose_storage_refuses_or_does_not_answer_ends_in_one_line_namin
     from olmocr.utils.faultproxy import FaultProxy
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="converted")
-    command = [sys.executable, "-m", "olmocr.report.viewer", "results=s3://converted/ws", f"hydra.run.dir={tmp_path}/run"]
+    command = [sys.executable, "-m", "olmocr.report.viewer", "results=s3://converted/ws", "storage_wait_s=0",
+               f"hydra.run.dir={tmp_path}/run"]
     for fault, expected in [("access_denied", "error: the storage refused the credentials (PermissionError: Access "
                                               "Denied); the config's remote places: results=s3://converted/ws"),
                             ("outage", r"error: the storage or a service did not answer \(EndpointConnectionError: "
@@ -242,3 +243,47 @@ def test_a_stage_whose_storage_refuses_or_does_not_answer_ends_in_one_line_namin
                             run.stderr.strip().splitlines()[-1]), run.stderr[-1000:]
     assert outside(PermissionError(13, "Permission denied", "/data/runs")) == "permission denied: /data/runs"
     assert outside(RuntimeError("a bug")) is None
+
+
+def test_the_viewer_waits_out_storage_and_never_keeps_a_page_unreadable_because_of_an_outage(tmp_path, s3_server,
+                                                                                            monkeypatch):
+    """A document page is kept by later runs: an outage while its PDF was read wrote 'cannot read' into it for
+    good. Reads wait the storage out (the client's own retries off here); refused credentials end the run in
+    one line, no page written."""
+    import s3fs
+    from conftest import write_pdf
+
+    from olmocr.config import compose
+    from olmocr.faults import Unreachable
+    from olmocr.report.viewer import run
+    from olmocr.utils.faultproxy import FaultProxy
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
+    fs.mkdir("converted")
+    fs.put_file(write_pdf(str(tmp_path / "a.pdf"), ["Remote page one", "Remote page two"]), "converted/pdfs/a.pdf")
+    texts = ["Page one read", "Page two read"]
+    doc = {"id": "d1", "text": "\n".join(texts), "source": "olmocr",
+           "metadata": {"Source-File": "s3://converted/pdfs/a.pdf", "pdf-total-pages": 2, "total-input-tokens": 9,
+                        "total-output-tokens": 9, "total-fallback-pages": 0},
+           "attributes": {"pdf_page_numbers": [[0, 14, 1], [14, 27, 2]], "primary_language": ["en", "en"],
+                          "is_rotation_valid": [True, True], "rotation_correction": [0, 0], "is_table": [False, False],
+                          "is_diagram": [False, False], "is_fallback": [False, False]}}
+    fs.pipe_file("converted/ws/results/output_x.jsonl", (json.dumps(doc) + "\n").encode())
+    fs.pipe_file("converted/ws/bad/x.jsonl", json.dumps({"source": "s3://converted/pdfs/b.pdf", "status": "bad",
+                                                         "reason": "unreadable_pdf", "detail": "truncated"}).encode())
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        for path in ("/converted/ws/results/output_x", "/converted/pdfs/a", "/converted/ws/bad/x"):
+            proxy.outage_when("GET", rf"{path}\.(jsonl|pdf)$", 1)
+        index = run(compose("report_viewer", ["results=s3://converted/ws"]), str(tmp_path / "viewer"))
+        assert proxy.counts["outage", "GET"] >= 3
+    [page] = glob.glob(str(tmp_path / "viewer" / "docs" / "*.html"))
+    html = open(page).read()
+    assert "cannot read" not in html and html.count('<img alt="page') == 2 and "Page two read" in html
+    assert "unreadable_pdf" in open(index).read()
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("GET",), paths=r"/pdfs/a\.pdf$") as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(Unreachable, match=r"^s3://converted/pdfs/a\.pdf: the storage refused the credentials"):
+            run(compose("report_viewer", ["results=s3://converted/ws"]), str(tmp_path / "viewer2"))
+    assert not glob.glob(str(tmp_path / "viewer2" / "docs" / "*.html"))

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 from omegaconf import MISSING
 
-from olmocr.config import Range, StageConfig, store
+from olmocr.config import NonNegative, Range, StageConfig, store
+from olmocr.utils.io import STORAGE_WAIT_S
 
 
 @dataclass
@@ -25,6 +26,8 @@ class ViewerConfig(StageConfig):
     # shown, in file order; the rest are counted
     max_documents: Annotated[int | None, Range(at_least=1, null="all")] = None
     longest_side: Annotated[int, Range(at_least=16)] = 700  # of the page images, in pixels
+    # how long a remote read waits out storage that does not answer before the stage stops (0: not at all)
+    storage_wait_s: NonNegative = STORAGE_WAIT_S
 
 
 store("report_plots_schema", PlotsConfig)

@@ -10,7 +10,10 @@ as JPEG files, named by source and page (the documents of one PDF share them).
 
 Any workspace size: documents stream from the JSONL one line at a time and each page is written as its
 document goes by, so memory holds one document. A run into the same dir keeps the document pages and
-images an earlier (interrupted) run wrote and writes the index again.
+images an earlier (interrupted) run wrote and writes the index again. Remote storage (the results, the
+PDFs) that does not answer is waited out for up to ``storage_wait_s`` at each read, so a page is never
+written (and kept) as unreadable because of an outage; past that, or on refused credentials, it stops in
+one line.
 """
 
 from __future__ import annotations
@@ -44,42 +47,42 @@ document.getElementById('search').addEventListener('input', function (event) {
 </script>"""
 
 
-def result_files(results: list[str]) -> list[str]:
+def result_files(results: list[str], wait_s: float = 0.0) -> list[str]:
     """The JSONL files ``results`` names: a workspace's results/, files, globs."""
     from olmocr.utils.io import filesystem
 
     files = []
     for entry in results:
-        if filesystem(entry).isdir(entry):
-            found = _glob(entry, "results/*.jsonl") or _glob(entry, "*.jsonl")
+        if filesystem(entry, wait_s=wait_s).isdir(entry):
+            found = _glob(entry, "results/*.jsonl", wait_s) or _glob(entry, "*.jsonl", wait_s)
         else:
-            found = _glob(entry)
+            found = _glob(entry, wait_s=wait_s)
         if not found:
             raise ValueError(f"results: {entry!r} names no Dolma JSONL (a workspace, a .jsonl file or a glob)")
         files += found
     return files
 
 
-def _glob(entry: str, pattern: str | None = None) -> list[str]:
+def _glob(entry: str, pattern: str | None = None, wait_s: float = 0.0) -> list[str]:
     """``entry`` (or ``pattern`` under it) globbed, sorted, as paths the I/O helpers open (s3:// kept)."""
     from olmocr.utils.io import filesystem, is_remote
 
     prefix = entry.split("://", 1)[0] + "://" if is_remote(entry) else ""
-    found = filesystem(entry).glob(f"{entry.rstrip('/')}/{pattern}" if pattern else entry)
+    found = filesystem(entry, wait_s=wait_s).glob(f"{entry.rstrip('/')}/{pattern}" if pattern else entry)
     return [prefix + f if prefix and not f.startswith(prefix) else f for f in sorted(found)]
 
 
-def not_converted(results: list[str]) -> Iterator[dict]:
+def not_converted(results: list[str], wait_s: float = 0.0) -> Iterator[dict]:
     """The documents a workspace did not convert, from its bad/ and filtered/ lists (source, status,
     reason, detail); none for Dolma files named directly."""
     from olmocr.utils.io import filesystem, read_text
 
     for entry in results:
-        if not filesystem(entry).isdir(entry):
+        if not filesystem(entry, wait_s=wait_s).isdir(entry):
             continue
         for folder in ("bad", "filtered"):
-            for path in _glob(entry, f"{folder}/*.jsonl"):
-                for number, line in enumerate(read_text(path).splitlines(), start=1):
+            for path in _glob(entry, f"{folder}/*.jsonl", wait_s):
+                for number, line in enumerate(read_text(path, wait_s=wait_s).splitlines(), start=1):
                     try:
                         row = json.loads(line)
                         yield {key: str(row.get(key, folder if key == "status" else "")) for key in
@@ -88,13 +91,12 @@ def not_converted(results: list[str]) -> Iterator[dict]:
                         log.warning("%s:%d: not a line of the not-converted list; skipped", path, number)
 
 
-def documents(files: list[str]) -> Iterator[dict]:
+def documents(files: list[str], wait_s: float = 0.0) -> Iterator[dict]:
     """The documents of the Dolma files, one line at a time."""
-    from olmocr.utils.io import filesystem, is_remote
+    from olmocr.utils.io import open_text
 
     for path in files:
-        with (filesystem(path).open(path, "rt", encoding="utf-8") if is_remote(path)
-              else open(path, encoding="utf-8")) as fh:
+        with open_text(path, wait_s=wait_s) as fh:
             for number, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
@@ -117,8 +119,10 @@ def write_once(path: str, data: bytes) -> None:
     os.replace(path + ".part", path)
 
 
-def page_images(source: str, pages: list[int], longest_side: int, folder: str) -> dict[int, str]:
-    """An <img> of each page (files under ``folder``, rendered unless there already), or why it is missing."""
+def page_images(source: str, pages: list[int], longest_side: int, folder: str, wait_s: float = 0.0) -> dict[int, str]:
+    """An <img> of each page (files under ``folder``, rendered unless there already), or why it is missing (a
+    source that is gone or refuses this user, said on the page; storage that does not answer is waited out
+    for up to ``wait_s``, and refused credentials stop the run, :class:`olmocr.faults.Unreachable`)."""
     from olmocr.formats.html import esc, jpeg
     from olmocr.formats.pdf import PdfError
     from olmocr.formats.render import RenderError, render_page
@@ -130,7 +134,7 @@ def page_images(source: str, pages: list[int], longest_side: int, folder: str) -
         path = os.path.join(folder, name)
         if not os.path.exists(path):
             try:
-                data = read_bytes(source) if data is None else data
+                data = read_bytes(source, wait_s=wait_s) if data is None else data
             except OSError as exc:
                 return {p: f'<p class="fail">cannot read {esc(source)}: {esc(exc)}</p>' for p in pages}
             try:
@@ -142,13 +146,13 @@ def page_images(source: str, pages: list[int], longest_side: int, folder: str) -
     return out
 
 
-def document_html(doc: dict, longest_side: int, pages_dir: str) -> str:
+def document_html(doc: dict, longest_side: int, pages_dir: str, wait_s: float = 0.0) -> str:
     from olmocr.formats.html import esc, markdown_html
 
     meta, attrs = doc["metadata"], doc["attributes"]
     spans = attrs["pdf_page_numbers"]
     fallback = attrs.get("is_fallback") or [None] * len(spans)
-    images = page_images(meta["Source-File"], [page for _, _, page in spans], longest_side, pages_dir)
+    images = page_images(meta["Source-File"], [page for _, _, page in spans], longest_side, pages_dir, wait_s)
     header = (f"<p><a href='../index.html'>all documents</a></p><h1>{esc(meta['Source-File'])}</h1><p class='muted'>{meta.get('pdf-total-pages')} pages, "
               f"{meta.get('total-fallback-pages', 0)} from the text layer, {meta.get('total-input-tokens', 0)} input "
               f"and {meta.get('total-output-tokens', 0)} output tokens; model {esc(meta.get('model', '?'))}; "
@@ -184,7 +188,7 @@ def run(cfg: DictConfig, output_dir: str) -> str:
     from olmocr.utils.runinfo import write_run_info
 
     results = [cfg.results] if isinstance(cfg.results, str) else list(cfg.results)
-    files = result_files(results)
+    files = result_files(results, cfg.storage_wait_s)
     docs_dir, pages_dir = os.path.join(output_dir, "docs"), os.path.join(output_dir, "pages")
     os.makedirs(docs_dir, exist_ok=True)
     os.makedirs(pages_dir, exist_ok=True)
@@ -197,7 +201,7 @@ def run(cfg: DictConfig, output_dir: str) -> str:
                   "<p><input id='search' type='search' placeholder='filter by name' size='60'> <span id='shown'>"
                   "</span></p>\n<table class='data' id='documents'><tr><th>source</th><th>pages</th><th>from the "
                   "text layer</th><th>input tokens</th><th>output tokens</th></tr>\n")
-        for doc in tqdm(documents(files), desc="documents", unit="doc"):
+        for doc in tqdm(documents(files, cfg.storage_wait_s), desc="documents", unit="doc"):
             total += 1
             if cfg.max_documents is not None and shown >= cfg.max_documents:
                 continue  # counted, not shown
@@ -207,12 +211,12 @@ def run(cfg: DictConfig, output_dir: str) -> str:
             if os.path.exists(page):
                 kept += 1
             else:
-                html = document_html(doc, cfg.longest_side, pages_dir)
+                html = document_html(doc, cfg.longest_side, pages_dir, cfg.storage_wait_s)
                 write_once(page, document(doc["metadata"]["Source-File"], html).encode())
             out.write(index_row(doc, name))
         out.write("</table>\n<h2>Not converted</h2><table class='data' id='not-converted'><tr><th>source</th>"
                   "<th>status</th><th>reason</th><th>detail</th></tr>\n")
-        for row in not_converted(results):
+        for row in not_converted(results, cfg.storage_wait_s):
             skipped[f"{row['status']}: {row['reason']}"] += 1
             out.write(f'<tr data-name="{esc(row["source"].lower())}">' +
                       "".join(f"<td>{esc(row[k])}</td>" for k in ("source", "status", "reason", "detail")) + "</tr>\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import tempfile
@@ -82,13 +83,18 @@ class PatientFileSystem:
         return PatientReader(self.fs, path, self.wait_s)
 
 
-class PatientReader:
+class PatientReader(io.RawIOBase):
     """A remote file open for reading whose reads wait out storage that does not answer: a read that fails is
-    made again at the same offset, through a new handle (the old one may hold a broken connection)."""
+    made again at the same offset, through a new handle (the old one may hold a broken connection). A raw
+    stream: ``io.BufferedReader`` over it reads lines (:func:`open_text`)."""
 
     def __init__(self, fs, path: str, wait_s: float):
+        super().__init__()
         self.fs, self.path, self.wait_s = fs, path, wait_s
         self.position, self.handle = 0, None
+
+    def readable(self) -> bool:
+        return True
 
     def _again(self, read):
         def attempt():
@@ -98,14 +104,16 @@ class PatientReader:
                 self.handle.seek(self.position)
                 return read(self.handle)
             except BaseException:
-                self.close()
+                self._drop()
                 raise
 
         return patiently(attempt, self.path, self.wait_s)
 
-    def seek(self, position: int) -> int:
-        self.position = position
-        return position
+    def seek(self, position: int, whence: int = io.SEEK_SET) -> int:
+        if whence not in (io.SEEK_SET, io.SEEK_CUR):
+            raise io.UnsupportedOperation("seek from the end of a remote file")
+        self.position = position + (self.position if whence == io.SEEK_CUR else 0)
+        return self.position
 
     def tell(self) -> int:
         return self.position
@@ -120,17 +128,25 @@ class PatientReader:
         self.position += count
         return count
 
-    def close(self) -> None:
+    def _drop(self) -> None:
         handle, self.handle = self.handle, None
         if handle is not None:
             with contextlib.suppress(*store_errors()):
                 handle.close()
 
-    def __enter__(self) -> PatientReader:
-        return self
+    def close(self) -> None:
+        self._drop()
+        super().close()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+
+def open_text(path: str, access: Access | None = None, wait_s: float = 0.0):
+    """``path`` open for reading as UTF-8 text, a line at a time; remote, with ``wait_s``, its reads wait out
+    storage that does not answer (:class:`PatientReader`)."""
+    if not is_remote(path):
+        return open(path, encoding="utf-8")
+    fs = filesystem(path, access, wait_s)
+    raw = fs.open(path, "rb")
+    return io.TextIOWrapper(io.BufferedReader(raw) if isinstance(raw, PatientReader) else raw, encoding="utf-8")
 
 
 def read_bytes(path: str, access: Access | None = None, wait_s: float = 0.0) -> bytes:
