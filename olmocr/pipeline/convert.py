@@ -172,8 +172,6 @@ def _leaves(error: BaseException):
 async def all_of(coroutines) -> list:
     """Run concurrently; the results in order. When one fails the others are cancelled and its error is
     raised as itself (the one that stops the run first, if any), not wrapped in an exception group."""
-    from olmocr.pipeline.failures import StopWork
-
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(coroutine) for coroutine in coroutines]

@@ -50,8 +50,8 @@ def done_record(data: bytes) -> dict | None:
 class DoneRecords:
     """The done markers of a workspace as :func:`done_record` reads them, remembered in ``cache_dir`` (None: not
     at all) by each marker's listing tag: a later look lists the markers and reads only those new or written
-    again. At 100,000 items a look read 100,000 objects (29 s here from a local disk not yet cached; a minute
-    or more on S3 or a parallel file system)."""
+    again. At 100,000 items a look read 100,000 objects (24 s here from a local disk not yet cached, 6 s with
+    this; on S3 or a parallel file system each read is a request)."""
 
     def __init__(self, store, cache_dir: str | None):
         self.store = store
@@ -69,7 +69,7 @@ class DoneRecords:
                         known[name] = (tag, record)
                     except (ValueError, TypeError):
                         continue  # a line a kill cut short: that marker is read again
-        except (OSError, TypeError):
+        except OSError:  # none yet (or unreadable): every marker is read
             pass
         return known, lines
 
