@@ -344,7 +344,7 @@ def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
         args = [f"bench_dir={SAMPLE}/eval", "server=external", f"server.url={server.url}", "server.model_name=scripted",
                 f"convert.steps.render.longest_side={SIDE}", "convert.temperatures=[0.1,0.2]",
                 f"candidates={tmp_path}/candidates", "repeats=2", "progress=false", *extra]
-        os.makedirs(tmp_path / run)
+        os.makedirs(tmp_path / run, exist_ok=True)
         return pipeline_bench(compose("pipeline_bench", args), str(tmp_path / run))
 
     with ChatServer([answer("", status=500)]) as server:
@@ -366,6 +366,13 @@ def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
     assert (summary["written"], summary["fallback_pages"]) == (16, 2)
     stem = f"{tmp_path}/candidates/{os.path.basename(first)[:-4]}_pg1"
     assert open(f"{stem}_repeat1.md").read() == text_layer(first, 1) != "Read."
+    # Resumed in its run dir after a kill cut the last line of pages.jsonl short: that line goes, the rest parse.
+    with open(tmp_path / "run2" / "pages.jsonl", "a") as fh:
+        fh.write('{"pdf": "torn')
+    os.remove(f"{stem}_repeat2.md")
+    with ChatServer([good("Read.")]) as server:
+        assert bench(server, "run2")["written"] == 1
+    assert len([json.loads(line) for line in open(tmp_path / "run2" / "pages.jsonl")]) == 17
 
 
 def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):

@@ -46,6 +46,9 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
 
     from olmocr.pipeline.convert import ServerWatch, all_of
 
+    from olmocr.utils.jsonl import mend
+
+    mend(records_path)  # a run resumed in its run dir: a line its kill cut short must not run into the next
     totals = {"written": 0, "fallback_pages": 0, "input_tokens": 0, "output_tokens": 0}
     bar = tqdm(total=len(todo), unit="page", desc="bench pages", disable=not progress, dynamic_ncols=True)
     watch = ServerWatch(converter.server)
