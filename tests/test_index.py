@@ -70,6 +70,35 @@ def test_manifest_reuses_unchanged_and_rereads_changed(messy, tmp_path):
     assert "new" not in [r.stem for r in index_root(str(messy), cache).pairs]
 
 
+def test_links_to_nothing_and_fifos_are_problems_and_an_unreadable_md_is_read_again_next_start(tmp_path):
+    """A dangling symbolic link (or a file deleted while the folder was listed) ended the index with a
+    traceback; a FIFO named .md blocked the start for ever; an .md that could not be read was remembered as
+    unreadable until it changed."""
+    root = tmp_path / "links"
+    root.mkdir()
+    write_pdf(str(root / "good.pdf"), ["Good"])
+    write_md(str(root / "good.md"), "Good")
+    write_md(str(root / "nopdf.md"), "Its PDF is a link to nothing")
+    os.symlink(tmp_path / "elsewhere" / "nopdf.pdf", root / "nopdf.pdf")
+    write_pdf(str(root / "later.pdf"), ["Later"])
+    os.symlink(tmp_path / "elsewhere" / "later.md", root / "later.md")
+    write_pdf(str(root / "fifo.pdf"), ["Fifo"])
+    os.mkfifo(root / "fifo.md")
+    cache = str(tmp_path / "cache")
+    index = index_root(str(root), cache)
+    assert [r.stem for r in index.pairs] == ["good"]
+    assert {r.stem: (r.problem, r.detail) for r in index.problems} == {
+        "nopdf": ("missing_pdf", f"{root}/nopdf.pdf is not a regular file (a link to nothing?)"),
+        "later": ("unreadable_md", f"{root}/later.md is not a regular file (a link to nothing?)"),
+        "fifo": ("unreadable_md", f"{root}/fifo.md is not a regular file (a link to nothing?)")}
+    # Unchanged, the unreadable ones are looked at again (an NFS hiccup passes), the others come from the manifest.
+    again = index_root(str(root), cache)
+    assert (again.reused, again.parsed) == (2, 2)
+    (tmp_path / "elsewhere").mkdir()  # the link's target appears (a mount comes back)
+    write_md(str(tmp_path / "elsewhere" / "later.md"), "Later")
+    assert sorted(r.stem for r in index_root(str(root), cache).pairs) == ["good", "later"]
+
+
 def test_missing_root_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="is not a directory"):
         index_root(str(tmp_path / "nope"))

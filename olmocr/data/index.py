@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections import Counter
@@ -24,6 +25,7 @@ from olmocr.formats.frontmatter import FrontMatterError, PageMeta, parse_documen
 from olmocr.utils.io import filesystem, is_remote, patiently, read_bytes
 
 MANIFEST_VERSION = 1
+GONE = -1  # the size listed for a path that names no regular file (a broken link, a FIFO)
 
 
 @dataclass
@@ -56,8 +58,12 @@ def _list_local(root: str) -> dict[str, tuple[int, int]]:
                 if entry.is_dir(follow_symlinks=True):
                     stack.append(entry.path)
                 elif entry.name.lower().endswith((".md", ".pdf")):
-                    st = entry.stat()
-                    found[entry.path] = (st.st_size, st.st_mtime_ns)
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:  # a link to nothing, or deleted since the listing
+                        st = None
+                    # Not a regular file (a FIFO's read would block the start for ever): named, never read.
+                    found[entry.path] = (st.st_size, st.st_mtime_ns) if st and stat.S_ISREG(st.st_mode) else (GONE, 0)
     return found
 
 
@@ -165,13 +171,15 @@ def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 
         else:
             to_parse.append((rel, key, record))
 
-    contents = _read_many([record.md_path for _, _, record in to_parse])
+    contents = _read_many([record.md_path for _, key, record in to_parse if key[0] != GONE])
     for path, data in contents.items():
         if isinstance(data, store_errors()) and not isinstance(data, FileNotFoundError) and is_remote(path):
             contents[path] = patiently(functools.partial(read_bytes, path), path, storage_wait_s)
     for rel, key, record in to_parse:
         data = contents.get(record.md_path)
-        if isinstance(data, Exception) or data is None:
+        if key[0] == GONE:
+            record.problem, record.detail = "unreadable_md", f"{record.md_path} is not a regular file (a link to nothing?)"
+        elif isinstance(data, Exception) or data is None:
             record.problem, record.detail = "unreadable_md", f"{record.md_path}: {data}"
         else:
             try:
@@ -182,9 +190,12 @@ def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 
                 record.problem, record.detail = "unreadable_md", f"{record.md_path}: {exc}"
         if record.problem is None and record.pdf_path is None:
             record.problem, record.detail = "missing_pdf", f"{record.md_path} has no .pdf beside it"
+        elif record.problem is None and key[2] == GONE:
+            record.problem, record.detail = "missing_pdf", f"{record.pdf_path} is not a regular file (a link to nothing?)"
         elif record.problem is None and key[2] == 0:
             record.problem, record.detail = "empty_pdf", f"{record.pdf_path} is zero bytes"
-        entries[rel] = key + [record.meta.to_dict() if record.meta else None, record.problem, record.detail]
+        if record.problem != "unreadable_md":  # a read that failed (an NFS hiccup) is tried again next start
+            entries[rel] = key + [record.meta.to_dict() if record.meta else None, record.problem, record.detail]
         (problems if record.problem else pairs).append(record)
 
     if manifest_file and (to_parse or len(entries) != len(cached)):
