@@ -282,6 +282,16 @@ def test_stats_on_a_half_done_workspace(root, tmp_path):
             env.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
             again = workspace_stats(Workspace(root), cache_dir=cache)
         assert again["counts"] == stats["counts"] and again["done"] == 4 and not proxy.faulted()
+        # Credentials refused outright: one line that says so (was the bare "Forbidden").
+        from olmocr.config import compose
+        from olmocr.pipeline.stats import run as stats_stage
+
+        with FaultProxy(os.environ["AWS_ENDPOINT_URL"], rate=1.0, faults=("access_denied",)) as proxy, \
+                pytest.MonkeyPatch.context() as env:
+            env.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+            with pytest.raises(ValueError, match=rf"^workspace {root}: the storage refused the credentials "
+                                                 r"\(PermissionError: "):
+                stats_stage(compose("pipeline_stats", [f"workspace={root}"]))
     # … and reads one written again (a look cut short left a torn line: that costs a read, not a wrong figure).
     [marker] = [n for n in ws.store.list("done")][:1]
     record = json.loads(ws.store.read(f"done/{marker}").data)

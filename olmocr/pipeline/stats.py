@@ -212,7 +212,7 @@ def describe(stats: dict) -> str:
 
 @stage("pipeline_stats")
 def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
-    from olmocr.faults import store_errors
+    from olmocr.faults import gist, outside, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -220,7 +220,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
         stats = workspace_stats(Workspace(cfg.workspace, Access(**cfg.workspace_access)), window_min=cfg.window_min,
                                 cache_dir=os.path.join(cfg.paths.cache, "stats"))
     except store_errors() as exc:
-        raise ValueError(f"workspace {cfg.workspace}: {exc}") from None
+        raise ValueError(f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from None
     if not stats["items"]:
         raise ValueError(f"workspace: {cfg.workspace} has no work index (add PDFs with python -m olmocr.pipeline "
                          "workspace=… pdfs=[…])")
