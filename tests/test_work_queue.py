@@ -339,7 +339,8 @@ def test_an_unreachable_s3_endpoint_is_one_line(tmp_path):
                            "workspace_access.endpoint=http://127.0.0.1:9"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1].startswith("error: workspace s3://work/ws: Could not connect to the endpoint")
+    assert proc.stderr.splitlines()[-1].startswith("error: workspace s3://work/ws: the storage or a service did not "
+                                                   "answer (EndpointConnectionError: Could not connect to the endpoint")
 
 
 def worker_command(root: str, run_dir: str, *extra: str) -> list[str]:
