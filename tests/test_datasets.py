@@ -179,6 +179,36 @@ def test_a_killed_run_resumes_to_the_same_tree_and_s3_gives_the_local_one(tmp_pa
     assert tree(resumed) == tree(straight)
 
 
+def test_a_source_that_stops_answering_is_waited_out_and_gives_the_same_tree(tmp_path, s3_server, monkeypatch):
+    """Outages (the client's own retries off) as the parquet is read, as a tarball is streamed and as the
+    rows are converted: the run waits and ends with the tree an outage-free run gives; past the wait, one line
+    naming the file, finished parts kept."""
+    from olmocr.utils.faultproxy import FaultProxy
+
+    mix_1025(str(tmp_path / "snap"), rows=3, tarballs=2)
+    filesystem("s3://hub").mkdir("hub")
+    _upload(tmp_path / "snap", "s3://hub/mix")
+    common = ["source=s3://hub/mix", "subsets=[00_documents]", "splits=[train]", "workers=1"]
+    straight = tmp_path / "straight"
+    prepare(tmp_path, *common, f"out={straight}")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        for method, path in (("GET", r"/hub/mix/00_documents_train\.parquet"), ("GET", r"/hub/mix/pdf_tarballs/"),
+                             ("GET", r"/hub/mix/00_documents_train\.parquet"), ("HEAD", r"/hub/mix/")):
+            proxy.outage_when(method, path, 1)
+        waited = tmp_path / "waited"
+        prepare(tmp_path, *common, f"out={waited}")
+        assert proxy.counts["outage", "GET"] >= 3 and proxy.counts["outage", "HEAD"]
+        assert tree(waited) == tree(straight)
+
+        proxy.outage_when("GET", r"/hub/mix/pdf_tarballs/", 600)
+        with pytest.raises(ValueError, match=r"^source s3://hub/mix → .*: s3://hub/mix/pdf_tarballs/\S+: the storage "
+                                             r"did not answer for \d+ s \(.*run again to continue$"):
+            prepare(tmp_path, *common, f"out={tmp_path / 'short'}", "storage_wait_s=1")
+        proxy.outage(0)
+
+
 def test_a_source_refusing_the_credentials_is_one_line(tmp_path, s3_server, monkeypatch):
     from olmocr.utils.faultproxy import FaultProxy
 
@@ -187,7 +217,8 @@ def test_a_source_refusing_the_credentials_is_one_line(tmp_path, s3_server, monk
     _upload(tmp_path / "snap", "s3://hub/mix")
     with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        with pytest.raises(ValueError, match=r"^source s3://hub/mix → .*: PermissionError: .*run again to continue$"):
+        with pytest.raises(ValueError, match=r"^source s3://hub/mix → \S+: s3://hub/mix\S*: the storage refused the "
+                                             r"credentials \(PermissionError: .*run again to continue$"):
             prepare(tmp_path, "source=s3://hub/mix", f"out={tmp_path / 'out'}")
 
 
@@ -288,8 +319,65 @@ def test_the_hub_as_source(tmp_path, monkeypatch):
     # Finished folders need no Hub: re-runs are no-ops offline.
     assert prepare(tmp_path, f"out={out}", "subsets=[02_loc_transcripts]", "splits=[train]", "limit=1") == summary
     assert prepare(tmp_path, "dataset=olmocr_bench", f"out={bench_out}") == bench
-    with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub cannot be reached .*source="):
-        prepare(tmp_path, f"out={tmp_path / 'other'}")
+    with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub did not answer for 0 s "
+                                         r"\(ConnectError: .*source="):
+        prepare(tmp_path, f"out={tmp_path / 'other'}", "storage_wait_s=0")
+
+
+def test_a_hub_that_stops_answering_is_waited_out_and_a_refusal_is_said_at_once(tmp_path, monkeypatch, caplog):
+    """The Hub faked where it begins, as above: a download cut off time and again (a 503, a read timeout) by a
+    Hub that answers a little more each time is waited out to the end, the wait starting again whenever a file
+    more has come, though the whole lasts longer than the wait; a refused token and offline mode are said at once."""
+    import httpx
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    snap = tmp_path / "snap"
+    mix_1025(str(snap), rows=3, tarballs=3)
+    request = httpx.Request("GET", "https://huggingface.co/api/datasets/allenai/olmOCR-mix-1025")
+    cuts = [HfHubHTTPError("503 Service Unavailable", response=httpx.Response(503, request=request)),
+            httpx.ReadTimeout("The read operation timed out"), httpx.ReadTimeout("The read operation timed out")]
+
+    class Info:
+        sha = "0123456789abcdef0123456789abcdef01234567"
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda self, repo_id, revision=None: Info())
+
+    def snapshot_download(repo_id, repo_type, revision, allow_patterns, local_dir):
+        for path in sorted(glob.glob(os.path.join(snap, "**"), recursive=True)):
+            rel = os.path.relpath(path, snap)
+            target = os.path.join(local_dir, rel)
+            if os.path.isfile(path) and any(fnmatch.fnmatchcase(rel, p) for p in allow_patterns) and not (
+                    os.path.exists(target)):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copy(path, target)
+                if cuts:  # one file a look, then the Hub is gone again
+                    time.sleep(0.6)
+                    raise cuts.pop(0)
+        return local_dir
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    caplog.set_level("WARNING", logger="olmocr.io")
+    start = time.monotonic()
+    prepare(tmp_path, f"out={tmp_path / 'out'}", "subsets=[00_documents]", "splits=[train]", "storage_wait_s=1")
+    assert not cuts and time.monotonic() - start > 2  # longer than the wait in all, each cut a new outage
+    prepare(tmp_path, f"out={tmp_path / 'local'}", f"source={snap}", "subsets=[00_documents]", "splits=[train]")
+    local, hub = tree(tmp_path / "local"), tree(tmp_path / "out")
+    assert {k for k in set(local) | set(hub) if local.get(k) != hub.get(k)} == {"prepared.json"}
+    assert caplog.text.count("the Hub does not answer") == 3 and "the Hub answers again" in caplog.text
+
+    for error, said in [(HfHubHTTPError("401 Unauthorized", response=httpx.Response(401, request=request)),
+                         r"the Hub answered 401 \(HF_TOKEN refused\)"),
+                        (OfflineModeIsEnabled("Cannot reach the Hub: offline mode is enabled."),
+                         r"the Hub cannot be reached \(OfflineModeIsEnabled: ")]:
+        def refusing(self, repo_id, revision=None, error=error):
+            raise error
+
+        monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", refusing)
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=rf"^dataset allenai/olmOCR-mix-1025: {said}"):
+            prepare(tmp_path, f"out={tmp_path / 'refused'}")
+        assert time.monotonic() - start < 10  # not waited out
 
 
 def test_local_cache_copies_remote_roots_once(tmp_path, s3_server):

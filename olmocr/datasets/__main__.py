@@ -28,7 +28,7 @@ log = logging.getLogger("olmocr.datasets")
 @stage("datasets")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.datasets.files import STATE, Source, State, by_reason, reasons_text, write_atomic
-    from olmocr.faults import store_errors
+    from olmocr.faults import Unreachable, store_errors
     from olmocr.utils.io import Access, is_remote
     from olmocr.utils.runinfo import write_run_info
 
@@ -45,10 +45,13 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         log.info("removed the half-written files of a killed run; its unfinished work is redone")
     try:
         source = Source(cfg.source, release.repo_id, release.revision, os.path.abspath(cfg.download_dir),
-                        Access(**cfg.source_access))
+                        Access(**cfg.source_access), cfg.storage_wait_s)
         parts = release.prepare(source, out, list(cfg.subsets) if cfg.subsets else None,
                                 list(cfg.splits) if cfg.splits else None, cfg.limit, cfg.workers)
-    except store_errors() as exc:  # a source that stops answering or refuses the credentials, a full disk
+    except Unreachable as exc:  # a source silent past storage_wait_s, or refusing the credentials
+        raise ValueError(f"source {cfg.source or release.repo_id} → {out}: {exc}; finished parts are kept, "
+                         "run again to continue") from None
+    except store_errors() as exc:  # a full disk; a local source that cannot be read
         detail = str(exc).splitlines()[0] if str(exc) else ""
         raise ValueError(f"source {cfg.source or release.repo_id} → {out}: {type(exc).__name__}: {detail}; "
                          "finished parts are kept, run again to continue") from None

@@ -5,6 +5,7 @@ rejections beside it."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
@@ -12,7 +13,8 @@ import os
 import threading
 from collections import Counter
 
-from olmocr.utils.io import Access, filesystem, is_remote
+from olmocr.faults import Unreachable, causes, gist
+from olmocr.utils.io import Access, filesystem, is_remote, patiently
 
 STATE = ".prepare"  # markers and per-unit rejections, inside the output folder
 PARTIAL = ".partial"  # a file being written; one left over was cut short by a kill
@@ -23,11 +25,11 @@ log = logging.getLogger("olmocr.datasets")
 class Snapshot:
     """The files of a dataset as published (the Hub repo's layout), under a local folder or an s3:// prefix."""
 
-    def __init__(self, root: str, access: Access | None = None):
+    def __init__(self, root: str, access: Access | None = None, wait_s: float = 0.0):
         self.remote = is_remote(root)
         self.root = root.rstrip("/") if self.remote else os.path.abspath(os.path.expanduser(root))
-        if self.remote:
-            self.fs = filesystem(self.root, access)
+        if self.remote:  # its calls and reads wait out storage that does not answer for up to wait_s each
+            self.fs = filesystem(self.root, access, wait_s)
             if not self.fs.exists(self.root):
                 raise ValueError(f"source {root}: nothing there (expected a snapshot of the dataset's files)")
         elif not os.path.isdir(self.root):
@@ -55,33 +57,79 @@ class Snapshot:
         return self.fs.exists(f"{self.root}/{rel}") if self.remote else os.path.isfile(os.path.join(self.root, rel))
 
 
-def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: str) -> tuple[str, str]:
+def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: str,
+                 wait_s: float = 0.0) -> tuple[str, str]:
     """Download the files of ``repo_id`` at ``revision`` that match ``patterns`` into ``local_dir``
-    (resumable: files already there are not fetched again). Returns (folder, commit). The token is the
-    environment's (``HF_TOKEN``), never a config value."""
+    (resumable: files already there are not fetched again). Returns (folder, commit). The Hub not answering
+    (no connection, timeouts, 5xx or 429 past the client's own retries) is waited out for up to ``wait_s``,
+    looking again with growing pauses; each look takes the download up where it stopped, and one that got further
+    before the Hub went silent again waits anew. The token is the environment's (``HF_TOKEN``), never a config
+    value."""
     import httpx
     from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    def attempt() -> tuple[str, str]:
+        try:
+            commit = HfApi().dataset_info(repo_id, revision=revision).sha
+            return snapshot_download(repo_id=repo_id, repo_type="dataset", revision=commit,
+                                     allow_patterns=patterns, local_dir=local_dir), commit
+        except Exception as exc:
+            silent = _hub_silent(exc)
+            if silent is not None:
+                raise silent from None  # what `patiently` waits out
+            raise _hub_refusal(repo_id, revision, exc) from None
+
+    def fetched() -> int:  # bytes under local_dir, unfinished downloads included
+        total = 0
+        for folder, _, names in os.walk(local_dir):
+            for name in names:
+                with contextlib.suppress(OSError):
+                    total += os.path.getsize(os.path.join(folder, name))
+        return total
 
     try:
-        commit = HfApi().dataset_info(repo_id, revision=revision).sha
-        folder = snapshot_download(repo_id=repo_id, repo_type="dataset", revision=commit,
-                                   allow_patterns=patterns, local_dir=local_dir)
-    except GatedRepoError:
-        raise ValueError(f"dataset {repo_id}: access refused; accept its terms on the Hub and set HF_TOKEN") from None
-    except RevisionNotFoundError:
-        raise ValueError(f"dataset {repo_id}: no revision {revision!r} (dataset.revision)") from None
-    except RepositoryNotFoundError:
-        raise ValueError(f"dataset {repo_id}: not found on the Hub, or private without HF_TOKEN set") from None
-    except HfHubHTTPError as exc:  # a refused token (401), the Hub down (5xx)
+        return patiently(attempt, f"dataset {repo_id}", wait_s, also=(httpx.TransportError,), what="the Hub",
+                         progress=fetched)
+    except Unreachable as exc:
+        raise ValueError(f"{exc}; give source=<a local snapshot folder or s3:// prefix>") from None
+
+
+def _hub_refusal(repo_id: str, revision: str, exc: Exception) -> Exception:
+    """What the Hub said, or could not be asked, that waiting does not mend: a ValueError in one line (``exc``
+    itself when it is none of these)."""
+    import httpx
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    if isinstance(exc, GatedRepoError):
+        return ValueError(f"dataset {repo_id}: access refused; accept its terms on the Hub and set HF_TOKEN")
+    if isinstance(exc, RevisionNotFoundError):
+        return ValueError(f"dataset {repo_id}: no revision {revision!r} (dataset.revision)")
+    if isinstance(exc, RepositoryNotFoundError):
+        return ValueError(f"dataset {repo_id}: not found on the Hub, or private without HF_TOKEN set")
+    if isinstance(exc, HfHubHTTPError):  # a refused token (401), a request the Hub will not take (4xx)
         status = exc.response.status_code if exc.response is not None else "an error"
-        raise ValueError(f"dataset {repo_id}: the Hub answered {status}"
-                         + (" (HF_TOKEN refused)" if status == 401 else "") + f": {str(exc).splitlines()[0]}") from None
-    except (OSError, httpx.HTTPError) as exc:  # no connection, a timeout, a full disk under local_dir
-        raise ValueError(f"dataset {repo_id}: the Hub cannot be reached ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}); give source=<a local snapshot "
-                         "folder or s3:// prefix>") from None
-    return folder, commit
+        return ValueError(f"dataset {repo_id}: the Hub answered {status}"
+                          + (" (HF_TOKEN refused)" if status == 401 else "") + f": {str(exc).splitlines()[0]}")
+    if isinstance(exc, (OSError, httpx.HTTPError)):  # offline mode, a full disk under the download folder
+        return ValueError(f"dataset {repo_id}: the Hub cannot be reached ({gist(exc)}); give source=<a local "
+                          "snapshot folder or s3:// prefix>")
+    return exc
+
+
+def _hub_silent(exc: BaseException) -> BaseException | None:
+    """What in ``exc`` (or what led to it) says the Hub does not answer now, or None: no connection, a timeout, a
+    cut transfer, a 5xx or a 429. Offline mode (``HF_HUB_OFFLINE``) is not: waiting does not end it."""
+    import httpx
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    for seen in causes(exc):
+        if isinstance(seen, OfflineModeIsEnabled):
+            return None
+        if isinstance(seen, (httpx.TransportError, ConnectionError, TimeoutError)) or (
+                isinstance(seen, HfHubHTTPError) and seen.response is not None
+                and (seen.response.status_code >= 500 or seen.response.status_code == 429)):
+            return seen
+    return None
 
 
 def write_atomic(path: str, data: bytes) -> bool:
@@ -175,18 +223,22 @@ class State:
 
 class Source:
     """Where a dataset's files come from: the Hub (``spec`` None: ``repo_id`` at ``revision``, downloaded
-    into ``download_dir`` only as far as a step needs them), or a local snapshot folder or s3:// prefix."""
+    into ``download_dir`` only as far as a step needs them), or a local snapshot folder or s3:// prefix. The Hub
+    or the storage not answering is waited out for up to ``wait_s`` at each request."""
 
-    def __init__(self, spec: str | None, repo_id: str, revision: str, download_dir: str, access: Access | None = None):
+    def __init__(self, spec: str | None, repo_id: str, revision: str, download_dir: str, access: Access | None = None,
+                 wait_s: float = 0.0):
         self.spec, self.repo_id, self.revision, self.download_dir = spec, repo_id, revision, download_dir
         self.commit: str | None = None
-        self.snapshot = Snapshot(spec, access) if spec is not None else None
+        self.wait_s = wait_s
+        self.snapshot = Snapshot(spec, access, wait_s) if spec is not None else None
 
     def fetch(self, patterns: list[str]) -> Snapshot:
         """The snapshot, holding at least the files matching ``patterns``."""
         if self.snapshot is not None:
             return self.snapshot
-        folder, self.commit = hub_snapshot(self.repo_id, self.commit or self.revision, patterns, self.download_dir)
+        folder, self.commit = hub_snapshot(self.repo_id, self.commit or self.revision, patterns, self.download_dir,
+                                           self.wait_s)
         return Snapshot(folder)
 
     def describe(self) -> dict:

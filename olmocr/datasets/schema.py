@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from olmocr.config import AccessConfig, StageConfig, store
+from olmocr.config import AccessConfig, NonNegative, StageConfig, store
+from olmocr.utils.io import STORAGE_WAIT_S
 
 
 @dataclass
@@ -17,6 +18,8 @@ class DatasetsConfig(StageConfig):
     # null: the Hub (HF_TOKEN from the environment); else a local snapshot folder or an s3:// prefix
     source: Optional[str] = None
     source_access: AccessConfig = field(default_factory=AccessConfig)
+    # seconds the Hub or an s3:// source may not answer (an outage, resets, 5xx) before the run stops
+    storage_wait_s: NonNegative = STORAGE_WAIT_S
     subsets: Optional[list[str]] = None  # null: all (a bench's subsets are its test files)
     splits: Optional[list[str]] = None  # null: all
     limit: Optional[int] = None  # rows (pages) per subset/split, or pages per test file: a small slice

@@ -91,7 +91,7 @@ class PatientReader(io.RawIOBase):
     def __init__(self, fs, path: str, wait_s: float):
         super().__init__()
         self.fs, self.path, self.wait_s = fs, path, wait_s
-        self.position, self.handle = 0, None
+        self.position, self.handle, self.size = 0, None, None
 
     def readable(self) -> bool:
         return True
@@ -109,10 +109,14 @@ class PatientReader(io.RawIOBase):
 
         return patiently(attempt, self.path, self.wait_s)
 
+    def seekable(self) -> bool:
+        return True
+
     def seek(self, position: int, whence: int = io.SEEK_SET) -> int:
-        if whence not in (io.SEEK_SET, io.SEEK_CUR):
-            raise io.UnsupportedOperation("seek from the end of a remote file")
-        self.position = position + (self.position if whence == io.SEEK_CUR else 0)
+        if whence == io.SEEK_END and self.size is None:  # a parquet reader starts at the end
+            self.size = patiently(lambda: self.fs.size(self.path), self.path, self.wait_s)
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        self.position = position + base
         return self.position
 
     def tell(self) -> int:
@@ -166,11 +170,14 @@ def read_text(path: str, access: Access | None = None, wait_s: float = 0.0) -> s
     return read_bytes(path, access, wait_s).decode("utf-8")
 
 
-def patiently(call, path: str, wait_s: float, also: tuple[type[BaseException], ...] = ()):
+def patiently(call, path: str, wait_s: float, also: tuple[type[BaseException], ...] = (), what: str = "the storage",
+              progress=None):
     """``call()`` (an operation on remote ``path``), storage that does not answer waited out for up to ``wait_s``
     (0: not at all) and refused credentials at once, as :func:`read_bytes` does; FileNotFoundError passes.
-    ``also``: errors raised for a storage error, which is what is judged and said."""
-    since, pause = None, 1.0
+    ``also``: errors raised for a storage error, which is what is judged and said; ``what``: the service, as said.
+    ``progress()``: how far a long call (a download of many files, taken up where it stopped) has come; a call
+    that came further before it failed again meets a new outage, and the wait starts again."""
+    since, pause, came = None, 1.0, None
     while True:
         try:
             found = call()
@@ -179,18 +186,18 @@ def patiently(call, path: str, wait_s: float, also: tuple[type[BaseException], .
         except (*store_errors(), *also) as exc:
             seen = next((cause for cause in causes(exc) if isinstance(cause, store_errors())), exc)
             if refused(seen):
-                raise Unreachable(f"{path}: the storage refused the credentials ({gist(seen)})") from None
-            now = time.monotonic()
-            if since is None:
-                since = now
-                log.warning("%s: the storage does not answer (%s); waiting up to %.0f s", path, gist(seen), wait_s)
+                raise Unreachable(f"{path}: {what} refused the credentials ({gist(seen)})") from None
+            now, far = time.monotonic(), progress() if progress is not None else None
+            if since is None or far != came:
+                since, pause, came = now, 1.0, far
+                log.warning("%s: %s does not answer (%s); waiting up to %.0f s", path, what, gist(seen), wait_s)
             if now - since >= wait_s:
-                raise Unreachable(f"{path}: the storage did not answer for {now - since:.0f} s ({gist(seen)})") from None
+                raise Unreachable(f"{path}: {what} did not answer for {now - since:.0f} s ({gist(seen)})") from None
             time.sleep(min(pause, wait_s - (now - since)))
             pause = min(2 * pause, MAX_PAUSE_S)
             continue
         if since is not None:
-            log.warning("%s: the storage answers again, after %.0f s", path, time.monotonic() - since)
+            log.warning("%s: %s answers again, after %.0f s", path, what, time.monotonic() - since)
         return found
 
 
