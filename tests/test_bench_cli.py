@@ -155,3 +155,39 @@ def test_bad_folders_are_clear_errors(tmp_path):
         run(cfg, str(tmp_path / "out"))
     with pytest.raises(ValueError, match="group_by"):
         run(compose("bench", [f"candidates={tmp_path}", "group_by=pdf"]), str(tmp_path / "out"))
+
+
+def test_outputs_that_cannot_be_read_are_left_out_of_their_pages_and_listed(bench, tmp_path):
+    """A link to nothing, a folder and a FIFO where repeats should be (a FIFO's read would block for ever): the
+    scoring ends, each is listed with what it is, and the pages are scored on the repeats that can be read,
+    as if those were not there."""
+    from olmocr.bench.__main__ import run
+    from olmocr.config import compose
+
+    bench_dir, cand, pages, _ = bench
+    plain = tmp_path / "plain"
+    shutil.copytree(cand, plain)
+    os.remove(plain / f"{pages[2]}_pg1_repeat2.md")
+    os.remove(plain / f"{pages[3]}_pg1_repeat2.md")
+    os.symlink(tmp_path / "gone.md", cand / f"{pages[0]}_pg1_repeat1.md")
+    os.remove(cand / f"{pages[2]}_pg1_repeat2.md")
+    os.mkdir(cand / f"{pages[2]}_pg1_repeat2.md")
+    os.remove(cand / f"{pages[3]}_pg1_repeat2.md")
+    os.mkfifo(cand / f"{pages[3]}_pg1_repeat2.md")
+    options = [f"bench_dir={bench_dir}", "workers=2"]
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "clean").mkdir()
+    odd = run(compose("bench", [*options, f"candidates={cand}"]), str(tmp_path / "odd"))
+    clean = run(compose("bench", [*options, f"candidates={plain}", "html=false"]), str(tmp_path / "clean"))
+    assert odd["unreadable_outputs"] == [f"{cand}/{pages[0]}_pg1_repeat1.md: a link to nothing, or removed while read",
+                                         f"{cand}/{pages[2]}_pg1_repeat2.md: a directory, not a file",
+                                         f"{cand}/{pages[3]}_pg1_repeat2.md: a FIFO, not a file"]
+    assert clean["unreadable_outputs"] == []
+    rows = {name: [(r["id"], r["repeats_passed"], r["repeats"]) for r in
+                   json.loads((tmp_path / name / "results.json").read_text())["results"]] for name in ("odd", "clean")}
+    assert rows["odd"] == rows["clean"]
+    assert odd["missing_pages"] == clean["missing_pages"] == [f"{pages[0]}.pdf page 1"]
+    report = (tmp_path / "odd" / "report.md").read_text()
+    assert "## Unreadable outputs (3 file(s), left out of their pages' repeats)" in report
+    assert f"cannot read {cand}/{pages[3]}_pg1_repeat2.md: a FIFO, not a file" in (
+        tmp_path / "odd" / "report.html").read_text()

@@ -68,9 +68,10 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     for name, row in summary["categories"].items():
         log.info("%-24s %5d tests  %5.1f%%", name, row["tests"], 100 * row["pass_rate"])
     log.info("overall %.1f%% (%d%% CI %.1f-%.1f), overall_score %.1f%%, over %d tests (%d implicit baselines); "
-             "%d pages missing, %d malformed lines, %d warnings; %.0f tests/s", 100 * summary["overall"],
-             round(100 * ci["confidence"]), 100 * ci["low"], 100 * ci["high"], 100 * summary["overall_score"],
-             len(results), bench.implicit_baselines, len(summary["missing_pages"]), len(bench.malformed),
+             "%d pages missing, %d outputs unreadable, %d malformed lines, %d warnings; %.0f tests/s",
+             100 * summary["overall"], round(100 * ci["confidence"]), 100 * ci["low"], 100 * ci["high"],
+             100 * summary["overall_score"], len(results), bench.implicit_baselines, len(summary["missing_pages"]),
+             len(summary["unreadable_outputs"]), len(bench.malformed),
              len(bench.warnings), summary["tests_per_second"])
     if len(runs) == 2:
         other = runs[1][1]

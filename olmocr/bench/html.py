@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
-from olmocr.bench.score import TestResult, candidate_files, verdict
+from olmocr.bench.score import TestResult, read_outputs, verdict
 from olmocr.formats.html import bars_svg, document, esc, image_data_url, markdown_html
 
 log = logging.getLogger("olmocr.bench")
@@ -68,16 +68,14 @@ def _tests(results: list[TestResult]) -> str:
 
 
 def _output(candidates: str, pdf: str, page: int, results: list[TestResult]) -> str:
-    from olmocr.formats.frontmatter import page_text
-
-    files = candidate_files(candidates, pdf, page)
-    if not files:
-        return f'<p class="fail">no output for this page in {esc(candidates)}</p>'
-    with open(files[0], encoding="utf-8", errors="replace") as fh:
-        text = page_text(fh.read())
+    texts, unreadable = read_outputs(candidates, pdf, page)
+    said = "".join(f'<p class="fail">cannot read {esc(item)}</p>' for item in unreadable)
+    if not texts:
+        return said + f'<p class="fail">no output for this page in {esc(candidates)}</p>'
+    path, text = texts[0]
     marks = [m for r in results for m in _marks(r)]
-    more = f" (first of {len(files)} repeats)" if len(files) > 1 else ""
-    return (f'<p class="muted">{esc(os.path.basename(files[0]))}{more}</p>'
+    more = f" (first of {len(texts)} repeats)" if len(texts) > 1 else ""
+    return (said + f'<p class="muted">{esc(os.path.basename(path))}{more}</p>'
             f'<div class="markdown">{markdown_html(text, marks)}</div>')
 
 

@@ -59,6 +59,10 @@ def write_reports(output_dir: str, summary: dict, results: list[TestResult], ben
     if summary["missing_pages"]:
         lines += [f"## Missing outputs ({len(summary['missing_pages'])} page(s), their tests count as failed)", ""]
         lines += [f"- {page}" for page in summary["missing_pages"]] + [""]
+    if summary["unreadable_outputs"]:
+        lines += [f"## Unreadable outputs ({len(summary['unreadable_outputs'])} file(s), left out of their pages' "
+                  "repeats)", ""]
+        lines += [f"- `{_cell(item)}`" for item in summary["unreadable_outputs"]] + [""]
     for title, items in ((f"Malformed test lines ({len(bench.malformed)}, skipped)", bench.malformed),
                          (f"Warnings ({len(bench.warnings)})", bench.warnings)):
         if items:

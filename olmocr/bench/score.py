@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from olmocr.bench.records import BaselineTest, BenchTest, load_tests
 from olmocr.formats.frontmatter import page_text
+from olmocr.utils.io import irregular
 
 REPEAT_RULES = ("majority", "mean")
 
@@ -98,9 +99,23 @@ def candidate_files(candidates: str, pdf: str, page: int) -> list[str]:
     return sorted(f for f in found if _REPEAT.search(f))
 
 
-def _page_text(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return page_text(fh.read())
+def read_outputs(candidates: str, pdf: str, page: int) -> tuple[list[tuple[str, str]], list[str]]:
+    """The page's repeats as (file, text), and those that cannot be read as "<file>: why" (a link to nothing, a
+    folder or FIFO, never opened; a read refused): these are left out of the page's repeats, and listed."""
+    texts, unreadable = [], []
+    for path in candidate_files(candidates, pdf, page):
+        try:
+            kind = irregular(path)
+            if kind is not None:
+                unreadable.append(f"{path}: {kind}, not a file")
+                continue
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                texts.append((path, page_text(fh.read())))
+        except FileNotFoundError:
+            unreadable.append(f"{path}: a link to nothing, or removed while read")
+        except OSError as exc:
+            unreadable.append(f"{path}: {type(exc).__name__}: {exc.strerror or exc}")
+    return texts, unreadable
 
 
 @dataclass
@@ -110,6 +125,7 @@ class TestResult:
     passed: int  # repeats that passed
     repeats: int
     explanation: str  # of the first failing repeat; empty when all passed
+    unreadable: tuple[str, ...] = ()  # the page's repeats that could not be read, each "<file>: why"
 
     __test__ = False  # not a pytest class
 
@@ -119,22 +135,23 @@ class TestResult:
         return self.passed / self.repeats if self.repeats else 0.0
 
 
-def _score_page(job: tuple[list[tuple[str, BenchTest]], list[str], str]) -> list[TestResult]:
-    tests, files, missing_path = job
-    texts = [_page_text(f) for f in files]
+def _score_page(job: tuple[list[tuple[str, BenchTest]], str, str, int]) -> list[TestResult]:
+    tests, candidates, pdf, page = job
+    texts, unreadable = read_outputs(candidates, pdf, page)
+    missing = f"no {'readable ' if unreadable else ''}candidate output ({candidate_stem(candidates, pdf, page)}_repeat1.md)"
     results = []
     for category, test in tests:
         if not texts:
-            results.append(TestResult(category, test, 0, 0, f"no candidate output ({missing_path})"))
+            results.append(TestResult(category, test, 0, 0, missing, tuple(unreadable)))
             continue
         outcomes = []
-        for text in texts:
+        for _, text in texts:
             try:
                 outcomes.append(test.run(text))
             except Exception as exc:  # noqa: BLE001 - one broken check must not lose the page's other results
                 outcomes.append((False, f"the check failed: {type(exc).__name__}: {exc}"))
-        failure = next((f"{os.path.basename(f)}: {why}" for f, (ok, why) in zip(files, outcomes) if not ok), "")
-        results.append(TestResult(category, test, sum(ok for ok, _ in outcomes), len(texts), failure))
+        failure = next((f"{os.path.basename(f)}: {why}" for (f, _), (ok, why) in zip(texts, outcomes) if not ok), "")
+        results.append(TestResult(category, test, sum(ok for ok, _ in outcomes), len(texts), failure, tuple(unreadable)))
     return results
 
 
@@ -143,10 +160,7 @@ def run_tests(bench: Bench, candidates: str, workers: int = 1) -> list[TestResul
     pages: dict[tuple[str, int], list[tuple[str, BenchTest]]] = {}
     for category, test in bench.tests:
         pages.setdefault((test.pdf, test.page), []).append((category, test))
-    jobs = []
-    for (pdf, page), tests in pages.items():
-        missing = candidate_stem(candidates, pdf, page) + "_repeat1.md"
-        jobs.append((tests, candidate_files(candidates, pdf, page), missing))
+    jobs = [(tests, candidates, pdf, page) for (pdf, page), tests in pages.items()]
     progress = dict(total=len(jobs), desc="bench pages", unit="page", disable=len(jobs) < 20)
     if workers <= 1 or len(jobs) < 2:
         scored: Iterable = tqdm(map(_score_page, jobs), **progress)
@@ -214,4 +228,5 @@ def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: st
         "tests": len(results),
         "passed": int(sum(verdict(r, "majority") for r in results)),
         "missing_pages": sorted({f"{r.test.pdf} page {r.test.page}" for r in results if r.repeats == 0}),
+        "unreadable_outputs": sorted({u for r in results for u in r.unreadable}),
     }

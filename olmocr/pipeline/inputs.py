@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from olmocr.formats.document import IMAGE, PDF, DocumentError, has_document_suffix, kind_of
 from olmocr.pipeline.archives import SEPARATOR, is_archive, list_members, read_members, split_member
-from olmocr.utils.io import Access
+from olmocr.utils.io import Access, irregular
 
 GLOB_CHARS = set("*?[")
 
@@ -136,12 +136,8 @@ def read_document(path: str, access: Access | None = None) -> bytes:
 def _regular_file(path: str) -> None:
     """A local document path must hold a regular file (or a link to one): a directory, FIFO, device or
     socket there is a bad document at once (a FIFO's read would block for ever)."""
-    import stat
-
-    mode = os.stat(path).st_mode  # FileNotFoundError: sorted by the caller
-    if not stat.S_ISREG(mode):
-        kind = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
-                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
+    kind = irregular(path)  # FileNotFoundError: sorted by the caller
+    if kind is not None:
         raise DocumentError("not_a_file", f"{path} is {kind}, not a file")
 
 

@@ -6,6 +6,7 @@ import contextlib
 import io
 import logging
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -141,6 +142,17 @@ class PatientReader(io.RawIOBase):
     def close(self) -> None:
         self._drop()
         super().close()
+
+
+def irregular(path: str) -> str | None:
+    """What a local path holds when it is not a regular file (or a link to one), in words, or None: a directory,
+    FIFO, socket or device, which no read should meet (a FIFO's read blocks for ever). FileNotFoundError when
+    nothing is there, a link to nothing included."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    return {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+            stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
 
 
 def open_text(path: str, access: Access | None = None, wait_s: float = 0.0):
