@@ -212,6 +212,9 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("pipeline", ["queue.poll_s=0"], "queue.poll_s: must be positive, or null for a quarter lease, ≤30 s, got 0"),
     ("report_viewer", ["max_documents=0"], "max_documents: must be at least 1, or null for all, got 0"),
     ("bench", ["confidence=1"], "confidence: must be in (0, 1), got 1"),
+    ("datasets", ["limit=0"], "limit: must be at least 1, or null for every row, got 0"),
+    ("datasets", ["workers=0"], "workers: must be at least 1, got 0"),
+    ("check_data", ["num_workers=-1"], "num_workers: must be at least 0, got -1"),
     ("bench", ["repeat_rule=all"], "repeat_rule: expected one of majority, mean, got 'all'"),
     ("compare", ["max_new_tokens=0"], "max_new_tokens: must be at least 1, got 0"),  # was transformers' error, 14 s in
     ("compare", ["pages.count=0"], "pages.count: must be at least 1, got 0"),

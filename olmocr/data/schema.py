@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 import olmocr.models.schema  # noqa: F401 - the data stage composes the model group
-from olmocr.config import TYPED_MAP_ENTRIES, NonNegative, StageConfig, store
+from olmocr.config import TYPED_MAP_ENTRIES, NonNegative, Range, StageConfig, store
 # How long a read of training data waits out remote storage that does not answer before the run stops (it
 # resumes from its newest checkpoint); a page is never dropped for it (olmocr.utils.io.read_bytes).
 from olmocr.utils.io import STORAGE_WAIT_S
@@ -76,8 +76,8 @@ class CheckDataConfig(StageConfig):
     model: Any = MISSING
     data: Any = MISSING  # DataConfig or FolderDataConfig, by the data group
     seed: int = 0
-    max_samples: int | None = None
-    num_workers: int = 0
+    max_samples: Annotated[Optional[int], Range(at_least=1, null="every page")] = None
+    num_workers: Annotated[int, Range(at_least=0)] = 0  # DataLoader processes
 
 
 def _entry_schema(cfg: DictConfig) -> tuple[type, str, str]:

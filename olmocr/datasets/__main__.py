@@ -32,8 +32,6 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.utils.io import Access, is_remote
     from olmocr.utils.runinfo import write_run_info
 
-    if cfg.limit is not None and cfg.limit < 1:
-        raise ValueError(f"limit: expected a positive number of pages, got {cfg.limit}")
     if is_remote(cfg.out):
         raise ValueError(f"out: {cfg.out} is remote; prepare into a local folder, then copy it (aws s3 sync) and "
                          "train with data.local_cache")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from omegaconf import MISSING
 
-from olmocr.config import AccessConfig, NonNegative, StageConfig, store
+from olmocr.config import AccessConfig, NonNegative, Range, StageConfig, store
 from olmocr.utils.io import STORAGE_WAIT_S
 
 
@@ -22,8 +22,9 @@ class DatasetsConfig(StageConfig):
     storage_wait_s: NonNegative = STORAGE_WAIT_S
     subsets: Optional[list[str]] = None  # null: all (a bench's subsets are its test files)
     splits: Optional[list[str]] = None  # null: all
-    limit: Optional[int] = None  # rows (pages) per subset/split, or pages per test file: a small slice
-    workers: int = 8  # tarballs read, files fetched and PDFs checked at once
+    # rows (pages) per subset/split, or pages per test file: a small slice
+    limit: Annotated[Optional[int], Range(at_least=1, null="every row")] = None
+    workers: Annotated[int, Range(at_least=1)] = 8  # tarballs read, files fetched and PDFs checked at once
     download_dir: str = "${out}/.download"  # Hub downloads (resumable; delete it once the layout is done)
 
 
