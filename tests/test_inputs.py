@@ -128,6 +128,49 @@ def test_a_directory_or_a_fifo_at_a_queued_path_is_a_bad_document_at_once(tmp_pa
     assert f"listed     each document with its reason in {workspace.root}/bad/ (unreadable and dropped)" in text
 
 
+def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for_or_named(tmp_path, s3_server,
+                                                                                           monkeypatch):
+    """Queuing a prefix, a glob, a list file and an archive on S3 through outages (the client's own retries off)
+    queues what an outage-free run does; past queue.give_up_after_s, or with credentials refused, one line names
+    the PDFs' place, not the (local) workspace, and nothing is queued."""
+    import s3fs
+
+    from olmocr.faults import Unreachable
+    from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.faultproxy import FaultProxy
+
+    build(str(tmp_path / "in"))
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
+    fs.mkdir("scans")
+    upload(fs, str(tmp_path / "in"), "scans/mixed")
+    fs.pipe_file("scans/list.txt", b"s3://scans/mixed/crawl.tar.gz\ns3://scans/mixed/*.png\n")
+    pdfs = "pdfs=[s3://scans/mixed,s3://scans/mixed/*.pdf,s3://scans/list.txt]"
+    options = ["workers=0", "progress=false", "sample=0", pdfs]
+    straight = run_pipeline([f"workspace={tmp_path / 'straight'}", *options], tmp_path / "run1")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        for method, path in (("GET", r"/scans\?list-type=2"), ("GET", r"/scans/list\.txt"),
+                             ("GET", r"/scans/mixed/crawl\.tar\.gz")):
+            proxy.outage_when(method, path, 1)
+        waited = run_pipeline([f"workspace={tmp_path / 'waited'}", *options, "queue.give_up_after_s=60"],
+                              tmp_path / "run2")
+        assert proxy.counts["outage", "GET"] >= 3
+        assert waited["added"]["pdfs_new"] == straight["added"]["pdfs_new"] > 8
+        assert sorted(p for i in Workspace(str(tmp_path / "waited")).items() for p in i.pdfs) == sorted(
+            p for i in Workspace(str(tmp_path / "straight")).items() for p in i.pdfs)
+
+        proxy.outage_when("GET", r"/scans/list\.txt", 600)
+        with pytest.raises(Unreachable, match=r"^s3://scans/list\.txt: the storage did not answer for \d+ s \("):
+            run_pipeline([f"workspace={tmp_path / 'short'}", *options, "queue.give_up_after_s=1"], tmp_path / "run3")
+        proxy.outage(0)
+    assert not (tmp_path / "short").exists() or not list(Workspace(str(tmp_path / "short")).items())
+    with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        with pytest.raises(Unreachable, match=r"^s3://scans/mixed: the storage refused the credentials \(PermissionError"):
+            run_pipeline([f"workspace={tmp_path / 'refused'}", *options], tmp_path / "run4")
+
+
 def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, s3_server):
     """Two PDFs, a PNG, a JPEG, a three-frame TIFF, a .tar.gz of two PDFs and a PNG and a corrupt image,
     from a local folder and from S3 in one run: one Dolma document per readable input, every page once."""

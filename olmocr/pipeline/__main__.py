@@ -35,7 +35,9 @@ def add_pdfs(workspace, pdfs: list[str], cfg: DictConfig, pdf_access) -> dict:
     """Queue ``pdfs`` in ``workspace`` (what was added, for the run's summary)."""
     from olmocr.pipeline.inputs import expand
 
-    added = workspace.add(expand(pdfs, pdf_access), pages_per_group=cfg.pages_per_group, sample=cfg.sample,
+    # Remote PDFs listed in a brownout wait as a worker does for its workspace (queue.give_up_after_s).
+    found = expand(pdfs, pdf_access, wait_s=cfg.queue.give_up_after_s)
+    added = workspace.add(found, pages_per_group=cfg.pages_per_group, sample=cfg.sample,
                           seed=cfg.seed, pdf_access=pdf_access)
     log.info("added %d PDFs (%d already queued) in %d items of ~%d pages (%d in total); page counts sampled from "
              "%d PDFs, %d of them unreadable", added.pdfs_new, added.pdfs_known, added.items_new, cfg.pages_per_group,
@@ -49,7 +51,7 @@ _QUEUED: set[tuple[str, tuple[str, ...]]] = set()  # what this process queued: j
 def queue_before_submitting(cfg: DictConfig) -> None:
     """Add ``pdfs=`` to the workspace here, once, before a cluster job's workers start (they only work);
     the jobs of a sweep (``-m replica='range(N)'``) queue their PDFs once between them."""
-    from olmocr.faults import store_errors
+    from olmocr.faults import Unreachable, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -65,6 +67,8 @@ def queue_before_submitting(cfg: DictConfig) -> None:
         add_pdfs(Workspace(cfg.workspace, Access(**cfg.workspace_access)), list(cfg.pdfs), cfg, Access(**cfg.pdf_access))
     except store_errors() as exc:
         raise ValueError(f"workspace {cfg.workspace}: {type(exc).__name__}: {exc}") from None
+    except Unreachable as exc:  # the PDFs' storage: a launcher says its ValueErrors in one line
+        raise ValueError(str(exc)) from None
     _QUEUED.add(key)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from olmocr.formats.document import IMAGE, PDF, DocumentError, has_document_suffix, kind_of
 from olmocr.pipeline.archives import SEPARATOR, is_archive, list_members, read_members, split_member
-from olmocr.utils.io import Access, irregular
+from olmocr.utils.io import Access, irregular, patiently
 
 GLOB_CHARS = set("*?[")
 
@@ -23,10 +23,10 @@ def _is_input(path: str) -> bool:
     return has_document_suffix(path) or is_archive(path)
 
 
-def _expand_remote(entry: str, access: Access | None) -> list[str]:
+def _expand_remote(entry: str, access: Access | None, wait_s: float) -> list[str]:
     from olmocr.utils.io import filesystem
 
-    fs = filesystem(entry, access)
+    fs = filesystem(entry, access, wait_s)
     protocol = entry.split("://", 1)[0]
     if GLOB_CHARS & set(entry):
         found = fs.glob(entry)
@@ -34,7 +34,7 @@ def _expand_remote(entry: str, access: Access | None) -> list[str]:
         found = [entry] if fs.exists(entry) else []
     else:  # a prefix: every document and archive under it
         found = fs.find(entry)
-    return sorted(f"{protocol}://{fs._strip_protocol(p)}" for p in found if _is_input(p))
+    return sorted(f"{protocol}://{p.split('://', 1)[-1]}" for p in found if _is_input(p))
 
 
 def _expand_local(entry: str) -> list[str]:
@@ -51,14 +51,14 @@ def _expand_local(entry: str) -> list[str]:
     return sorted(os.path.abspath(p) for p in found)
 
 
-def _listed(entry: str, access: Access | None) -> list[str]:
+def _listed(entry: str, access: Access | None, wait_s: float) -> list[str]:
     """Entries of a text file: one path, folder or glob per line; blank lines and ``#`` comments skipped.
     Relative local paths are relative to the list's folder."""
     from olmocr.utils.io import is_remote, read_text
 
     base = os.path.dirname(os.path.abspath(entry)) if not is_remote(entry) else None
     out = []
-    for line in read_text(entry, access).splitlines():
+    for line in read_text(entry, access, wait_s).splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -77,9 +77,11 @@ def _sniffed_document(entry: str) -> bool:
         return False
 
 
-def expand(entries: list[str], access: Access | None = None, threads: int = 8) -> list[str]:
+def expand(entries: list[str], access: Access | None = None, threads: int = 8, wait_s: float = 0.0) -> list[str]:
     """Every document the entries name, once each, as absolute local paths or full ``s3://`` URLs (reached
-    with ``access``); an archive's documents as ``<archive>::<member>``.
+    with ``access``; storage that does not answer waited out for up to ``wait_s`` at each call, and past that,
+    or credentials refused, :class:`olmocr.faults.Unreachable` naming the entry); an archive's documents as
+    ``<archive>::<member>``.
 
     A PDF, image or archive path is itself; a folder or prefix means every one under it; a glob is matched
     (``**`` crosses folders); any other existing file is a document when its bytes say so, else a list of
@@ -90,11 +92,11 @@ def expand(entries: list[str], access: Access | None = None, threads: int = 8) -
         entry = str(entry)
         listed = not _is_input(entry) and not GLOB_CHARS & set(entry) and (
             entry.endswith(".txt") or ("://" not in entry and os.path.isfile(entry) and not _sniffed_document(entry)))
-        for sub in (_listed(entry, access) if listed else [entry]):
+        for sub in (_listed(entry, access, wait_s) if listed else [entry]):
             if "://" not in sub and os.path.isfile(os.path.expanduser(sub)) and not _is_input(sub):
                 found = [os.path.abspath(os.path.expanduser(sub))]  # sniffed above, or named in a list
             else:
-                found = _expand_remote(sub, access) if "://" in sub else _expand_local(sub)
+                found = _expand_remote(sub, access, wait_s) if "://" in sub else _expand_local(sub)
             if not found:
                 where = f" (listed in {entry})" if listed else ""
                 raise ValueError(f"pdfs: {sub!r}{where} names no document (expected a PDF, an image, a tar archive "
@@ -102,7 +104,9 @@ def expand(entries: list[str], access: Access | None = None, threads: int = 8) -
             seen.update(dict.fromkeys(found))
     archives = [path for path in seen if is_archive(path)]
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        listings = dict(zip(archives, pool.map(lambda archive: list_members(archive, access), archives)))
+        listings = dict(zip(archives, pool.map(lambda archive: patiently(lambda: list_members(archive, access), archive,
+                                                                         wait_s) if "://" in archive
+                                               else list_members(archive, access), archives)))
     documents: list[str] = []
     for path in seen:
         if path not in listings:
