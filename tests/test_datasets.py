@@ -217,9 +217,13 @@ def test_a_source_refusing_the_credentials_is_one_line(tmp_path, s3_server, monk
     _upload(tmp_path / "snap", "s3://hub/mix")
     with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        with pytest.raises(ValueError, match=r"^source s3://hub/mix → \S+: s3://hub/mix\S*: the storage refused the "
-                                             r"credentials \(PermissionError: .*run again to continue$"):
-            prepare(tmp_path, "source=s3://hub/mix", f"out={tmp_path / 'out'}")
+        for source in ("s3://hub/mix", "s3://hub"):  # a bucket's root was "nothing there"
+            with pytest.raises(ValueError, match=rf"^source {source} → \S+: {source}\S*: the storage refused the "
+                                                 r"credentials \(PermissionError: .*run again to continue$"):
+                prepare(tmp_path, f"source={source}", f"out={tmp_path / 'out'}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    with pytest.raises(ValueError, match=r"^source s3://nobucket: nothing there \(expected a snapshot"):
+        prepare(tmp_path, "source=s3://nobucket", f"out={tmp_path / 'out'}")
 
 
 def _truth_candidates(bench_dir, folder) -> None:

@@ -30,7 +30,11 @@ class Snapshot:
         self.root = root.rstrip("/") if self.remote else os.path.abspath(os.path.expanduser(root))
         if self.remote:  # its calls and reads wait out storage that does not answer for up to wait_s each
             self.fs = filesystem(self.root, access, wait_s)
-            if not self.fs.exists(self.root):
+            try:  # a listing: exists() on a bucket takes a refusal of the credentials for absence
+                there = bool(self.fs.ls(self.root, detail=False))
+            except FileNotFoundError:
+                there = False
+            if not there:
                 raise ValueError(f"source {root}: nothing there (expected a snapshot of the dataset's files)")
         elif not os.path.isdir(self.root):
             raise ValueError(f"source {root}: not a folder (expected a snapshot of the dataset's files)")
