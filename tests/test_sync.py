@@ -112,9 +112,37 @@ def test_check_writes_and_removes_one_object_and_a_refused_write_is_one_line(tmp
         capsys.readouterr()
         assert sync.main(["check", "s3://runs/exp"]) == 1
     assert capsys.readouterr().err == ("error: cannot write to s3://runs/exp (and remove what was written): "
-                                       "PermissionError: Access Denied\n")
+                                       "s3://runs/exp/.olmocr_sync_check: the storage refused the credentials "
+                                       "(PermissionError: Access Denied)\n")
     assert sync.main(["check", "s3://runs/exp", str(tmp_path)]) == 1
     assert sync.main(["push", str(tmp_path)]) == 1
+
+
+def test_pull_and_check_wait_out_storage_that_stops_answering(tmp_path, s3_server, monkeypatch, capsys):
+    """A job coming back in a brownout (the client's own retries off): its restore and its write check wait and
+    succeed, where they ended the task; past --wait-s, one line naming the place."""
+    import boto3
+
+    from olmocr.utils.faultproxy import FaultProxy
+
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
+    sync.push(run_dir(str(tmp_path / "run")), "s3://runs/exp")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        proxy.outage_when("GET", r"/runs\?list-type=2", 1)
+        proxy.outage_when("GET", r"/runs/exp/checkpoints/step_000002/model/model\.safetensors", 1)
+        proxy.outage_when("PUT", r"/runs/exp/\.olmocr_sync_check", 1)
+        assert sync.main(["pull", "s3://runs/exp", str(tmp_path / "restored"), "--wait-s", "60"]) == 0
+        assert sync.main(["check", "s3://runs/exp", "--wait-s", "60"]) == 0
+        assert proxy.counts["outage", "GET"] >= 2 and proxy.counts["outage", "PUT"]
+        assert files(str(tmp_path / "restored")) == ["checkpoints/step_000002/model/model.safetensors",
+                                                     "checkpoints/step_000002/trainer_state.pt", "metrics.jsonl"]
+        capsys.readouterr()
+        proxy.outage(600)
+        assert sync.main(["pull", "s3://runs/exp", str(tmp_path / "again"), "--wait-s", "1"]) == 1
+        proxy.outage(0)
+    assert capsys.readouterr().err.startswith("error: s3://runs/exp: the storage did not answer for ")
 
 
 def test_watcher_pushes_until_stopped_and_once_more(tmp_path):

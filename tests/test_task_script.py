@@ -80,8 +80,9 @@ def test_a_sync_target_that_refuses_writes_ends_the_task_before_its_stage(tmp_pa
         proc = run_script(script, cache_dir, AWS_ENDPOINT_URL=proxy.endpoint)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
-    assert err.splitlines() == ["error: cannot write to s3://runs/exp1 (and remove what was written): PermissionError: "
-                                "Access Denied", "olmocr: cannot keep the run dir in s3://runs/exp1"]
+    assert err.splitlines() == ["error: cannot write to s3://runs/exp1 (and remove what was written): "
+                                "s3://runs/exp1/.olmocr_sync_check: the storage refused the credentials "
+                                "(PermissionError: Access Denied)", "olmocr: cannot keep the run dir in s3://runs/exp1"]
     assert not (run_dir / ".hydra").exists()
 
 

@@ -6,6 +6,9 @@ machine that can disappear (a preemptible cluster job) resumes elsewhere.
     python -m olmocr.utils.sync push RUN_DIR REMOTE --every 60   ... and again every minute until stopped
     python -m olmocr.utils.sync check REMOTE                 can this machine write (and remove) there?
 
+Pulling and checking wait out remote storage that does not answer for up to ``--wait-s`` (600 s); refused
+credentials end them at once.
+
 Checkpoints are the directories under ``<run>/checkpoints/``. A checkpoint counts as complete when its
 marker is there (``trainer_state.pt`` for this project's trainer, ``trainer_state.json`` for a
 Hugging Face Trainer's), the same rule the trainers resume by. Pushing uploads a checkpoint only once it
@@ -23,8 +26,8 @@ import signal
 import sys
 import time
 
-from olmocr.faults import gist
-from olmocr.utils.io import filesystem
+from olmocr.faults import Unreachable, gist
+from olmocr.utils.io import STORAGE_WAIT_S, filesystem
 
 MARKERS = ("trainer_state.pt", "trainer_state.json")
 # In every checkpoint: the run's best eval when it was written (metric, step, value; trainer.keep_best).
@@ -107,9 +110,11 @@ def push(src: str, dst: str) -> tuple[int, int]:
     return copied, unchanged
 
 
-def pull(src: str, dst: str) -> tuple[int, int]:
-    """Restore ``dst`` from ``src`` (nothing there is fine: a first run); only complete checkpoints."""
-    fs, src = filesystem(src), src.rstrip("/")
+def pull(src: str, dst: str, wait_s: float = 0.0) -> tuple[int, int]:
+    """Restore ``dst`` from ``src`` (nothing there is fine: a first run); only complete checkpoints. A remote
+    ``src`` that does not answer is waited out for up to ``wait_s`` at each call (a preempted job that comes
+    back in a brownout resumes late, rather than failing or starting over)."""
+    fs, src = filesystem(src, wait_s=wait_s), src.rstrip("/")
     try:
         found = fs.find(src, detail=True)
     except FileNotFoundError:
@@ -141,16 +146,17 @@ def pull(src: str, dst: str) -> tuple[int, int]:
 CHECK = ".olmocr_sync_check"
 
 
-def check(dst: str) -> None:
+def check(dst: str, wait_s: float = 0.0) -> None:
     """Write one small object under ``dst`` and remove it, as pushing does (checkpoints written, pruned ones
     removed): a job checks this before its stage starts, so credentials that may read but not write fail it
-    at once, not after days of training that no copy kept."""
+    at once, not after days of training that no copy kept; storage that does not answer is waited out for up
+    to ``wait_s``."""
     import socket
 
-    fs, dst = filesystem(dst), dst.rstrip("/")
+    fs, dst = filesystem(dst, wait_s=wait_s), dst.rstrip("/")
     fs.makedirs(dst, exist_ok=True)
     fs.pipe_file(f"{dst}/{CHECK}", f"{socket.gethostname()} {time.time()}\n".encode())
-    fs.rm_file(f"{dst}/{CHECK}")
+    fs.rm(f"{dst}/{CHECK}")
 
 
 def watch(src: str, dst: str, every: float) -> None:
@@ -179,15 +185,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("src")
     parser.add_argument("dst", nargs="?")
     parser.add_argument("--every", type=float, default=None, help="push: repeat every N seconds until stopped")
+    parser.add_argument("--wait-s", type=float, default=STORAGE_WAIT_S,
+                        help="pull, check: how long remote storage that does not answer is waited out")
     args = parser.parse_args(argv)
     try:
         if args.direction == "check":
             if args.dst is not None or args.every is not None:
                 raise ValueError("check takes one place (REMOTE) and no --every")
             try:
-                check(args.src)
+                check(args.src, args.wait_s)
             except Exception as exc:  # noqa: BLE001 - whatever refused the write, in one line
-                raise OSError(f"cannot write to {args.src} (and remove what was written): {gist(exc)}") from exc
+                said = str(exc) if isinstance(exc, Unreachable) else gist(exc)
+                raise OSError(f"cannot write to {args.src} (and remove what was written): {said}") from exc
             return 0
         if args.dst is None:
             raise ValueError(f"{args.direction} takes two places (from, to)")
@@ -196,8 +205,9 @@ def main(argv: list[str]) -> int:
                 raise ValueError("--every goes with push")
             watch(args.src, args.dst, args.every)
             return 0
-        copied, unchanged = (push if args.direction == "push" else pull)(args.src, args.dst)
-    except (ValueError, OSError) as exc:
+        copied, unchanged = (push(args.src, args.dst) if args.direction == "push"
+                             else pull(args.src, args.dst, args.wait_s))
+    except (ValueError, OSError, Unreachable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{args.direction} {args.src} -> {args.dst}: {copied} copied, {unchanged} unchanged")
