@@ -227,6 +227,20 @@ def signals_as_found():
         f"{sorted(s.name for s in left_ignored - ignored)}")
 
 
+@pytest.fixture(autouse=True)
+def logging_as_found():
+    """A stage run in this process through Hydra leaves its job logging on the root logger, writing to the
+    streams that test's capture then closes: a later test's logs (a client's warnings) would print "Logging
+    error" tracebacks into what it reads back. The root logger is put back as it was."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     yield
