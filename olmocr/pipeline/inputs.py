@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from olmocr.formats.document import IMAGE, PDF, DocumentError, has_document_suffix, kind_of
 from olmocr.pipeline.archives import SEPARATOR, is_archive, list_members, read_members, split_member
-from olmocr.utils.io import Access, irregular, patiently
+from olmocr.utils.io import Access, filesystem, irregular, is_remote, patiently, read_bytes, read_text
 
 GLOB_CHARS = set("*?[")
 
@@ -24,8 +24,6 @@ def _is_input(path: str) -> bool:
 
 
 def _expand_remote(entry: str, access: Access | None, wait_s: float) -> list[str]:
-    from olmocr.utils.io import filesystem
-
     fs = filesystem(entry, access, wait_s)
     protocol = entry.split("://", 1)[0]
     if GLOB_CHARS & set(entry):
@@ -54,8 +52,6 @@ def _expand_local(entry: str) -> list[str]:
 def _listed(entry: str, access: Access | None, wait_s: float) -> list[str]:
     """Entries of a text file: one path, folder or glob per line; blank lines and ``#`` comments skipped.
     Relative local paths are relative to the list's folder."""
-    from olmocr.utils.io import is_remote, read_text
-
     base = os.path.dirname(os.path.abspath(entry)) if not is_remote(entry) else None
     out = []
     for line in read_text(entry, access, wait_s).splitlines():
@@ -104,9 +100,7 @@ def expand(entries: list[str], access: Access | None = None, threads: int = 8, w
             seen.update(dict.fromkeys(found))
     archives = [path for path in seen if is_archive(path)]
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        listings = dict(zip(archives, pool.map(lambda archive: patiently(lambda: list_members(archive, access), archive,
-                                                                         wait_s) if "://" in archive
-                                               else list_members(archive, access), archives)))
+        listings = dict(zip(archives, pool.map(lambda archive: _members_of(archive, access, wait_s), archives)))
     documents: list[str] = []
     for path in seen:
         if path not in listings:
@@ -117,6 +111,13 @@ def expand(entries: list[str], access: Access | None = None, threads: int = 8, w
         if damage or not members:
             documents.append(path)
     return documents
+
+
+def _members_of(archive: str, access: Access | None, wait_s: float) -> tuple[list[str], str | None]:
+    """An archive's listing (:func:`list_members`); a remote one's storage that does not answer waited out."""
+    if "://" not in archive:
+        return list_members(archive, access)
+    return patiently(lambda: list_members(archive, access), archive, wait_s)
 
 
 def _container(path: str) -> str:
@@ -132,8 +133,6 @@ def read_document(path: str, access: Access | None = None) -> bytes:
     since it was queued) is bad: DocumentError ``missing_document``. Anything else that stops the read is
     outside the document and may pass (the storage, the credentials, the network, a folder that is not
     there, as a mount that failed): :class:`Unavailable`, and the item is tried again later."""
-    from olmocr.utils.io import read_bytes
-
     return _reading(path, access, lambda: read_bytes(path, access))
 
 
@@ -149,7 +148,6 @@ def _reading(path: str, access: Access | None, read):
     """``read()``, its failures sorted into the document's (DocumentError) and the storage's (Unavailable)."""
     from olmocr.pipeline.failures import Unavailable
     from olmocr.faults import store_errors
-    from olmocr.utils.io import filesystem
 
     try:
         if "://" not in path:
