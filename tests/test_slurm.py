@@ -80,14 +80,29 @@ def submitted(tmp_path) -> str:
                     "the job is submitted")
 
 
-def wait_for(condition, timeout_s: float, what: str):
+def wait_for(condition, timeout_s: float, what: str, tmp_path=None):
+    """condition's first true value; past the timeout a failure that shows, with tmp_path, what the job was
+    doing (its logs' tails, the machine's load, its processes' states), as a stall on a loaded machine is
+    otherwise gone when anyone looks."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}" + (job_evidence(tmp_path) if tmp_path else ""))
+
+
+def job_evidence(tmp_path) -> str:
+    parts = [f"load average: {open('/proc/loadavg').read().strip()}"]
+    for path in sorted(glob.glob(str(tmp_path / "sweep" / "**" / "*.log"), recursive=True)
+                       + glob.glob(str(tmp_path / "sweep" / ".submitit" / "**" / "*.err"), recursive=True)):
+        lines = open(path, errors="replace").read().splitlines()[-15:]
+        parts.append(f"--- {os.path.relpath(path, tmp_path)}\n" + "\n".join(lines))
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,stat,pcpu,etime,wchan:20,args", "--sort=-pcpu"],
+                        capture_output=True, text=True).stdout.splitlines()
+    parts.append("--- busiest processes\n" + "\n".join(line[:200] for line in ps[:15]))
+    return "\n" + "\n".join(parts)
 
 
 def test_two_tasks_of_one_node_train_data_parallel_to_the_stored_losses(slurm, tmp_path, cache_dir):
@@ -135,10 +150,10 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
 
     try:
         job = submitted(tmp_path)
-        wait_for(newest, 120, "a first checkpoint")
+        wait_for(newest, 120, "a first checkpoint", tmp_path)
         scheduler(slurm, "scancel", "--signal=USR2", job)
-        before = wait_for(lambda: restarts(job) == 1 and newest(), 120, "running again")
-        wait_for(lambda: newest() > before, 120, "a checkpoint after the preemption")
+        before = wait_for(lambda: restarts(job) == 1 and newest(), 120, "running again", tmp_path)
+        wait_for(lambda: newest() > before, 120, "a checkpoint after the preemption", tmp_path)
         scheduler(slurm, "scontrol", "requeue", job)
         out, err = proc.communicate(timeout=300)
     finally:
@@ -194,7 +209,7 @@ def test_a_cancelled_job_leaves_no_process_and_says_so(slurm, tmp_path, cache_di
     folder = str(tmp_path / "sweep" / ".submitit")
     try:
         job = submitted(tmp_path)
-        wait_for(lambda: glob.glob(str(tmp_path / "sweep" / "*" / "metrics.jsonl")), 120, "training steps")
+        wait_for(lambda: glob.glob(str(tmp_path / "sweep" / "*" / "metrics.jsonl")), 120, "training steps", tmp_path)
         scheduler(slurm, "scancel", job)
         out, err = proc.communicate(timeout=120)
     finally:
