@@ -1,4 +1,5 @@
-"""One process at a time in a run dir that a stage resumes into (training's checkpoints, mined pairs).
+"""One process at a time in a folder that a stage resumes into (training's checkpoints, mined pairs,
+synthetic pages).
 
 A command run again while the first still runs (a second terminal, a job submitted twice) would resume from
 the same checkpoint and write the same checkpoint names, each removing the other's half-written one. The
@@ -22,11 +23,13 @@ log = logging.getLogger(__name__)
 LOCK = ".run.lock"
 
 
-def _refusal(folder: str, fh) -> ValueError:
+RUN_DIR_ADVICE = "give this one its own run_name (or hydra.run.dir)"
+
+
+def _refusal(folder: str, fh, advice: str = RUN_DIR_ADVICE) -> ValueError:
     fh.seek(0)
     holder = fh.read().strip() or "a process that has not said which"
-    return ValueError(f"{folder} is in use by another run ({holder}): wait for it to end, or give this one its own "
-                      "run_name (or hydra.run.dir)")
+    return ValueError(f"{folder} is in use by another run ({holder}): wait for it to end, or {advice}")
 
 
 def _try_lock(fh) -> bool | None:
@@ -39,18 +42,19 @@ def _try_lock(fh) -> bool | None:
 
 
 @contextlib.contextmanager
-def run_dir_held(folder: str):
-    """Hold ``folder`` while the block runs; ValueError when another process holds it. A file system without
-    locks (some network mounts) is said once and not locked."""
+def run_dir_held(folder: str, advice: str = RUN_DIR_ADVICE):
+    """Hold ``folder`` while the block runs; ValueError when another process holds it (the line ends with
+    ``advice``: what to do instead). A file system without locks (some network mounts) is said once and not
+    locked."""
     os.makedirs(folder, exist_ok=True)
     fh = open(os.path.join(folder, LOCK), "a+")
     try:
         locked = _try_lock(fh)
         if locked is False:
-            raise _refusal(folder, fh)
+            raise _refusal(folder, fh, advice)
         if locked is None:
             log.warning("%s: cannot be locked here: two runs in it at once would overwrite each other's "
-                        "checkpoints", folder)
+                        "files", folder)
             yield
             return
         fh.seek(0)

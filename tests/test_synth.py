@@ -93,13 +93,7 @@ def test_same_seed_same_bytes(tmp_path):
 
 def test_bundled_sample_is_what_the_generator_makes(tmp_path):
     """data/sample must be regenerable: the same command gives the same bytes (and is not stale)."""
-    from omegaconf import OmegaConf
-
-    from olmocr.config import compose
-
-    cfg = compose("synth")
-    weights = dict(layout_weights=OmegaConf.to_container(cfg.layout_weights),
-                   language_weights=OmegaConf.to_container(cfg.language_weights))
+    weights = _configured_weights()
     for split, n, first in (("train", 32, 0), ("eval", 8, 1000)):
         out = str(tmp_path / split)
         generate(out, n, seed=0, first_index=first, **weights)
@@ -168,3 +162,71 @@ def test_a_run_dir_on_a_full_disk_is_one_line_before_the_stage_starts(small_disk
                          timeout=120)
     assert (run.returncode, run.stderr) == (2, f"error: no space left on device writing {run_dir} (0 B free there)\n")
     assert not list(run_dir.rglob("pages"))  # the stage never started
+
+
+def test_a_killed_run_leaves_whole_pages_and_resumes_to_the_bytes_of_an_uninterrupted_one(tmp_path):
+    """SIGKILL mid-run: every page file there is whole (no PDF cut short for a later stage to pick up), no tests
+    file yet; the same command again keeps those pages, writes the rest and says so."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out, ref = tmp_path / "out", str(tmp_path / "ref")
+    command = [sys.executable, "-m", "olmocr.synth", "num_pages=800", f"out_dir={out}", "render_check=false",
+               f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None and len(os.listdir(out / "pdfs") if (out / "pdfs").exists() else []) < 60:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    generate(ref, 800, seed=0, **_configured_weights())
+    written = [f for f in os.listdir(out / "pdfs") if not f.endswith(".partial")]
+    assert 60 <= len(written) < 1600 and not (out / "synth.jsonl").exists()
+    _, mismatch, errors = filecmp.cmpfiles(out / "pdfs", os.path.join(ref, "pdfs"), written, shallow=False)
+    assert mismatch == errors == []
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    kept = len([f for f in written if f.endswith(".pdf") and f[:-4] + ".md" in written])
+    assert f"wrote {800 - kept} pages to {out} " in again.stdout
+    assert f"; {kept} kept, written by an earlier run" in again.stdout
+    assert sorted(os.listdir(out / "pdfs")) == sorted(os.listdir(os.path.join(ref, "pdfs")))
+    _, mismatch, errors = filecmp.cmpfiles(out / "pdfs", os.path.join(ref, "pdfs"), os.listdir(out / "pdfs"),
+                                           shallow=False)
+    assert mismatch == errors == []
+    assert filecmp.cmp(out / "synth.jsonl", os.path.join(ref, "synth.jsonl"), shallow=False)
+
+
+def _configured_weights() -> dict:
+    from omegaconf import OmegaConf
+
+    from olmocr.config import compose
+
+    cfg = compose("synth")
+    return dict(layout_weights=OmegaConf.to_container(cfg.layout_weights),
+                language_weights=OmegaConf.to_container(cfg.language_weights))
+
+
+def test_pages_of_other_ranges_and_seeds_add_up_and_other_weights_are_refused(tmp_path):
+    from olmocr.runlock import run_dir_held
+
+    out = str(tmp_path / "out")
+    generate(out, 5, seed=1, layout_weights=ALL_LAYOUTS)
+    assert generate(out, 5, seed=1, first_index=3, layout_weights=ALL_LAYOUTS)["kept"] == 2
+    generate(out, 3, seed=2, layout_weights=ALL_LAYOUTS)
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    generate(one, 8, seed=1, layout_weights=ALL_LAYOUTS)
+    generate(two, 3, seed=2, layout_weights=ALL_LAYOUTS)
+    tests = open(os.path.join(out, "synth.jsonl")).read()
+    assert tests == open(os.path.join(one, "synth.jsonl")).read() + open(os.path.join(two, "synth.jsonl")).read()
+    assert len(os.listdir(os.path.join(out, "pdfs"))) == 2 * 11
+
+    with pytest.raises(ValueError) as info:
+        generate(out, 3, seed=1, layout_weights={"table": 1.0})
+    assert str(info.value).startswith(f'out_dir {out} holds pages made with layout_weights={{"single_column": 1.0, ')
+    assert str(info.value).endswith(', and this run has layout_weights={"table": 1.0}: give it another out_dir, '
+                                    "or the same settings to add pages or finish an interrupted run")
+    with run_dir_held(out), pytest.raises(ValueError, match=f"^{out} is in use by another run .*: wait for it to "
+                                                           "end, or give this one another out_dir$"):
+        generate(out, 3, seed=1, layout_weights=ALL_LAYOUTS)
+    assert open(os.path.join(out, "synth.jsonl")).read() == tests

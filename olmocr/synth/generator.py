@@ -8,6 +8,8 @@ OCR drops them, and absent tests check that it does.
 
 from __future__ import annotations
 
+import functools
+import glob
 import json
 import os
 import random
@@ -17,6 +19,7 @@ from tqdm import tqdm
 
 from olmocr.bench.records import AbsentTest, BaselineTest, MathTest, OrderTest, PresentTest, TableTest
 from olmocr.formats.frontmatter import PageMeta, write_document
+from olmocr.runlock import run_dir_held
 from olmocr.synth import text as words
 from olmocr.synth.blocks import Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table, table_share
 from olmocr.synth.layout import draw, place, truth
@@ -36,6 +39,10 @@ EQUATIONS = [
     ("\\alpha + \\beta = {a}", "alpha + beta = {a}"),
     ("f(x) = \\frac{{x}}{{{a}}} - {b}", "f(x) = x / {a} - {b}"),
 ]
+
+
+def page_name(seed: int, index: int) -> str:
+    return f"synth_s{seed}_{index:05d}"
 
 
 class PageGenerator:
@@ -63,7 +70,7 @@ class PageGenerator:
         page_size = rng.choice([LETTER, A4])
         font = rng.choice(FONTS)
         body = rng.choice([9.0, 10.0, 11.0, 12.0])
-        name = f"synth_s{self.seed}_{index:05d}"
+        name = page_name(self.seed, index)
         rotation = rng.choice([90, 180, 270]) if layout == "rotated" else 0
         columns = 2 if layout == "two_column" else 1
         if layout == "two_column" and page_size == LETTER and rng.random() < 0.3:
@@ -178,34 +185,117 @@ class PageGenerator:
         return out
 
 
+SETTINGS_FILE = "synth_settings.json"  # what out_dir's pages were made with, and which pages finished runs wrote
+PARTIAL = ".partial"
+
+
 def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
              layout_weights: dict[str, float] | None = None,
              language_weights: dict[str, float] | None = None, tests_file: str = "synth.jsonl") -> dict:
-    """Write ``num_pages`` pages as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md`` and their tests as JSONL.
+    """Write pages ``first_index …`` as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md``, and the tests of every page
+    that finished runs wrote to ``out_dir`` as JSONL.
 
-    Returns counts by layout and test type. The same arguments always give byte-identical files.
+    Returns counts by layout and test type, and how many pages an earlier run had written. The same arguments
+    always give byte-identical files. Each file appears whole (written aside, then renamed), so a run that
+    is killed leaves only whole pages, and run again with the same settings it keeps them and writes the
+    rest; a run with another ``first_index`` or ``seed`` adds its pages, and the tests file then covers all.
     """
     if num_pages < 1:
         raise ValueError(f"num_pages: must be at least 1, got {num_pages}")
     if first_index < 0:
         raise ValueError(f"first_index: must be 0 or more, got {first_index}")
     gen = PageGenerator(seed, layout_weights, language_weights)
+    settings = {"layout_weights": _floats(gen.layout_weights), "language_weights": _floats(gen.language_weights)}
     pdf_dir = os.path.join(out_dir, "pdfs")
     os.makedirs(pdf_dir, exist_ok=True)
-    counts: dict[str, int] = {}
-    lines = []
-    for index in tqdm(range(first_index, first_index + num_pages), desc="synth pages", unit="page",
-                      disable=num_pages < 50):
-        page = gen.describe(index)
-        placed = place(page)
-        draw(page, placed, os.path.join(pdf_dir, f"{page.name}.pdf"))
-        with open(os.path.join(pdf_dir, f"{page.name}.md"), "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(write_document(page.meta, truth(page, placed)))
-        for test in gen.tests(page, random.Random(f"{seed}/{index}/tests")):
-            lines.append(json.dumps(test.to_dict(), ensure_ascii=False))
-            counts[f"test:{test.type}"] = counts.get(f"test:{test.type}", 0) + 1
-        kind = "rotated" if page.rotation else ("blank" if not page.blocks else "page")
-        counts[kind] = counts.get(kind, 0) + 1
-    with open(os.path.join(out_dir, tests_file), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write("".join(line + "\n" for line in lines))
+    with run_dir_held(out_dir, advice="give this one another out_dir"):
+        resuming, ranges = _made_before(out_dir, settings)
+        for stray in glob.glob(os.path.join(glob.escape(pdf_dir), f"*{PARTIAL}")):
+            os.remove(stray)  # cut short by a kill; no other run writes here while this one holds the folder
+        counts: dict[str, int] = {}
+        for index in tqdm(range(first_index, first_index + num_pages), desc="synth pages", unit="page",
+                          disable=num_pages < 50):
+            page = gen.describe(index)
+            pdf, md = (os.path.join(pdf_dir, page.name + ext) for ext in (".pdf", ".md"))
+            if resuming and os.path.exists(pdf) and os.path.exists(md):
+                counts["kept"] = counts.get("kept", 0) + 1
+            else:
+                placed = place(page)
+                _whole(md, _write_text, write_document(page.meta, truth(page, placed)))
+                _whole(pdf, functools.partial(draw, page, placed))
+            for test in gen.tests(page, random.Random(f"{seed}/{index}/tests")):
+                counts[f"test:{test.type}"] = counts.get(f"test:{test.type}", 0) + 1
+            kind = "rotated" if page.rotation else ("blank" if not page.blocks else "page")
+            counts[kind] = counts.get(kind, 0) + 1
+        ranges = _merged(ranges + [[seed, first_index, num_pages]])
+        _whole(os.path.join(out_dir, tests_file), _write_tests, settings, ranges)
+        _whole(os.path.join(out_dir, SETTINGS_FILE), _write_text, _record(settings, ranges))
     return counts
+
+
+def _floats(weights: dict[str, float]) -> dict[str, float]:
+    return {key: float(value) for key, value in weights.items()}
+
+
+def _record(settings: dict, ranges: list[list[int]]) -> str:
+    return json.dumps({**settings, "pages": ranges}) + "\n"
+
+
+def _made_before(out_dir: str, settings: dict) -> tuple[bool, list[list[int]]]:
+    """(whether out_dir's pages may be kept, the [seed, first, count] ranges that finished runs wrote). Pages made
+    with other settings would pass for this run's, so such a folder is refused; a folder of pages with no
+    record (made by hand, or before records were kept) is written over."""
+    path = os.path.join(out_dir, SETTINGS_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            record = json.load(fh)
+        made_with = {key: record[key] for key in settings}
+        ranges = [[int(seed), int(first), int(count)] for seed, first, count in record["pages"]]
+    except FileNotFoundError:
+        # Recorded before the first page, so a run killed before it finishes is resumed.
+        _whole(path, _write_text, _record(settings, []))
+        return False, []
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a record of synthetic pages ({type(exc).__name__}: {exc}); "
+                         "give this run another out_dir, or remove the file to write the pages again") from None
+    # Order matters as much as values: the weights are drawn from in their order.
+    differ = [key for key in settings if list(made_with[key].items()) != list(settings[key].items())]
+    if differ:
+        theirs = ", ".join(f"{key}={json.dumps(made_with[key])}" for key in differ)
+        ours = ", ".join(f"{key}={json.dumps(settings[key])}" for key in differ)
+        raise ValueError(f"out_dir {out_dir} holds pages made with {theirs}, and this run has {ours}: give it "
+                         "another out_dir, or the same settings to add pages or finish an interrupted run")
+    return True, ranges
+
+
+def _merged(ranges: list[list[int]]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for seed, first, count in sorted(ranges):
+        if out and out[-1][0] == seed and first <= out[-1][1] + out[-1][2]:
+            out[-1][2] = max(out[-1][2], first + count - out[-1][1])
+        else:
+            out.append([seed, first, count])
+    return out
+
+
+def _whole(path: str, write, *args) -> None:
+    """``write(tmp, *args)``, then the file appears at ``path`` at once: a reader (or a run resumed after a
+    kill) never finds it cut short."""
+    tmp = path + PARTIAL
+    write(tmp, *args)
+    os.replace(tmp, path)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+
+
+def _write_tests(path: str, settings: dict, ranges: list[list[int]]) -> None:
+    """Every page's tests, a line each, in page order; written as made, so memory does not grow with pages."""
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        for seed, first, count in ranges:
+            gen = PageGenerator(seed, settings["layout_weights"], settings["language_weights"])
+            for index in range(first, first + count):
+                for test in gen.tests(gen.describe(index), random.Random(f"{seed}/{index}/tests")):
+                    fh.write(json.dumps(test.to_dict(), ensure_ascii=False) + "\n")
