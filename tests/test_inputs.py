@@ -7,11 +7,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import tarfile
 
 import pytest
 from chat_server import ChatServer, good
-from conftest import write_pdf
+from conftest import SAMPLE, write_pdf
 from mixed_inputs import build, encoded, page_image
 
 from olmocr.config import compose
@@ -169,6 +170,44 @@ def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         with pytest.raises(Unreachable, match=r"^s3://scans/mixed: the storage refused the credentials \(PermissionError"):
             run_pipeline([f"workspace={tmp_path / 'refused'}", *options], tmp_path / "run4")
+
+
+def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one_line(tmp_path, s3_server,
+                                                                                      monkeypatch):
+    """The work index's read and write wait out a workspace that does not answer as a worker does, going on
+    within seconds of it answering again (not at the end of the pause); past queue.give_up_after_s, one line
+    naming the workspace, nothing queued."""
+    import time
+
+    import s3fs
+
+    from olmocr.faults import Unreachable
+    from olmocr.pipeline.workspace import INDEX, Workspace
+    from olmocr.utils.faultproxy import FaultProxy
+
+    s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server}).mkdir("queue")
+    options = ["workers=0", "progress=false", "sample=0", f"pdfs=[{os.path.join(SAMPLE, 'eval', 'pdfs')}]",
+               "queue.pause_after=1", "queue.retry_wait_s=30"]
+    straight = run_pipeline([f"workspace={tmp_path / 'straight'}", *options], tmp_path / "run1")
+    with FaultProxy(s3_server, rate=0.0) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+        proxy.outage_when("HEAD", rf"/queue/waited/{INDEX}", 1)
+        proxy.outage_when("PUT", rf"/queue/waited/{INDEX}", 3)
+        start = time.monotonic()
+        waited = run_pipeline(["workspace=s3://queue/waited", *options, "queue.give_up_after_s=60"], tmp_path / "run2")
+        assert time.monotonic() - start < 20  # the pause is 30 s; the store answered again after 3
+        assert proxy.counts["outage", "HEAD"] >= 1 and proxy.counts["outage", "PUT if-none-match"] >= 1, proxy.counts
+        assert waited["added"]["pdfs_new"] == straight["added"]["pdfs_new"] == 8
+        assert Workspace("s3://queue/waited").items() == Workspace(str(tmp_path / "straight")).items()
+
+        proxy.outage_when("PUT", rf"/queue/short/{INDEX}", 600)
+        with pytest.raises(Unreachable) as info:
+            run_pipeline(["workspace=s3://queue/short", *options, "queue.give_up_after_s=2"], tmp_path / "run3")
+        assert re.fullmatch(r"workspace s3://queue/short: adding 8 PDFs: nothing could be done for \d+ s .*; run again "
+                            r"to add them \(PDFs queued already are skipped\)", str(info.value)), info.value
+        proxy.outage(0)
+        assert Workspace("s3://queue/short").items() == []
 
 
 def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, s3_server):

@@ -33,12 +33,22 @@ log = logging.getLogger("olmocr.pipeline")
 
 def add_pdfs(workspace, pdfs: list[str], cfg: DictConfig, pdf_access) -> dict:
     """Queue ``pdfs`` in ``workspace`` (what was added, for the run's summary)."""
+    from olmocr.faults import Unreachable
+    from olmocr.pipeline.failures import StopWork
     from olmocr.pipeline.inputs import expand
+    from olmocr.pipeline.worker import Breaker, when_answering
 
-    # Remote PDFs listed in a brownout wait as a worker does for its workspace (queue.give_up_after_s).
-    found = expand(pdfs, pdf_access, wait_s=cfg.queue.give_up_after_s)
-    added = workspace.add(found, pages_per_group=cfg.pages_per_group, sample=cfg.sample,
-                          seed=cfg.seed, pdf_access=pdf_access)
+    # Listing remote PDFs and writing the index in a brownout wait as a worker does for its workspace.
+    q = cfg.queue
+    found = expand(pdfs, pdf_access, wait_s=q.give_up_after_s)
+    breaker = Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s)
+    try:
+        added = workspace.add(found, pages_per_group=cfg.pages_per_group, sample=cfg.sample, seed=cfg.seed,
+                              pdf_access=pdf_access,
+                              wait_out=lambda call: when_answering(call, breaker, f"workspace {workspace.root}"))
+    except StopWork as exc:
+        raise Unreachable(f"workspace {workspace.root}: adding {len(found)} PDFs: {exc}; run again to add them "
+                          "(PDFs queued already are skipped)") from None
     log.info("added %d PDFs (%d already queued) in %d items of ~%d pages (%d in total); page counts sampled from "
              "%d PDFs, %d of them unreadable", added.pdfs_new, added.pdfs_known, added.items_new, cfg.pages_per_group,
              added.items_total, added.sampled, added.unreadable_in_sample)

@@ -77,26 +77,35 @@ class Breaker:
                            f"items, queue.give_up_after_s={self.give_up_after_s:g}); the last, on {what}: {cause}")
         if streak < self.pause_after:
             return 0.0
-        wait = min(self.wait_s * 2 ** (streak - self.pause_after), self.wait_max_s)
+        # A pause never outlasts give_up_after_s: the worker stops when that is spent, not a long pause later.
+        wait = min(self.wait_s * 2 ** (streak - self.pause_after), self.wait_max_s, self.give_up_after_s - lasted)
         log.warning("%d failures in a row from outside the items (the last, on %s: %s): pausing up to %.0f s", streak,
                     what, cause, wait)
         return wait
 
 
+PROBE_S = 2.0  # how often a paused worker looks whether the store answers again
+
+
 def when_answering(call: Callable, breaker: Breaker, what: str):
     """``call()``, waited out while the store does not answer (as ``breaker`` says, up to its
     ``give_up_after_s``), so a worker starting in a brownout starts late rather than not at all; a refusal
-    of the credentials raises at once."""
+    of the credentials raises at once. Through a pause the call is tried again every PROBE_S (a failure is
+    counted, and said, once a pause), so it goes on within seconds of the store answering again."""
     from olmocr.faults import refused, store_errors
 
+    paused_until = 0.0
     while True:
         try:
             return call()
         except store_errors() as exc:
             if refused(exc):
                 raise
-            log.warning("%s did not answer (%s: %s)", what, type(exc).__name__, exc)
-            time.sleep(max(breaker.failed(exc, what), 1.0))
+            now = time.monotonic()
+            if now >= paused_until:
+                log.warning("%s did not answer (%s: %s)", what, type(exc).__name__, exc)
+                paused_until = now + max(breaker.failed(exc, what), 1.0)
+            time.sleep(min(PROBE_S, paused_until - now))
 
 
 @dataclass
@@ -248,9 +257,6 @@ def _stored(call: Callable, queue: WorkQueue, shared: _Shared, what: str):
             log.warning("%s failed (%s: %s); trying again", what, type(exc).__name__, exc)
             if not _pause_until_answering(queue, shared, exc, "the workspace"):
                 return STOPPED
-
-
-PROBE_S = 2.0
 
 
 def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException, what: str) -> bool:

@@ -17,6 +17,7 @@ An item's id is the SHA-1 of its sorted PDF paths, so the same PDFs always make 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -114,9 +115,10 @@ class Workspace:
         return name, data
 
     def add(self, pdfs: list[str], pages_per_group: int = 500, sample: int = 100, seed: int = 0,
-            max_attempts: int = 50, pdf_access: Access | None = None) -> Added:
+            max_attempts: int = 50, pdf_access: Access | None = None, wait_out=None) -> Added:
         """Queue the PDFs not queued yet, grouped into items of about ``pages_per_group`` pages (page counts
-        sampled from PDFs read with ``pdf_access``).
+        sampled from PDFs read with ``pdf_access``). ``wait_out(call)``: each read and write of the index
+        through it (a worker's patience with a store that does not answer); the PDFs are sampled once.
 
         The index is replaced only if nobody changed it since it was read (created only if absent); on a
         conflict the PDFs are checked against the new index and the write is tried again, so two
@@ -127,8 +129,9 @@ class Workspace:
             raise ValueError(f"sample: must be 0 or more (PDFs whose pages are counted to size the items), got {sample}")
         counts: dict[str, int | None] | None = None
         rng = random.Random()
+        wait_out = wait_out or (lambda call: call())
         for attempt in range(1, max_attempts + 1):
-            items, tag = self.read_index()
+            items, tag = wait_out(self.read_index)
             known = {path for item in items for path in item.pdfs}
             new = [p for p in pdfs if p not in known]
             if not new:
@@ -139,7 +142,11 @@ class Workspace:
                       for paths, pages in group(new, counts, pages_per_group)]
             body = gzip.compress("".join(json.dumps({"id": i.id, "pdfs": list(i.pdfs), "pages": i.pages}) + "\n"
                                          for i in items + groups).encode("utf-8"))
-            written = self.store.create(INDEX, body) if tag is None else self.store.replace(INDEX, body, tag)
+            # A write that landed though its answer was lost is a conflict when tried again: the next attempt
+            # finds the PDFs queued.
+            write = (functools.partial(self.store.create, INDEX, body) if tag is None
+                     else functools.partial(self.store.replace, INDEX, body, tag))
+            written = wait_out(write)
             if written is not None:
                 fresh = set(new)
                 sampled = [p for p in counts if p in fresh]
