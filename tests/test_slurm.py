@@ -16,8 +16,10 @@ import pytest
 from conftest import STORED_RUN, stored_losses
 
 from olmocr.config import PROJECT_ROOT
+from olmocr.train.distributed import job_port
 
 pytestmark = pytest.mark.slow
+EPHEMERAL_LOW = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
 
 # A user's cluster file for the local cluster: SLURM's defaults, no GPUs, a core a task.
 CLUSTER_FILE = """# @package _global_
@@ -80,15 +82,20 @@ def submitted(tmp_path) -> str:
                     "the job is submitted")
 
 
-def wait_for(condition, timeout_s: float, what: str, tmp_path=None):
-    """condition's first true value; past the timeout a failure that shows, with tmp_path, what the job was
-    doing (its logs' tails, the machine's load, its processes' states), as a stall on a loaded machine is
+def wait_for(condition, timeout_s: float, what: str, proc=None, tmp_path=None):
+    """condition's first true value. With ``proc`` (the submitting command) and ``tmp_path``, a failure, past
+    the timeout or once the command has ended, shows what the job was doing (the command's output, the job's
+    logs' tails, the machine's load, its processes' states), as a stall or an early end on a loaded machine is
     otherwise gone when anyone looks."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the submitting command ended (exit code {proc.returncode}) before {what}\n"
+                                 f"--- its output\n{(out + err)[-3000:]}" + job_evidence(tmp_path))
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout_s:.0f} s: {what}" + (job_evidence(tmp_path) if tmp_path else ""))
 
@@ -113,6 +120,11 @@ def test_two_tasks_of_one_node_train_data_parallel_to_the_stored_losses(slurm, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = job_dir(tmp_path)
     assert "cluster" not in os.path.basename(run)  # the job dir does not depend on where it ran
+    # The rendezvous port comes from the job id, below the ephemeral ports a client connection may hold.
+    job = submitted(tmp_path)
+    log = open(os.path.join(run, "train.log")).read()
+    assert all(f"rank {r} of 2: gloo process group, rendezvous at " in log for r in (0, 1))
+    assert log.count(f":{job_port(job)}\n") == 2 and job_port(job) < EPHEMERAL_LOW
     want = stored_losses()
     got = train_losses(run)
     assert list(got) == list(range(1, 11))
@@ -150,10 +162,10 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
 
     try:
         job = submitted(tmp_path)
-        wait_for(newest, 120, "a first checkpoint", tmp_path)
+        wait_for(newest, 120, "a first checkpoint", proc, tmp_path)
         scheduler(slurm, "scancel", "--signal=USR2", job)
-        before = wait_for(lambda: restarts(job) == 1 and newest(), 120, "running again", tmp_path)
-        wait_for(lambda: newest() > before, 120, "a checkpoint after the preemption", tmp_path)
+        before = wait_for(lambda: restarts(job) == 1 and newest(), 120, "running again", proc, tmp_path)
+        wait_for(lambda: newest() > before, 120, "a checkpoint after the preemption", proc, tmp_path)
         scheduler(slurm, "scontrol", "requeue", job)
         out, err = proc.communicate(timeout=300)
     finally:
@@ -209,7 +221,7 @@ def test_a_cancelled_job_leaves_no_process_and_says_so(slurm, tmp_path, cache_di
     folder = str(tmp_path / "sweep" / ".submitit")
     try:
         job = submitted(tmp_path)
-        wait_for(lambda: glob.glob(str(tmp_path / "sweep" / "*" / "metrics.jsonl")), 120, "training steps", tmp_path)
+        wait_for(lambda: glob.glob(str(tmp_path / "sweep" / "*" / "metrics.jsonl")), 120, "training steps", proc, tmp_path)
         scheduler(slurm, "scancel", job)
         out, err = proc.communicate(timeout=120)
     finally:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import math
 import os
+import zlib
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+log = logging.getLogger(__name__)
 
 # What a launcher tells a process about its place in a job. DeepSpeed sets them even in a single process,
 # where a later run in the same process (a sweep, a notebook) would take them for a distributed launch.
@@ -32,15 +35,30 @@ class DistInfo:
     device: torch.device
 
 
+# Rendezvous ports for SLURM jobs: below Linux's ephemeral range (32768-60999 by default), where any client
+# connection on the first node may hold a port for a while and a job's store then cannot listen on it.
+JOB_PORTS = range(20000, 32768)
+
+
+def job_port(job_id: str) -> int:
+    """The first node's rendezvous port, the same in every task of a job and told by nothing but the job's own
+    id (SLURM_JOB_ID: each task of an array has its own), so jobs sharing a node get different ones."""
+    return JOB_PORTS[(int(job_id) if job_id.isdigit() else zlib.crc32(job_id.encode())) % len(JOB_PORTS)]
+
+
 def _from_submitit() -> None:
     """Inside a SLURM (or submitit-local) job with several tasks, one process per task: export the
-    torch.distributed variables (rank, world size, master address on the first node) from the job."""
+    torch.distributed variables (rank, world size, master address on the first node, its port from the job id
+    unless MASTER_PORT is set) from the job."""
     if "WORLD_SIZE" in os.environ or "SUBMITIT_EXECUTOR" not in os.environ:
         return
     import submitit
 
-    if submitit.JobEnvironment().num_tasks > 1:
-        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+    job = submitit.JobEnvironment()
+    if job.num_tasks > 1:
+        os.environ.setdefault("MASTER_PORT", str(job_port(job.raw_job_id)))
+        # overwrite: the port just set (or the user's) is the one it read; nothing else is set yet.
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
 
 
 def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
@@ -61,6 +79,8 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
     if world_size > 1 and not dist.is_initialized():
         if backend == "auto":
             backend = "nccl" if device == "cuda" else "gloo"
+        log.info("rank %d of %d: %s process group, rendezvous at %s:%s", rank, world_size, backend,
+                 os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"))
         dist.init_process_group(backend=backend)
         # The group serves every run of the process (a sweep's jobs run one after another in the same
         # processes, and a group cannot be set up twice on torchrun's store): it goes when the process does.
