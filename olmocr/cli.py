@@ -12,6 +12,7 @@ iterate over it, so a new stage is covered by them without being listed anywhere
 from __future__ import annotations
 
 import contextlib
+import errno
 import dataclasses
 import difflib
 import importlib
@@ -497,6 +498,9 @@ def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
     full = no_space(exc)
     if full is not None:
         return _no_space(full, cfg, run_dir)
+    named = _path_fault(exc, cfg)
+    if named is not None:
+        return named
     fault = outside(exc)
     if fault is None:
         return None
@@ -505,6 +509,30 @@ def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
               if isinstance(value, str) and value.startswith(("s3://", "gs://", "gcs://"))]
     return fault + (f"; the config's remote places: {', '.join(remote[:3])}{', …' if len(remote) > 3 else ''}"
                     if remote else "")
+
+
+# What a path the user gave can be wrong with: not there, a file where a folder must be (or the reverse), not
+# theirs to write, a read-only file system, a name too long.
+PATH_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS,
+                         errno.ENAMETOOLONG})
+
+
+def _path_fault(exc: BaseException, cfg: DictConfig) -> str | None:
+    """An OS error on a file at or under a local path the config names, in one line naming the key (the
+    nearest: the longest such path): the user's to fix, not a trace to read."""
+    from olmocr.faults import causes
+
+    for seen in causes(exc):
+        if not (isinstance(seen, OSError) and seen.errno in PATH_ERRORS and seen.filename):
+            continue
+        failed = os.path.abspath(os.fsdecode(seen.filename))
+        named = [(key, value) for key, value in _leaves(_values(cfg))
+                 if isinstance(value, str) and value and "://" not in value and os.path.abspath(value) != "/"
+                 and os.path.commonpath([failed, os.path.abspath(value)]) == os.path.abspath(value)]
+        if named:
+            key, value = max(named, key=lambda kv: len(os.path.abspath(kv[1])))
+            return f"{key}={value}: {seen.strerror.lower()}: {os.fsdecode(seen.filename)}"
+    return None
 
 
 def _no_space(full, cfg: DictConfig, run_dir: str) -> str:

@@ -108,6 +108,15 @@ def refused(exc: BaseException) -> bool:
     return isinstance(exc, (NoCredentialsError, PartialCredentialsError))
 
 
+# A path that cannot be what it is asked to be (a file where a folder must be, or the reverse, a name too long,
+# a loop of links, a read-only file system): a wrong path, which waiting does not mend.
+MISPLACED = frozenset({errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS})
+
+
+def misplaced(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in MISPLACED
+
+
 def outside(exc: BaseException) -> str | None:
     """``exc`` (or what led to it) as a fault of storage or the network, in words, or None: credentials refused,
     a local permission denied, or no answer (refused or reset connections, timeouts, a client giving up)."""

@@ -210,6 +210,20 @@ def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one
         assert Workspace("s3://queue/short").items() == []
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_workspace_path_that_cannot_be_one_is_said_at_once_not_waited_for(tmp_path, workers):
+    """A file where the workspace's folder must be is a wrong path, not storage that will answer later."""
+    import time
+
+    (tmp_path / "a_file").write_text("")
+    start = time.monotonic()
+    with pytest.raises(ValueError) as info:
+        run_pipeline([f"workspace={tmp_path / 'a_file' / 'ws'}", f"workers={workers}", "progress=false",
+                      f"pdfs=[{os.path.join(SAMPLE, 'eval', 'pdfs')}]", "queue.give_up_after_s=60"], tmp_path / "run")
+    assert time.monotonic() - start < 30
+    assert str(info.value).startswith(f"workspace {tmp_path / 'a_file' / 'ws'}: NotADirectoryError: [Errno 20] ")
+
+
 def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, s3_server):
     """Two PDFs, a PNG, a JPEG, a three-frame TIFF, a .tar.gz of two PDFs and a PNG and a corrupt image,
     from a local folder and from S3 in one run: one Dolma document per readable input, every page once."""

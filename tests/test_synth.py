@@ -179,17 +179,17 @@ def test_a_killed_run_leaves_whole_pages_and_resumes_to_the_bytes_of_an_uninterr
     while proc.poll() is None and len(os.listdir(out / "pdfs") if (out / "pdfs").exists() else []) < 60:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
+    assert proc.wait() == -signal.SIGKILL, "the run ended before it was killed"
     generate(ref, 800, seed=0, **_configured_weights())
     written = [f for f in os.listdir(out / "pdfs") if not f.endswith(".partial")]
-    assert 60 <= len(written) < 1600 and not (out / "synth.jsonl").exists()
+    assert 60 <= len(written) < 1600 and not (out / "synth.jsonl").exists(), len(written)
     _, mismatch, errors = filecmp.cmpfiles(out / "pdfs", os.path.join(ref, "pdfs"), written, shallow=False)
     assert mismatch == errors == []
     again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     kept = len([f for f in written if f.endswith(".pdf") and f[:-4] + ".md" in written])
-    assert f"wrote {800 - kept} pages to {out} " in again.stdout
-    assert f"; {kept} kept, written by an earlier run" in again.stdout
+    assert f"wrote {800 - kept} pages to {out} " in again.stdout, (kept, again.stdout[-2000:])
+    assert f"; {kept} kept, written by an earlier run" in again.stdout, (kept, again.stdout[-2000:])
     assert sorted(os.listdir(out / "pdfs")) == sorted(os.listdir(os.path.join(ref, "pdfs")))
     _, mismatch, errors = filecmp.cmpfiles(out / "pdfs", os.path.join(ref, "pdfs"), os.listdir(out / "pdfs"),
                                            shallow=False)
@@ -230,3 +230,14 @@ def test_pages_of_other_ranges_and_seeds_add_up_and_other_weights_are_refused(tm
                                                            "end, or give this one another out_dir$"):
         generate(out, 3, seed=1, layout_weights=ALL_LAYOUTS)
     assert open(os.path.join(out, "synth.jsonl")).read() == tests
+
+
+def test_an_out_dir_that_cannot_be_made_is_one_line_naming_the_key(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "a_file").write_text("")
+    out_dir = tmp_path / "a_file" / "pages"
+    run = subprocess.run([sys.executable, "-m", "olmocr.synth", "num_pages=1", f"out_dir={out_dir}",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stderr) == (2, f"error: out_dir={out_dir}: not a directory: {out_dir}\n")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from olmocr.faults import Unreachable, causes, gist, refused, store_errors
+from olmocr.faults import Unreachable, causes, gist, misplaced, refused, store_errors
 
 REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://")
 MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
@@ -199,6 +199,8 @@ def patiently(call, path: str, wait_s: float, also: tuple[type[BaseException], .
             seen = next((cause for cause in causes(exc) if isinstance(cause, store_errors())), exc)
             if refused(seen):
                 raise Unreachable(f"{path}: {what} refused the credentials ({gist(seen)})") from None
+            if misplaced(seen):
+                raise
             now, far = time.monotonic(), progress() if progress is not None else None
             if since is None or far != came:
                 since, pause, came = now, 1.0, far
