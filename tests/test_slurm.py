@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -228,7 +229,8 @@ def test_a_cancelled_job_leaves_no_process_and_says_so(slurm, tmp_path, cache_di
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    assert err.strip().splitlines()[-1].startswith("error: the SLURM job did not finish"), err[-2000:]
+    assert re.fullmatch(rf"error: the SLURM job {job} did not finish \(CANCELLED[^)]*\); its log: "
+                        rf"{re.escape(folder)}/{job}/{job}_0_log\.err", err.strip().splitlines()[-1]), err[-2000:]
 
     def ours():
         ps = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout.splitlines()
@@ -249,6 +251,18 @@ def test_what_the_scheduler_refuses_is_one_line_before_any_work(slurm, tmp_path,
     assert proc.stderr.startswith(f"error: sbatch refused the job (hydra.launcher.{option}={value}): ")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not workspace.exists()  # nothing queued: the check comes before the pipeline prepares its queue
+
+
+def test_a_job_that_fails_says_its_own_error_in_the_submitting_command(slurm, tmp_path):
+    """The stage's one-line error, written in the job, is what the submitting command says (with the job, its
+    state and its log), not only that the job did not finish."""
+    (tmp_path / "a_file").write_text("")
+    out = tmp_path / "a_file" / "pages"
+    proc = submit(slurm, tmp_path, "olmocr.synth", ["hydra.launcher.tasks_per_node=1", "num_pages=1", f"out_dir={out}"])
+    assert proc.returncode == 2
+    job = submitted(tmp_path)
+    assert proc.stderr.splitlines()[-1] == (f"error: the SLURM job {job} did not finish (FAILED): out_dir={out}: not a "
+                                            f"directory: {out}; its log: {tmp_path}/sweep/.submitit/{job}/{job}_0_log.err")
 
 
 def test_the_frontier_script_runs_on_a_real_scheduler(slurm, tmp_path):

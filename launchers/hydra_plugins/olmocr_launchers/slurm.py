@@ -10,6 +10,7 @@ results) is upstream's.
 
 
 import logging
+import re
 import shutil
 import signal
 import subprocess
@@ -151,9 +152,23 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
 
         try:
             return super().launch(job_overrides, initial_job_idx)
-        except UncompletedJobError as exc:  # cancelled, killed, or requeued too often
-            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            fail(f"the SLURM job did not finish: {lines[0] if lines else exc}")
+        except UncompletedJobError as exc:  # failed, cancelled, killed, or requeued too often
+            fail(unfinished(str(exc)))
+
+
+def unfinished(account: str) -> str:
+    """submitit's account of a job that did not finish, in one line: the job, its state, the job's own last
+    error (a stage's one-line error, else the last line of a trace) and where its log is."""
+    lines = [line.strip() for line in account.splitlines() if line.strip()]
+    head = re.match(r"Job (\S+) \(task: \d+\) with path (\S+)_result\.pkl", lines[0] if lines else "")
+    if head is None:
+        return f"the SLURM job did not finish: {lines[0] if lines else account}"
+    state = re.search(r"\(state: ([^)]*)\)", account)
+    stream = lines[lines.index("-" * 40) + 1:] if "-" * 40 in lines else []
+    said = [line.removeprefix("error: ") for line in stream if line.startswith("error: ")] or [
+        line for line in stream if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line)]
+    return (f"the SLURM job {head[1]} did not finish ({state[1] if state else 'state unknown'})"
+            + (f": {said[-1]}" if said else "") + f"; its log: {head[2]}_log.err")
 
 
 # What sbatch names in a refusal, and the launcher key that sets it.
