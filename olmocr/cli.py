@@ -383,11 +383,14 @@ def run_dir_faults_named():
             folder = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key) if key))
         finally:
             hydra.cfg = launching
-        if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
-            try:
+        stage = getattr(kwargs.get("task_function"), "stage", None)
+        try:
+            if stage is not None:  # a config error leaves no run dir behind (Hydra makes it next)
+                stage.check_job(config)
+            if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
                 check_free(folder)
-            except ValueError as exc:
-                fail(str(exc))
+        except ValueError as exc:
+            fail(str(exc))
         try:
             return original_run_job(config=config, job_dir_key=job_dir_key, job_subdir_key=job_subdir_key, **kwargs)
         except OSError as exc:

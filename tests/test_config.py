@@ -374,6 +374,14 @@ def test_a_local_sweep_checks_every_job_before_the_first_one_runs(tmp_path, warm
     assert os.listdir(tmp_path / "sweep") == ["multirun.yaml"]  # no job was started
 
 
+def test_a_value_the_stage_refuses_leaves_no_run_dir_behind(tmp_path, warm_python):
+    """A typo on the command line is one line, and outputs/ does not fill with dated folders holding only .hydra/."""
+    proc = subprocess.run([warm_python, "-m", "olmocr.synth", "num_pages=0", f"hydra.run.dir={tmp_path}/run"],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stderr) == (2, "error: num_pages: must be at least 1, got 0\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_no_config_sets_hydra_mode():
     """Whether a command runs once or as a sweep is on its command line (`-m`, `hydra.mode=`), which is where
     olmocr.cli reads it: no primary config, experiment or cluster file sets it."""
