@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -33,8 +34,23 @@ from omegaconf.errors import OmegaConfBaseException
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
 
+NAME_MAX = 255  # bytes in one file name, on every common Linux file system
+
+
+def job_dirname(overrides: str) -> str:
+    """A sweep job's folder from its overrides (Hydra's ``job.override_dirname``): as they read while each part
+    between slashes fits in a file name; else, so that a job with many or long overrides runs at all, their
+    first 200 characters with slashes made underscores and a hash of the whole, the same for the same command
+    (which resumes there) and different for any other."""
+    if all(len(part.encode()) <= NAME_MAX for part in overrides.split("/")):
+        return overrides
+    digest = hashlib.sha1(overrides.encode()).hexdigest()[:12]
+    return f"{overrides.replace('/', '_').encode()[:200].decode(errors='ignore')}-{digest}"
+
+
 OmegaConf.register_new_resolver("olmocr.root", lambda: PROJECT_ROOT, replace=True)
 OmegaConf.register_new_resolver("olmocr.expand", lambda path: os.path.expanduser(path), replace=True)
+OmegaConf.register_new_resolver("olmocr.job_dirname", job_dirname, replace=True)
 
 
 class Constraint:

@@ -1,6 +1,7 @@
 import glob
 import importlib.util
 import os
+import re
 import subprocess
 
 import pytest
@@ -380,6 +381,31 @@ def test_a_value_the_stage_refuses_leaves_no_run_dir_behind(tmp_path, warm_pytho
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     assert (proc.returncode, proc.stderr) == (2, "error: num_pages: must be at least 1, got 0\n")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_training_sweep_with_many_overrides_gets_a_folder_a_file_system_takes(tmp_path, warm_python):
+    """A training job's folder is named by its overrides, so that the same command resumes there; past a file
+    name's 255 bytes (a dozen overrides, or one long path) the job could not start at all."""
+    from olmocr.config import job_dirname
+
+    assert job_dirname("optimizer.lr=0.001,seed=1") == "optimizer.lr=0.001,seed=1"
+    assert job_dirname("data.roots=[/data/scans]") == "data.roots=[/data/scans]"  # as before: the folder nests
+    many = ",".join(f"trainer.option_{i}=value_{i}" for i in range(12))
+    short = job_dirname(many)
+    assert len(short.encode()) <= 255 and "/" not in short and short.startswith(many[:150])
+    assert job_dirname(many) == short and job_dirname(many + "0") != short
+    assert "/" not in job_dirname("data.roots=[/" + "a" * 300 + "]")
+
+    overrides = ["optimizer.lr=0.000123456", "optimizer.weight_decay=0.0123456", "trainer.batch_size=1",
+                 "trainer.save_interval=10", "trainer.eval_interval=10", "seed=12345", "callbacks.plots=null",
+                 "data.steps.render.longest_side=256", "model.dtype=float32", "eval.bench=null",
+                 "trainer.clip_grad_norm=0.5", "trainer.max_duration.value=3"]
+    proc = subprocess.run([warm_python, "-m", "olmocr.train", "-m", "dry_run=true", *overrides,
+                           f"hydra.sweep.dir={tmp_path}/sweep"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (job,) = [d for d in os.listdir(tmp_path / "sweep") if d != "multirun.yaml"]
+    assert re.fullmatch(r"callbacks\.plots=null,data\.steps.*-[0-9a-f]{12}", job), job
 
 
 def test_no_config_sets_hydra_mode():
