@@ -19,6 +19,7 @@ import importlib
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -144,6 +145,11 @@ class Stage:
                 result = self(cfg, HydraConfig.get().runtime.output_dir)
             except ValueError as exc:
                 fail(str(exc))
+            except KeyboardInterrupt:  # Ctrl-C: where things stand, not a trace of wherever the process was
+                print(f"error: interrupted (run dir {HydraConfig.get().runtime.output_dir}); what was written is kept, "
+                      "and a training run resumes from its newest checkpoint when the same command runs again",
+                      file=sys.stderr)
+                raise SystemExit(128 + signal.SIGINT) from None
             except Exception as exc:
                 fault = _fault(exc, cfg, HydraConfig.get().runtime.output_dir)
                 if fault is None:

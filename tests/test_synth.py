@@ -241,3 +241,22 @@ def test_an_out_dir_that_cannot_be_made_is_one_line_naming_the_key(tmp_path):
     run = subprocess.run([sys.executable, "-m", "olmocr.synth", "num_pages=1", f"out_dir={out_dir}",
                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (run.returncode, run.stderr) == (2, f"error: out_dir={out_dir}: not a directory: {out_dir}\n")
+
+
+def test_ctrl_c_is_one_line_saying_where_the_work_is_kept(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out, run = tmp_path / "out", tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "olmocr.synth", "num_pages=100000", f"out_dir={out}",
+                             f"hydra.run.dir={run}"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    while len(os.listdir(out / "pdfs") if (out / "pdfs").exists() else []) < 20:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert err.splitlines()[-1] == (f"error: interrupted (run dir {run}); what was written is kept, and a training "
+                                    "run resumes from its newest checkpoint when the same command runs again")
