@@ -263,26 +263,24 @@ def test_grpo_groups_must_split_over_the_processes_the_layout_gives(monkeypatch,
 
 
 def test_follow_reports_the_exit_code(monkeypatch, tmp_path, capfd):
-    from hydra_plugins.olmocr_launchers.beaker import BeakerLauncher
-
-    returns = {}
-    original = BeakerLauncher.launch
-
-    def keep(self, job_overrides, initial_job_idx):
-        returns["jobs"] = original(self, job_overrides, initial_job_idx)
-        return returns["jobs"]
-
-    monkeypatch.setattr(BeakerLauncher, "launch", keep)
-    with pytest.raises(SystemExit):  # Hydra exits non-zero when a job failed
-        launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true"], FakeBeaker(exit_code=1))
-    (job,) = returns["jobs"]
-    assert job.status.name == "FAILED" and "exited with code 1" in str(job._return_value)
-    assert "step 1/2 loss 6.9" in capfd.readouterr().out  # the job's log, streamed
-    returns.clear()
+    """A followed job's log is streamed; one that fails ends the command in one line with the job's own error."""
     launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true"], FakeBeaker(exit_code=0))
-    (job,) = returns["jobs"]
-    assert job.status.name == "COMPLETED" and job.return_value["exit_code"] == 0
-    assert job.return_value["url"].startswith("https://beaker.org/ex/01EXP")
+    out = capfd.readouterr().out
+    assert "submitted: https://beaker.org/ex/01EXP1" in out and "step 1/2 loss 6.9" in out  # the job's log, streamed
+
+    with pytest.raises(SystemExit) as code:
+        launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true"], FakeBeaker(exit_code=1))
+    assert code.value.code == 2
+    assert capfd.readouterr().err.splitlines()[-1] == ("error: Beaker job 01EXP1 exited with code 1; "
+                                                       "https://beaker.org/ex/01EXP1")
+    (tmp_path / "a_file").write_text("")
+    out_dir = tmp_path / "a_file" / "pages"
+    with pytest.raises(SystemExit) as code:  # the job really runs here, and fails
+        launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true", f"out_dir={out_dir}"], FakeBeaker(run=True))
+    err = capfd.readouterr().err
+    assert code.value.code == 2 and err.splitlines()[-1] == (
+        f"error: Beaker job 01EXP1 exited with code 2: out_dir={out_dir}: not a directory: {out_dir}; "
+        "https://beaker.org/ex/01EXP1"), err[-2000:]
 
 
 def cli(python, tmp_path, overrides, env=None, cwd=PROJECT_ROOT):

@@ -276,6 +276,9 @@ class BeakerLauncher(Launcher):
                 if self.params["follow"]:
                     ret = self._follow(client, workload, ret)
             returns.append(ret)
+        failed = [r._return_value for r in returns if isinstance(r._return_value, JobFailed)]
+        if failed:  # followed jobs that ended badly: one line, not a trace of this launcher
+            fail(str(failed[0]) + (f" (and {len(failed) - 1} more job(s) failed)" if len(failed) > 1 else ""))
         return returns
 
     def _job(self, stage, overrides: list[str], idx: int, commit: str | None):
@@ -318,9 +321,13 @@ class BeakerLauncher(Launcher):
         """Stream the job's logs until it ends. A shipped job's own JobReturn comes back from the result
         dataset; otherwise the exit code decides the status."""
         job = client.workload.get_latest_job(workload)
+        said = None  # the job's last one-line error (a stage's `error: …`), for the line that ends a failed job
         for chunk in client.job.logs(job, follow=True):
             message = chunk.message
-            log.info("%s", (message.decode(errors="replace") if isinstance(message, bytes) else message).rstrip())
+            text = (message.decode(errors="replace") if isinstance(message, bytes) else message).rstrip()
+            log.info("%s", text)
+            said = next((line.removeprefix("error: ") for line in reversed(text.splitlines())
+                         if line.startswith("error: ")), said)
         job = client.job.get(job.id)
         results = client.job.get_results(job)
         if results is not None:
@@ -335,8 +342,13 @@ class BeakerLauncher(Launcher):
             ret.return_value = submitted
         else:
             ret.status = JobStatus.FAILED
-            ret.return_value = RuntimeError(f"Beaker job {job.id} exited with code {code}: {submitted['url']}")
+            ret.return_value = JobFailed(f"Beaker job {job.id} exited with code {code}" + (f": {said}" if said else "")
+                                         + f"; {submitted['url']}")
         return ret
+
+
+class JobFailed(RuntimeError):
+    """A followed job that exited with an error and sent back no result of its own."""
 
 
 def beaker_fault(exc: BaseException, address: str) -> str | None:
