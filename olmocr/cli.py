@@ -138,6 +138,8 @@ class Stage:
         def task(cfg: DictConfig):
             from hydra.core.hydra_config import HydraConfig
 
+            from olmocr.faults import Stopped
+
             try:
                 if cfg.get("dry_run"):
                     print(OmegaConf.to_yaml(self.check(cfg)))
@@ -145,6 +147,9 @@ class Stage:
                 result = self(cfg, HydraConfig.get().runtime.output_dir)
             except ValueError as exc:
                 fail(str(exc))
+            except Stopped as exc:  # a signal the stage stopped for at a point it resumes from
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(128 + exc.signum) from None
             except KeyboardInterrupt:  # Ctrl-C: where things stand, not a trace of wherever the process was
                 print(f"error: interrupted (run dir {HydraConfig.get().runtime.output_dir}); what was written is kept, "
                       "and a training run resumes from its newest checkpoint when the same command runs again",

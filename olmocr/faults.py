@@ -74,6 +74,14 @@ def existing_parent(path: str) -> str:
     return path
 
 
+class Stopped(RuntimeError):
+    """A run ended early on a signal, at a point it can resume from (its message says where)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+
 class Unreachable(RuntimeError):
     """Storage or a service that refused this process's credentials, or did not answer for as long as the stage
     waits: what is done is kept (a training run resumes from its newest checkpoint) and the stage stops."""

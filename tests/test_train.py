@@ -120,6 +120,41 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     assert best[0] == best[1] and best[0]["step"] in (4, 8)
 
 
+def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_to_the_stored_losses(tmp_path, cache_dir):
+    """Ctrl-C (SIGINT to the terminal's whole process group: the loader's worker is deaf to it) ends the run when
+    the step under way ends, with a checkpoint of it though none was due; the same command then finishes with
+    the losses of an uninterrupted run."""
+    import signal
+
+    from conftest import STORED_RUN, stored_losses
+
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "olmocr.train", *STORED_RUN, "trainer.save_interval=null",
+               "trainer.num_workers=1", f"hydra.run.dir={run}"]
+    env = {**os.environ, "OLMOCR_CACHE": cache_dir}
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        while proc.poll() is None and (not (run / "metrics.jsonl").exists()
+                                       or open(run / "metrics.jsonl").read().count('"train"') < 3):
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
+        err = proc.communicate(timeout=120)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stopped = re.fullmatch(rf"error: stopped by SIGINT at step (\d+), saved as {re.escape(str(run))}/checkpoints/"
+                           r"step_(\d+); the same command resumes from it", err.strip().splitlines()[-1])
+    assert proc.returncode == 130 and stopped, err[-3000:]
+    assert 3 <= int(stopped[1]) == int(stopped[2]) < 30 and os.listdir(run / "checkpoints") == [f"step_{stopped[2]}"]
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    got, want = losses(str(run)), stored_losses()
+    assert sorted(got) == list(range(1, 31))
+    assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
+
+
 def test_resume_false_refuses_to_overwrite(tmp_path, cache_dir):
     train(tmp_path, ["trainer.max_duration.value=2", "trainer.save_interval=1"], "once")
     with pytest.raises(ValueError, match="holds checkpoints"):

@@ -36,7 +36,7 @@ class ResumableSampler(Sampler[int]):
         return -(-(self.length - self.position) // self.world_size)
 
 
-JOB_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+JOB_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def deaf_to_job_signals(worker_id: int) -> None:
@@ -44,7 +44,8 @@ def deaf_to_job_signals(worker_id: int) -> None:
     to every process of the job, and a worker dying of it made the trainer raise ("DataLoader worker …
     killed by signal") while the scheduler ran the job again; a preemption notice (SIGUSR1/2) reached the
     worker with the trainer's own handler (forked with it), which then requeued the job and wrote its result
-    a second time. Either way the submitting command reported a failure for a job that went on. The
+    a second time. Either way the submitting command reported a failure for a job that went on. Ctrl-C reaches
+    every process of the terminal's group: the trainer stops after the step with a checkpoint. The
     trainer ends its workers (and they exit when it is gone); SIGKILL still ends them with the job.
     Started by :class:`WorkerContext`, the worker has held these signals blocked since its fork: one that
     came before this runs is dropped here instead of killing it."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -12,6 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from olmocr.data.steps import IGNORE_INDEX
+from olmocr.faults import Stopped
 from olmocr.train.checkpoint import CheckpointManager, set_rng_state
 from olmocr.train.collate import model_inputs
 from olmocr.train.data import epoch_loader
@@ -19,6 +24,7 @@ from olmocr.train.distributed import DistInfo, Replicated
 from olmocr.train.schema import TrainerConfig
 
 log = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def nonfinite_weights(model, device: torch.device) -> bool:
@@ -90,6 +96,7 @@ class Trainer:
         self.state = TrainState()
         self.data_wait = 0.0
         self.divergence = Divergence()
+        self.signalled: int | None = None  # a stop signal this process was sent during fit
         self._clock = (time.perf_counter(), 0.0)
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -99,22 +106,63 @@ class Trainer:
         self._clock = (time.perf_counter(), self.data_wait)
         windows = self.windows()
         try:
-            while self.state.step < self.stop_step:
-                window = next(windows)
-                metrics = self.train_step(window)
-                self._emit("on_step_end", metrics)
-                self.check_finite(metrics)
-                evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
-                new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
-                due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
-                # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
-                if due and not self.divergence.in_a_row:
-                    self.save()
+            with self._stops_on_signals():
+                while self.state.step < self.stop_step:
+                    window = next(windows)
+                    metrics = self.train_step(window)
+                    self._emit("on_step_end", metrics)
+                    self.check_finite(metrics)
+                    evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
+                    new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
+                    due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
+                    # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
+                    if due and not self.divergence.in_a_row:
+                        self.save()
+                    self.stop_if_signalled(saved=due and not self.divergence.in_a_row)
         except BaseException as exc:
             self._emit("on_exception", exc)
             raise
         self._emit("on_fit_end")
         return self.state
+
+    def stop_if_signalled(self, saved: bool) -> None:
+        """After a step: when any rank was sent SIGTERM or SIGINT, every rank stops here, with a checkpoint of
+        this step (unless steps go unapplied, which are not saved)."""
+        signum = self._global_max(self.signalled or 0)
+        if not signum:
+            return
+        name = signal.Signals(signum).name
+        if self.divergence.in_a_row:
+            raise Stopped(f"stopped by {name} at step {self.state.step}, not saved (steps go unapplied, see above); "
+                          "the same command resumes from the newest checkpoint", signum)
+        if not saved:
+            self.save()
+        raise Stopped(f"stopped by {name} at step {self.state.step}, saved as {self.checkpoints.path(self.state.step)}; "
+                      "the same command resumes from it", signum)
+
+    @contextlib.contextmanager
+    def _stops_on_signals(self):
+        """SIGTERM or SIGINT (Ctrl-C) ask for a stop after the step under way (:meth:`stop_if_signalled`); a second
+        SIGINT stops at once. Not in a SLURM job, where submitit's handlers keep the job running until the
+        scheduler requeues it, nor off the main thread (a notebook's worker thread cannot set handlers)."""
+        self.signalled = None
+        if "SUBMITIT_EXECUTOR" in os.environ or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum, frame):
+            if self.signalled is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self.signalled = signum
+            log.warning("%s: stopping when the step under way ends, with a checkpoint (Ctrl-C again stops at once, "
+                        "unsaved)", signal.Signals(signum).name)
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def train_step(self, window: list[dict]) -> dict:
         self.model.train()
@@ -255,6 +303,13 @@ class Trainer:
         tensor = torch.as_tensor(value, device=self.device, dtype=torch.float64).clone()
         dist.all_reduce(tensor)
         return int(tensor.item()) if isinstance(value, int) else tensor.to(torch.float32)
+
+    def _global_max(self, value: int) -> int:
+        if self.world_size == 1:
+            return value
+        tensor = torch.tensor(value, device=self.device, dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
 
     def _barrier(self) -> None:
         if self.world_size > 1:
