@@ -12,9 +12,9 @@ iterate over it, so a new stage is covered by them without being listed anywhere
 from __future__ import annotations
 
 import contextlib
-import errno
 import dataclasses
 import difflib
+import errno
 import importlib
 import logging
 import os
@@ -29,6 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from olmocr.config import CONF_DIR, register_schemas, validate
+from olmocr.faults import MISPLACED
 
 log = logging.getLogger(__name__)
 
@@ -525,10 +526,9 @@ def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
                     if remote else "")
 
 
-# What a path the user gave can be wrong with: not there, a file where a folder must be (or the reverse), not
-# theirs to write, a read-only file system, a name too long.
-PATH_ERRORS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS,
-                         errno.ENAMETOOLONG})
+# What a path the user gave can be wrong with: what cannot be what it is asked to be (faults.MISPLACED), not
+# there, not theirs to write.
+PATH_ERRORS = MISPLACED | {errno.ENOENT, errno.EACCES, errno.EPERM}
 
 
 def _path_fault(exc: BaseException, cfg: DictConfig) -> str | None:

@@ -176,7 +176,8 @@ def test_a_killed_run_leaves_whole_pages_and_resumes_to_the_bytes_of_an_uninterr
     command = [sys.executable, "-m", "olmocr.synth", "num_pages=800", f"out_dir={out}", "render_check=false",
                f"hydra.run.dir={tmp_path / 'run'}"]
     proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while proc.poll() is None and len(os.listdir(out / "pdfs") if (out / "pdfs").exists() else []) < 60:
+    while proc.poll() is None and len([f for f in os.listdir(out / "pdfs") if not f.endswith(".partial")]
+                                      if (out / "pdfs").exists() else []) < 60:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the run ended before it was killed"
@@ -259,4 +260,29 @@ def test_ctrl_c_is_one_line_saying_where_the_work_is_kept(tmp_path):
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert err.splitlines()[-1] == (f"error: interrupted (run dir {run}); what was written is kept, and a training "
-                                    "run resumes from its newest checkpoint when the same command runs again")
+                                    "run resumes from its newest checkpoint when the same command runs again"), err[-2000:]
+
+
+def test_the_check_parses_every_page_and_test_and_renders_a_spread_sample(tmp_path, monkeypatch):
+    import shutil
+
+    import olmocr.synth.__main__ as stage
+    from olmocr.formats.frontmatter import FrontMatterError
+    from olmocr.synth.generator import page_name
+
+    out, md, tests = str(tmp_path / "out"), str(tmp_path / "md"), str(tmp_path / "tests")
+    generate(out, 10, seed=1, layout_weights=ALL_LAYOUTS)
+    names = [page_name(1, index) for index in range(10)]
+    monkeypatch.setattr(stage, "RENDER_SAMPLE", 3)
+    lines = sum(1 for _ in open(os.path.join(out, "synth.jsonl")))
+    assert stage.check_output(out, names, "synth.jsonl") == {"pages": 10, "rendered": 3, "tests": lines}
+    shutil.copytree(out, md)
+    with open(os.path.join(md, "pdfs", names[-1] + ".md"), "w") as fh:  # a page the sample does not render
+        fh.write("no front matter\n")
+    with pytest.raises(FrontMatterError):
+        stage.check_output(md, names, "synth.jsonl")
+    shutil.copytree(out, tests)
+    with open(os.path.join(tests, "synth.jsonl"), "a") as fh:
+        fh.write('{"type": "present", "pdf": "x.pdf", "colour": "red"}\n')
+    with pytest.raises(RuntimeError, match=rf"^generated tests do not parse:\n.*synth\.jsonl:{lines + 1}: "):
+        stage.check_output(tests, names, "synth.jsonl")

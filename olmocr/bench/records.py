@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
@@ -227,19 +228,30 @@ class TestFile:
     __test__ = False  # not a pytest class
 
 
-def load_tests(path: str) -> TestFile:
-    """Parse a test JSONL file; malformed lines become errors and unknown fields warnings, never raised."""
-    out = TestFile()
+def read_tests(path: str) -> Iterator[tuple[BenchTest | None, str | None]]:
+    """A test JSONL file line by line, as ``(test, None)``, ``(test, warning)`` for unknown fields (ignored) or
+    ``(None, error)`` for a malformed line; nothing is raised, and nothing is held but the line."""
     with open(path, encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             unknown: list[str] = []
             try:
-                out.tests.append(parse_test(json.loads(line), unknown))
+                test = parse_test(json.loads(line), unknown)
             except (ValueError, TypeError) as exc:
-                out.errors.append(f"{path}:{number}: {exc}")
+                yield None, f"{path}:{number}: {exc}"
                 continue
-            if unknown:
-                out.warnings.append(f"{path}:{number}: unknown field(s) {', '.join(unknown)}, ignored")
+            yield test, (f"{path}:{number}: unknown field(s) {', '.join(unknown)}, ignored" if unknown else None)
+
+
+def load_tests(path: str) -> TestFile:
+    """Parse a test JSONL file; malformed lines become errors and unknown fields warnings, never raised."""
+    out = TestFile()
+    for test, problem in read_tests(path):
+        if test is None:
+            out.errors.append(problem)
+            continue
+        out.tests.append(test)
+        if problem:
+            out.warnings.append(problem)
     return out

@@ -90,8 +90,9 @@ PROBE_S = 2.0  # how often a paused worker looks whether the store answers again
 def when_answering(call: Callable, breaker: Breaker, what: str):
     """``call()``, waited out while the store does not answer (as ``breaker`` says, up to its
     ``give_up_after_s``), so a worker starting in a brownout starts late rather than not at all; a refusal
-    of the credentials, or a path that cannot be a workspace, raises at once. Through a pause the call is tried again every PROBE_S (a failure is
-    counted, and said, once a pause), so it goes on within seconds of the store answering again."""
+    of the credentials, or a path that cannot be a workspace, raises at once. Through a pause the call is
+    tried again every PROBE_S (a failure is counted, and said, once a pause), so it goes on within seconds
+    of the store answering again."""
     from olmocr.faults import misplaced, refused, store_errors
 
     paused_until = 0.0

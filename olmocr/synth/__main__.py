@@ -21,7 +21,7 @@ RENDER_SAMPLE = 256  # pages rendered by the check, spread over the run: renderi
 def check_output(out_dir: str, names: list[str], tests_file: str) -> dict:
     """Round-trip what was written: every .md of this run parses, every test line parses, and pages spread
     over the run render (all of them in runs of up to RENDER_SAMPLE pages)."""
-    from olmocr.bench.records import parse_test
+    from olmocr.bench.records import read_tests
     from olmocr.formats.frontmatter import parse_document
     from olmocr.formats.render import render_page
 
@@ -32,17 +32,10 @@ def check_output(out_dir: str, names: list[str], tests_file: str) -> dict:
     for name in sample:
         render_page(os.path.join(out_dir, "pdfs", name + ".pdf"), 1, 64)
     problems, tests = [], 0
-    path = os.path.join(out_dir, tests_file)
-    with open(path, encoding="utf-8") as fh:  # line by line: a million pages' tests need not fit in memory
-        for number, line in enumerate(fh, start=1):
-            unknown: list[str] = []
-            try:
-                parse_test(json.loads(line), unknown)
-                tests += 1
-            except (ValueError, TypeError) as exc:
-                problems.append(f"{path}:{number}: {exc}")
-            if unknown:
-                problems.append(f"{path}:{number}: unknown field(s) {', '.join(unknown)}")
+    for test, problem in read_tests(os.path.join(out_dir, tests_file)):  # a million pages' tests need not fit in memory
+        tests += test is not None
+        if problem:
+            problems.append(problem)
     if problems:
         raise RuntimeError("generated tests do not parse:\n" + "\n".join(problems[:5]))
     return {"pages": len(names), "rendered": len(sample), "tests": tests}

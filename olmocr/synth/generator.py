@@ -213,20 +213,22 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
         for stray in glob.glob(os.path.join(glob.escape(pdf_dir), f"*{PARTIAL}")):
             os.remove(stray)  # cut short by a kill; no other run writes here while this one holds the folder
         counts: dict[str, int] = {}
-        for index in tqdm(range(first_index, first_index + num_pages), desc="synth pages", unit="page",
-                          disable=num_pages < 50):
-            page = gen.describe(index)
-            pdf, md = (os.path.join(pdf_dir, page.name + ext) for ext in (".pdf", ".md"))
-            if resuming and os.path.exists(pdf) and os.path.exists(md):
-                counts["kept"] = counts.get("kept", 0) + 1
-            else:
-                placed = place(page)
-                _whole(md, _write_text, write_document(page.meta, truth(page, placed)))
-                _whole(pdf, functools.partial(draw, page, placed))
-            for test in gen.tests(page, random.Random(f"{seed}/{index}/tests")):
-                counts[f"test:{test.type}"] = counts.get(f"test:{test.type}", 0) + 1
-            kind = "rotated" if page.rotation else ("blank" if not page.blocks else "page")
-            counts[kind] = counts.get(kind, 0) + 1
+        # Closed as an error unwinds, so the bar's last line comes before the line saying what happened.
+        with tqdm(range(first_index, first_index + num_pages), desc="synth pages", unit="page",
+                  disable=num_pages < 50) as pages:
+            for index in pages:
+                page = gen.describe(index)
+                pdf, md = (os.path.join(pdf_dir, page.name + ext) for ext in (".pdf", ".md"))
+                if resuming and os.path.exists(pdf) and os.path.exists(md):
+                    counts["kept"] = counts.get("kept", 0) + 1
+                else:
+                    placed = place(page)
+                    _whole(md, _write_text, write_document(page.meta, truth(page, placed)))
+                    _whole(pdf, functools.partial(draw, page, placed))
+                for test in gen.tests(page, random.Random(f"{seed}/{index}/tests")):
+                    counts[f"test:{test.type}"] = counts.get(f"test:{test.type}", 0) + 1
+                kind = "rotated" if page.rotation else ("blank" if not page.blocks else "page")
+                counts[kind] = counts.get(kind, 0) + 1
         ranges = _merged(ranges + [[seed, first_index, num_pages]])
         _whole(os.path.join(out_dir, tests_file), _write_tests, settings, ranges)
         _whole(os.path.join(out_dir, SETTINGS_FILE), _write_text, _record(settings, ranges))

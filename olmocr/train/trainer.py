@@ -116,9 +116,10 @@ class Trainer:
                     new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
                     due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
                     # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
-                    if due and not self.divergence.in_a_row:
+                    saving = due and not self.divergence.in_a_row
+                    if saving:
                         self.save()
-                    self.stop_if_signalled(saved=due and not self.divergence.in_a_row)
+                    self.stop_if_signalled(saved=saving)
         except BaseException as exc:
             self._emit("on_exception", exc)
             raise
