@@ -69,6 +69,47 @@ def test_dpo_trains_on_pairs_and_resumes_exactly(tmp_path, cache_dir):
     a = load_file(os.path.join(full["checkpoint"], "model.safetensors"))
     b = load_file(os.path.join(second["checkpoint"], "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    # SIGTERM mid-run: the Hugging Face Trainer's run stops after the step under way, saved though not due.
+    step, out = stopped_by_sigterm(tmp_path, overrides)
+    saved = sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "checkpoints", "checkpoint-*")))
+    assert saved == ["checkpoint-2"] * (step >= 2) + [f"checkpoint-{step}"] * (step != 2)  # step 2 was due
+    third, _ = dpo(tmp_path, overrides, "signalled")
+    assert third["state"]["step"] == 4 and sorted(rows(out)) == [1, 2, 3, 4]
+    assert all(rows(out)[s]["train/loss"] == pytest.approx(metrics[s]["train/loss"], abs=1e-6) for s in (3, 4))
+
+
+def stopped_by_sigterm(tmp_path, overrides: list[str]) -> tuple[int, str]:
+    """A run sent SIGTERM (in this process, as a scheduler's stop reaches it) once its first step is logged: the
+    step it stopped after, and the run dir."""
+    import re
+    import signal
+    import threading
+    import time
+
+    from olmocr.faults import Stopped
+
+    metrics = tmp_path / "signalled" / "metrics.jsonl"
+
+    def send() -> None:
+        while not (metrics.exists() and '"train"' in metrics.read_text()):
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    # Should the run end before the signal lands (the test then fails), it meets this handler, not the test process.
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    sender = threading.Thread(target=send, daemon=True)
+    try:
+        sender.start()
+        with pytest.raises(Stopped) as stop:
+            dpo(tmp_path, overrides, "signalled")
+        sender.join(timeout=5)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    out = str(tmp_path / "signalled")
+    said = re.fullmatch(rf"stopped by SIGTERM at step (\d+), saved as {re.escape(out)}/checkpoints/checkpoint-(\d+); "
+                        r"the same command resumes from it", str(stop.value))
+    assert said and said[1] == said[2] and stop.value.signum == signal.SIGTERM, str(stop.value)
+    return int(said[1]), out
 
 
 def test_pair_pages_are_made_when_read_and_a_page_that_fails_is_replaced_and_reported_once(tmp_path):

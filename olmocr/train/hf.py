@@ -130,6 +130,7 @@ class HFRecipe(Recipe):
         from transformers import PrinterCallback
 
         from olmocr.models.tuning import compile_blocks
+        from olmocr.train.trainer import stopped
         from olmocr.train.trl_callbacks import HFTrainerBridge
 
         if self.settings.compile:  # the blocks, as our own loop does, not the Trainer's whole-model compile
@@ -140,10 +141,15 @@ class HFRecipe(Recipe):
         bridge.trainer = trainer  # the bench eval decodes with GRPO's colocated vLLM engine where it runs one
         trainer.remove_callback(PrinterCallback)  # our console callback reports steps
         try:
-            trainer.train(resume_from_checkpoint=self.resume_from)
+            with bridge.signals:
+                trainer.train(resume_from_checkpoint=self.resume_from)
         except BaseException as exc:
             bridge.on_exception(exc)
             raise
+        if bridge.stopped_at:
+            signum, step = bridge.stopped_at
+            raise stopped(signum, step, None if bridge.divergence.in_a_row else
+                          os.path.join(self.checkpoints_dir, f"checkpoint-{step}"))
         # Rank 0 writes checkpoints; other machines of a multi-node job have none (nor the folder).
         final = self.latest_checkpoint()
         return {"state": {"step": trainer.state.global_step}, "checkpoint": final, "log": trainer.state.log_history}

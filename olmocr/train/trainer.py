@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -34,6 +33,53 @@ def nonfinite_weights(model, device: torch.device) -> bool:
     if dist.is_initialized():
         dist.all_reduce(count)
     return bool(count.item())
+
+
+class StopSignals:
+    """SIGTERM or SIGINT (Ctrl-C) during a run ask it to stop after the step under way (``signum`` is the last one
+    sent); a second SIGINT stops at once. Not in a SLURM job, where submitit's handlers keep the job running until
+    the scheduler requeues it, nor off the main thread (a notebook's worker thread cannot set handlers)."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> StopSignals:
+        self.signum = None
+        if "SUBMITIT_EXECUTOR" not in os.environ and threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("%s: stopping when the step under way ends, with a checkpoint (Ctrl-C again stops at once, "
+                    "unsaved)", signal.Signals(signum).name)
+
+
+def global_max(value: int, device: torch.device) -> int:
+    """The largest ``value`` over the ranks (every rank must ask)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    tensor = torch.tensor(value, device=device, dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def stopped(signum: int, step: int, checkpoint: str | None) -> Stopped:
+    """What a run stopped by ``signum`` after ``step`` says: the checkpoint of that step, or none when steps went
+    unapplied (they are not saved)."""
+    name = signal.Signals(signum).name
+    if checkpoint is None:
+        return Stopped(f"stopped by {name} at step {step}, not saved (steps go unapplied, see above); the same "
+                       "command resumes from the newest checkpoint", signum)
+    return Stopped(f"stopped by {name} at step {step}, saved as {checkpoint}; the same command resumes from it", signum)
 
 
 class Divergence:
@@ -96,7 +142,7 @@ class Trainer:
         self.state = TrainState()
         self.data_wait = 0.0
         self.divergence = Divergence()
-        self.signalled: int | None = None  # a stop signal this process was sent during fit
+        self.signals = StopSignals()  # the stop signals this process was sent during fit
         self._clock = (time.perf_counter(), 0.0)
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -106,7 +152,7 @@ class Trainer:
         self._clock = (time.perf_counter(), self.data_wait)
         windows = self.windows()
         try:
-            with self._stops_on_signals():
+            with StopSignals() as self.signals:
                 while self.state.step < self.stop_step:
                     window = next(windows)
                     metrics = self.train_step(window)
@@ -129,41 +175,14 @@ class Trainer:
     def stop_if_signalled(self, saved: bool) -> None:
         """After a step: when any rank was sent SIGTERM or SIGINT, every rank stops here, with a checkpoint of
         this step (unless steps go unapplied, which are not saved)."""
-        signum = self._global_max(self.signalled or 0)
+        signum = global_max(self.signals.signum or 0, self.device)
         if not signum:
             return
-        name = signal.Signals(signum).name
         if self.divergence.in_a_row:
-            raise Stopped(f"stopped by {name} at step {self.state.step}, not saved (steps go unapplied, see above); "
-                          "the same command resumes from the newest checkpoint", signum)
+            raise stopped(signum, self.state.step, None)
         if not saved:
             self.save()
-        raise Stopped(f"stopped by {name} at step {self.state.step}, saved as {self.checkpoints.path(self.state.step)}; "
-                      "the same command resumes from it", signum)
-
-    @contextlib.contextmanager
-    def _stops_on_signals(self):
-        """SIGTERM or SIGINT (Ctrl-C) ask for a stop after the step under way (:meth:`stop_if_signalled`); a second
-        SIGINT stops at once. Not in a SLURM job, where submitit's handlers keep the job running until the
-        scheduler requeues it, nor off the main thread (a notebook's worker thread cannot set handlers)."""
-        self.signalled = None
-        if "SUBMITIT_EXECUTOR" in os.environ or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def on_signal(signum, frame):
-            if self.signalled is not None and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self.signalled = signum
-            log.warning("%s: stopping when the step under way ends, with a checkpoint (Ctrl-C again stops at once, "
-                        "unsaved)", signal.Signals(signum).name)
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        raise stopped(signum, self.state.step, self.checkpoints.path(self.state.step))
 
     def train_step(self, window: list[dict]) -> dict:
         self.model.train()
@@ -304,13 +323,6 @@ class Trainer:
         tensor = torch.as_tensor(value, device=self.device, dtype=torch.float64).clone()
         dist.all_reduce(tensor)
         return int(tensor.item()) if isinstance(value, int) else tensor.to(torch.float32)
-
-    def _global_max(self, value: int) -> int:
-        if self.world_size == 1:
-            return value
-        tensor = torch.tensor(value, device=self.device, dtype=torch.int64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return int(tensor.item())
 
     def _barrier(self) -> None:
         if self.world_size > 1:

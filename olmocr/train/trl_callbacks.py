@@ -9,7 +9,7 @@ import torch
 from transformers import TrainerCallback
 
 from olmocr.train.callbacks import Callback
-from olmocr.train.trainer import Divergence, nonfinite_weights
+from olmocr.train.trainer import Divergence, StopSignals, global_max, nonfinite_weights
 
 
 class HFTrainerBridge(TrainerCallback):
@@ -17,8 +17,9 @@ class HFTrainerBridge(TrainerCallback):
     metrics (``train/<name>``), each eval log an eval's (``eval/<name>``). Runs the bench eval every
     ``eval_interval`` steps, before the Trainer's own eval and save of the step; an eval that is the best
     by ``trainer.keep_best`` saves the step. Also makes the last step save a checkpoint, as our own loop does,
-    and, as it does, does not apply a step whose gradients are not finite and stops a diverged run
-    (:class:`olmocr.train.trainer.Divergence`)."""
+    and, as it does, does not apply a step whose gradients are not finite, stops a diverged run
+    (:class:`olmocr.train.trainer.Divergence`) and stops after a step, with its checkpoint, on SIGTERM or SIGINT
+    (``signals``, :class:`olmocr.train.trainer.StopSignals`; ``stopped_at`` is then that step)."""
 
     def __init__(self, callbacks: list[Callback], device: torch.device, bench_eval=None, best=None,
                  eval_interval: int | None = None):
@@ -27,6 +28,8 @@ class HFTrainerBridge(TrainerCallback):
         self.bench_eval, self.best, self.eval_interval = bench_eval, best, eval_interval
         self.trainer = None  # the Hugging Face trainer, once built (GRPO's vLLM engine lives there)
         self.started = False  # on_fit_start called: the callbacks have something to end
+        self.signals = StopSignals()  # entered around the Trainer's train()
+        self.stopped_at: tuple[int, int] | None = None  # (signal, step) a stop was asked for
         # What our callbacks read from a trainer.
         self.view = types.SimpleNamespace(state=types.SimpleNamespace(step=0), stop_step=0, rank=0, device=device)
 
@@ -51,6 +54,11 @@ class HFTrainerBridge(TrainerCallback):
             metrics = self.bench_eval.evaluate(decoder, state.global_step, args.process_index, args.world_size)
             model.train(training)
             self._eval_end(state.global_step, metrics, control)
+        # Every rank asks, every step; the Trainer saves the step (unless on_log finds it unapplied) and ends.
+        signum = global_max(self.signals.signum or 0, self.view.device)
+        if signum:
+            control.should_save = control.should_training_stop = True
+            self.stopped_at = (signum, state.global_step)
 
     def _eval_end(self, step: int, metrics: dict, control) -> None:
         self._call("on_eval_end", metrics)
