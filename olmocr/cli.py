@@ -149,12 +149,11 @@ class Stage:
             except ValueError as exc:
                 fail(str(exc))
             except Stopped as exc:  # a signal the stage stopped for at a point it resumes from
-                print(f"error: {exc}", file=sys.stderr)
+                say_error(str(exc))
                 raise SystemExit(128 + exc.signum) from None
             except KeyboardInterrupt:  # Ctrl-C: where things stand, not a trace of wherever the process was
-                print(f"error: interrupted (run dir {HydraConfig.get().runtime.output_dir}); what was written is kept, "
-                      "and a training run resumes from its newest checkpoint when the same command runs again",
-                      file=sys.stderr)
+                say_error(f"interrupted (run dir {HydraConfig.get().runtime.output_dir}); what was written is kept, "
+                          "and a training run resumes from its newest checkpoint when the same command runs again")
                 raise SystemExit(128 + signal.SIGINT) from None
             except Exception as exc:
                 fault = _fault(exc, cfg, HydraConfig.get().runtime.output_dir)
@@ -591,7 +590,14 @@ def _leaves(node, prefix: str = ""):
             yield name, value
 
 
+def say_error(message: str) -> None:
+    """``error: <message>`` on stderr in one write: the ranks of a distributed run share one stderr, and a line
+    written in pieces (an unbuffered stream writes print's end apart) comes out tangled with another rank's."""
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+
+
 def fail(message: str):
     """End the program on a user error: one line, exit code 2 (also where Hydra would print a trace)."""
-    print(f"error: {message}", file=sys.stderr)
+    say_error(message)
     raise SystemExit(2) from None

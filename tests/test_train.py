@@ -1,5 +1,6 @@
 """SFT on the tiny model, on CPU, for real steps."""
 
+import gc
 import glob
 import json
 import os
@@ -120,38 +121,49 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     assert best[0] == best[1] and best[0]["step"] in (4, 8)
 
 
-def test_ctrl_c_stops_after_the_step_with_a_checkpoint_and_the_run_resumes_to_the_stored_losses(tmp_path, cache_dir):
-    """Ctrl-C (SIGINT to the terminal's whole process group: the loader's worker is deaf to it) ends the run when
-    the step under way ends, with a checkpoint of it though none was due; the same command then finishes with
-    the losses of an uninterrupted run."""
+@pytest.mark.slow
+def test_ctrl_c_to_one_rank_stops_every_rank_after_the_same_step_and_the_run_resumes_to_the_stored_losses(tmp_path,
+                                                                                                        cache_dir):
+    """Ctrl-C reaches one rank of a two-process run (and its loader worker, which is deaf to it): the ranks agree
+    to stop when the step under way ends, with a checkpoint of it though none was due, each saying so in one
+    line; the same command then finishes with the losses of the stored one-process run (batch 2 = 2 ranks x 1), its
+    first 10 steps."""
     import signal
 
+    import psutil
     from conftest import STORED_RUN, stored_losses
 
     run = tmp_path / "run"
-    command = [sys.executable, "-m", "olmocr.train", *STORED_RUN, "trainer.save_interval=null",
-               "trainer.num_workers=1", f"hydra.run.dir={run}"]
-    env = {**os.environ, "OLMOCR_CACHE": cache_dir}
+    two_ranks = [o for o in STORED_RUN if not o.startswith("trainer.batch_size")] + ["trainer.batch_size=1"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
+               "-m", "olmocr.train", *two_ranks, "trainer.hard_stop.value=10", "trainer.save_interval=null",
+               "trainer.num_workers=1",
+               f"hydra.run.dir={run}"]
+    env = {**os.environ, "OLMOCR_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
     try:
         while proc.poll() is None and (not (run / "metrics.jsonl").exists()
                                        or open(run / "metrics.jsonl").read().count('"train"') < 3):
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
-        err = proc.communicate(timeout=120)[1]
+        assert proc.poll() is None, proc.communicate()[1][-3000:]  # ended before its third step
+        rank1 = next(p for p in psutil.Process(proc.pid).children() if p.environ().get("RANK") == "1")
+        for target in [rank1, *rank1.children()]:  # the rank and its loader worker, as a terminal's Ctrl-C reaches them
+            target.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=180)[1]
     finally:
         if proc.poll() is None:
-            proc.kill()
-    stopped = re.fullmatch(rf"error: stopped by SIGINT at step (\d+), saved as {re.escape(str(run))}/checkpoints/"
-                           r"step_(\d+); the same command resumes from it", err.strip().splitlines()[-1])
-    assert proc.returncode == 130 and stopped, err[-3000:]
-    assert 3 <= int(stopped[1]) == int(stopped[2]) < 30 and os.listdir(run / "checkpoints") == [f"step_{stopped[2]}"]
+            os.killpg(proc.pid, signal.SIGKILL)
+    said = re.findall(rf"^error: stopped by SIGINT at step (\d+), saved as {re.escape(str(run))}/checkpoints/"
+                      r"step_(\d+); the same command resumes from it$", err, re.M)
+    assert proc.returncode != 0 and len(said) == 2 and said[0] == said[1], err[-3000:]  # rank 0 stopped too
+    step = int(said[0][0])
+    assert 3 <= step == int(said[0][1]) < 10 and os.listdir(run / "checkpoints") == [f"step_{step:06d}"]
     again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     got, want = losses(str(run)), stored_losses()
-    assert sorted(got) == list(range(1, 31))
+    assert sorted(got) == list(range(1, 11))
     assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
 
 
@@ -507,7 +519,12 @@ def test_a_read_that_waits_past_its_patience_and_a_fault_raised_in_a_loader_work
 
     with pytest.raises(Unreachable) as caught:
         next(iter(DataLoader(Refused(), num_workers=1)))
-    assert str(caught.value) == "s3://pages/a.md: the storage refused the credentials (PermissionError: Access Denied)"
+    said = str(caught.value)
+    # The traceback holds the loader's iterator, whose worker would otherwise end at some later collection (one
+    # came at the worker's exit: a KeyboardInterrupt in its __del__, reported as an unraisable exception).
+    del caught
+    gc.collect()
+    assert said == "s3://pages/a.md: the storage refused the credentials (PermissionError: Access Denied)"
 
 
 def test_a_diverging_run_stops_in_one_line_before_saving_what_it_diverged_into(tmp_path, warm_python):

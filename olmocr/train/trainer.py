@@ -52,7 +52,8 @@ class StopSignals:
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            # None: a handler set outside Python (a native library's), which cannot be put back from here
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         self._previous = {}
 
     def _on_signal(self, signum, frame) -> None:
@@ -169,6 +170,9 @@ class Trainer:
         except BaseException as exc:
             self._emit("on_exception", exc)
             raise
+        finally:
+            # The loader's workers end now, not whenever a traceback that holds this frame (a notebook's, say) is let go.
+            windows.close()
         self._emit("on_fit_end")
         return self.state
 
