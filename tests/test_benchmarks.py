@@ -61,6 +61,7 @@ def test_checkpoint_tools_runs(warm_python):
     assert re.search(r"soup of 2 \(median of 1\): time [\d.]+x", proc.stdout)
 
 
+@pytest.mark.slow
 def test_workqueue_runs_in_bad_weather(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/workqueue.py", "--items", "12", "--workers", "3", "--runs", "1",
                            "--faults", "0.1", "--no-upstream"], capture_output=True, text=True, timeout=300)
@@ -73,6 +74,7 @@ def test_workqueue_runs_in_bad_weather(warm_python):
     assert re.search(r"^ours\s+[\d.]+\s+\d+\s+0\s+0\s+[\d.]+$", proc.stdout, re.M), proc.stdout
 
 
+@pytest.mark.slow
 def test_pipeline_recovery_runs(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/pipeline_recovery.py", "--pdfs", "8", "--pages-per-item", "1",
                            "--page-s", "1", "--outages", "3", "--runs", "1"], capture_output=True, text=True, timeout=300)

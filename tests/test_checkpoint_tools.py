@@ -150,6 +150,7 @@ def test_s3_sources_and_output_round_trip(grpo_runs, s3_server, tmp_path):
     assert fs.exists("s3://ckpt/released/provenance.json")
 
 
+@pytest.mark.slow
 def test_release_stages_wait_out_storage_that_stops_answering_and_stop_in_one_line_past_their_patience(
         grpo_runs, s3_server, tmp_path, caplog, monkeypatch):
     """Outages met mid-run, through a proxy: one as the second source's weights are first read, one as the

@@ -406,6 +406,7 @@ def test_local_cache_copies_remote_roots_once(tmp_path, s3_server):
     assert not os.path.exists(os.path.join(local, "synth_s0_00001.md")) and len(os.listdir(local)) == 63
 
 
+@pytest.mark.slow
 def test_local_cache_waits_out_storage_that_stops_answering_mid_copy(tmp_path, s3_server, monkeypatch, caplog):
     """An outage longer than s3fs and botocore wait out by themselves (~10 s), as the first files land: the copy
     waits and ends whole; credentials refused end it at once in one line."""

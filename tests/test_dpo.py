@@ -174,6 +174,7 @@ def test_compiled_blocks_train_lora_against_the_disabled_adapter(tmp_path, cache
     assert rows(out)[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at the start
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["sft", "dpo"])
 def test_loader_workers_leave_the_jobs_signals_to_the_trainer(tmp_path, cache_dir, algo):
     """A scheduler's requeue sends SIGTERM to every process of the job and a preemption notice SIGUSR1/2: the

@@ -358,6 +358,7 @@ def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_se
     assert transient(caught.value)
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_workspace_is_waited_out_without_litter_and_left_within_seconds(small_disk, tmp_path,
                                                                                                caplog):
     """The disk fills as an item finishes converting: its outputs wait, claim held, for the disk to have room

@@ -172,6 +172,7 @@ def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for
             run_pipeline([f"workspace={tmp_path / 'refused'}", *options], tmp_path / "run4")
 
 
+@pytest.mark.slow
 def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one_line(tmp_path, s3_server,
                                                                                       monkeypatch):
     """The work index's read and write wait out a workspace that does not answer as a worker does, going on

@@ -375,6 +375,7 @@ def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
     assert len([json.loads(line) for line in open(tmp_path / "run2" / "pages.jsonl")]) == 17
 
 
+@pytest.mark.slow
 def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):
     import s3fs
 

@@ -445,6 +445,7 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_newest_and_says_so_in_one_line(sm
     assert no_space(RuntimeError("size mismatch for lm_head.weight")) is None
 
 
+@pytest.mark.slow
 def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refused_credentials(tmp_path, s3_server,
                                                                                                monkeypatch, caplog):
     """Pages read from S3 while training: an outage is waited out (data.storage_wait_s), no page dropped for
@@ -490,6 +491,7 @@ def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refuse
     assert not (out / "rejected.jsonl").exists() or not open(out / "rejected.jsonl").read()
 
 
+@pytest.mark.slow
 def test_a_read_that_waits_past_its_patience_and_a_fault_raised_in_a_loader_worker_are_one_line(s3_server,
                                                                                                  monkeypatch):
     import s3fs
