@@ -208,7 +208,7 @@ def main(argv: list[str]) -> int:
         copied, unchanged = (push(args.src, args.dst) if args.direction == "push"
                              else pull(args.src, args.dst, args.wait_s))
     except (ValueError, OSError, Unreachable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"error: {exc}\n")  # one write: a task's ranks share this stderr (olmocr.cli.say_error)
         return 1
     print(f"{args.direction} {args.src} -> {args.dst}: {copied} copied, {unchanged} unchanged")
     return 0
