@@ -84,15 +84,17 @@ def stopped_by_sigterm(tmp_path, overrides: list[str]) -> tuple[int, str]:
     import re
     import signal
     import threading
-    import time
 
     from olmocr.faults import Stopped
 
     metrics = tmp_path / "signalled" / "metrics.jsonl"
 
+    ended = threading.Event()
+
     def send() -> None:
         while not (metrics.exists() and '"train"' in metrics.read_text()):
-            time.sleep(0.02)
+            if ended.wait(0.02):  # the run ended without a step: nothing to stop
+                return
         os.kill(os.getpid(), signal.SIGTERM)
 
     # Should the run end before the signal lands (the test then fails), it meets this handler, not the test process.
@@ -102,8 +104,9 @@ def stopped_by_sigterm(tmp_path, overrides: list[str]) -> tuple[int, str]:
         sender.start()
         with pytest.raises(Stopped) as stop:
             dpo(tmp_path, overrides, "signalled")
-        sender.join(timeout=5)
     finally:
+        ended.set()
+        sender.join(timeout=5)
         signal.signal(signal.SIGTERM, previous)
     out = str(tmp_path / "signalled")
     said = re.fullmatch(rf"stopped by SIGTERM at step (\d+), saved as {re.escape(out)}/checkpoints/checkpoint-(\d+); "
