@@ -392,6 +392,7 @@ def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_pa
     import time
 
     import boto3
+    import psutil
     from conftest import STORED_RUN, stored_losses
 
     s3 = boto3.client("s3", endpoint_url=s3_server)
@@ -410,9 +411,19 @@ def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_pa
         found = s3.list_objects_v2(Bucket="runs", Prefix="olmocr/").get("Contents", [])
         return [o["Key"] for o in found if o["Key"].endswith(suffix)]
 
+    saved = results / "run" / "checkpoints" / "step_000004" / "trainer_state.pt"
     with open(tmp_path / "attempt1.log", "w") as log:
         first = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 300
+        while not saved.exists() and first.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint was saved"
+            time.sleep(0.02)
+        # The training process holds still (16 steps take 3 s on a quiet machine, less than a sync's round) while
+        # its output sync goes on pushing; the preemption comes once the checkpoint is in S3.
+        assert first.poll() is None, (tmp_path / "attempt1.log").read_text()[-3000:]
+        trainer = next(p for p in psutil.Process(first.pid).children(recursive=True)
+                       if "olmocr.train" in p.cmdline())
+        trainer.suspend()
         while not remote("checkpoints/step_000004/trainer_state.pt") and first.poll() is None:
             assert time.monotonic() < deadline, "no checkpoint reached S3"
             time.sleep(0.1)
