@@ -58,6 +58,8 @@ def session_environment() -> dict[str, str]:
 # keeps the schedule of its 30 steps, and so these losses.
 STORED_RUN = ["data.steps.render.longest_side=256", "trainer.eval_interval=null", "trainer.batch_size=2",
               "trainer.max_duration.value=30", "callbacks.plots=null"]
+# The stored run (one process, batch 2) as two processes of batch 1: the same samples each step.
+TWO_RANKS = [o for o in STORED_RUN if not o.startswith("trainer.batch_size")] + ["trainer.batch_size=1"]
 
 
 # trainer.compile in the CPU tests: the graphs dynamo traces, differentiated by AOTAutograd as every backend does,

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import STORED_RUN, stored_losses
+from conftest import TWO_RANKS, stored_losses
 
 from olmocr.config import PROJECT_ROOT
 from olmocr.train.distributed import job_port
@@ -35,8 +35,6 @@ hydra:
     cpus_per_task: 1
     timeout_min: 10
 {extra}"""
-# The stored run (one process, batch 2) as two processes of batch 1: the same samples each step.
-TWO_RANKS = [o for o in STORED_RUN if not o.startswith("trainer.batch_size")] + ["trainer.batch_size=1"]
 
 
 def cluster_file(tmp_path, base: str = "slurm", extra: str = "") -> str:

@@ -254,8 +254,9 @@ def test_ctrl_c_is_one_line_saying_where_the_work_is_kept(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "olmocr.synth", "num_pages=100000", f"out_dir={out}",
                              f"hydra.run.dir={run}"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    while len(os.listdir(out / "pdfs") if (out / "pdfs").exists() else []) < 20:
+    while proc.poll() is None and len(os.listdir(out / "pdfs") if (out / "pdfs").exists() else []) < 20:
         time.sleep(0.01)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]  # ended before it was interrupted
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]

@@ -131,14 +131,12 @@ def test_ctrl_c_to_one_rank_stops_every_rank_after_the_same_step_and_the_run_res
     import signal
 
     import psutil
-    from conftest import STORED_RUN, stored_losses
+    from conftest import TWO_RANKS, stored_losses
 
     run = tmp_path / "run"
-    two_ranks = [o for o in STORED_RUN if not o.startswith("trainer.batch_size")] + ["trainer.batch_size=1"]
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-               "-m", "olmocr.train", *two_ranks, "trainer.hard_stop.value=10", "trainer.save_interval=null",
-               "trainer.num_workers=1",
-               f"hydra.run.dir={run}"]
+               "-m", "olmocr.train", *TWO_RANKS, "trainer.hard_stop.value=10", "trainer.save_interval=null",
+               "trainer.num_workers=1", f"hydra.run.dir={run}"]
     env = {**os.environ, "OLMOCR_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,

@@ -153,7 +153,7 @@ class Trainer:
         self._clock = (time.perf_counter(), self.data_wait)
         windows = self.windows()
         try:
-            with StopSignals() as self.signals:
+            with self.signals:
                 while self.state.step < self.stop_step:
                     window = next(windows)
                     metrics = self.train_step(window)
