@@ -121,14 +121,25 @@ def refused(exc: BaseException) -> bool:
 MISPLACED = frozenset({errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EROFS})
 
 
+class NoSuchBucket(FileNotFoundError):
+    """An S3 bucket that does not exist: a wrong name or a missing setup step, which waiting does not mend."""
+
+
+def named(exc: BaseException) -> str:
+    """A storage error for a one-line message: its type and message, or only the message where that says it all."""
+    return str(exc) if isinstance(exc, NoSuchBucket) else f"{type(exc).__name__}: {exc}"
+
+
 def misplaced(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in MISPLACED
+    return isinstance(exc, NoSuchBucket) or (isinstance(exc, OSError) and exc.errno in MISPLACED)
 
 
 def outside(exc: BaseException) -> str | None:
     """``exc`` (or what led to it) as a fault of storage or the network, in words, or None: credentials refused,
     a local permission denied, or no answer (refused or reset connections, timeouts, a client giving up)."""
     for seen in causes(exc):
+        if isinstance(seen, NoSuchBucket):
+            return str(seen)
         if isinstance(seen, PermissionError) and seen.filename:
             return f"permission denied: {seen.filename}"
         if isinstance(seen, store_errors()) and refused(seen):

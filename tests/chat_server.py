@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -115,11 +116,13 @@ class ChatServer:
                     else:
                         server.requests.append(request)
                         reply = server.script(request)
+                if reply.get("delay_s"):  # a server that takes this long to answer (or never, for the client)
+                    time.sleep(reply["delay_s"])
                 if reply["status"] is None:
                     self.close_connection = True
                     return
                 if reply["status"] != 200:
-                    self._send(reply["status"], {"error": "scripted failure"})
+                    self._send(reply["status"], {"error": reply.get("text") or "scripted failure"})
                     return
                 self._send(200, {"choices": [{"index": 0, "finish_reason": reply["finish_reason"],
                                               "message": {"role": "assistant", "content": reply["text"]}}],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -258,7 +259,8 @@ def test_workspace_and_pdfs_in_two_accounts_each_reached_by_its_profile(tmp_path
         proc = subprocess.run(worker("s3://work/ws", tmp_path / "run2", "workspace_access.profile=pdfs"),
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2
-        assert proc.stderr.strip().splitlines()[-1].startswith("error: workspace: s3://work/ws has no work index")
+        assert re.fullmatch(r"error: workspace s3://work/ws: bucket 'work' does not exist at http://127.0.0.1:\d+ \(create "
+                        r"it, or name one that exists\)", proc.stderr.strip().splitlines()[-1]), proc.stderr
     finally:
         ws_server.kill()
         pdf_server.stop()
@@ -295,6 +297,27 @@ def test_a_worker_checks_its_workspace_and_tools_before_it_starts_a_server_or_cl
             run(compose("pipeline", [f"workspace={ws.root}", "server=vllm", f"model.cache_dir={tmp_path}/models",
                                      override]), str(tmp_path / "run3"))
     assert not ws.store.list("claims") and not (tmp_path / "models").exists()
+
+
+def test_a_missing_bucket_is_one_line_in_seconds_when_adding_working_and_looking(tmp_path, s3_server):
+    """A wrong bucket name is no outage: adding PDFs (a conditional write S3 answers NoSuchBucket, which must
+    not pass for a conflict to retry), a worker and stats each say so in one line at once."""
+    from olmocr.config import compose
+    from olmocr.pipeline.__main__ import run
+    from olmocr.pipeline.stats import run as stats
+
+    pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    said = (r"^workspace s3://no-such-bucket/ws: bucket 'no-such-bucket' does not exist at http://127.0.0.1:\d+ "
+            r"\(create it, or name one that exists\)$")
+    for overrides in ([f"pdfs=[{pdf}]", "workers=0"], ["workers=1", "server=external", "server.url=http://127.0.0.1:9/v1",
+                                                       "server.model_name=m"]):
+        began = time.monotonic()
+        with pytest.raises(ValueError, match=said):
+            run(compose("pipeline", ["workspace=s3://no-such-bucket/ws", "progress=false", *overrides]),
+                str(tmp_path / "run"))
+        assert time.monotonic() - began < 10
+    with pytest.raises(ValueError, match=said):
+        stats(compose("pipeline_stats", ["workspace=s3://no-such-bucket/ws", f"paths.cache={tmp_path}/cache"]))
 
 
 def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_path):

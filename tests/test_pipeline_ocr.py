@@ -9,6 +9,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -275,7 +276,8 @@ def test_a_document_with_too_many_fallback_pages_is_dropped(tmp_path):
         listed = [json.loads(line) for path in glob.glob(f"{workspace}/bad/*.jsonl") for line in open(path)]
         assert listed == ([] if kept else [{"source": pdf, "status": "dropped", "reason": "fallback_pages", "detail":
                                             "1 of its 2 pages fell back to the text layer (more than "
-                                            "max_page_error_rate 0.004)"}])
+                                            "max_page_error_rate 0.004)",
+                                            "failed_attempts": {"unparseable": 2}}])
         if kept:
             assert lines[0]["text"] == "Read well.\nA page the model cannot read"
             assert lines[0]["metadata"]["total-fallback-pages"] == 1
@@ -324,12 +326,113 @@ def test_a_server_that_answers_no_page_stops_the_run_and_marks_nothing_done(tmp_
             run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *queue), tmp_path / "run2")
     line = str(info.value)
     assert "\n" not in line and line.startswith("nothing could be done for ")
-    assert (f"the server at {server.url} answered none of this item's 1 page(s) (model scripted): HTTP 404: "
-            '{"error": "scripted failure"}') in line, line
+    assert re.search(rf"the server at {re.escape(server.url)} failed page 1 of {re.escape(str(tmp_path))}/[abc]\.pdf "
+                     r"\(model scripted, 8 attempt\(s\)\): HTTP 404: \{\"error\": \"scripted failure\"\}", line), line
     assert not glob.glob(f"{workspace}/done/*") and not glob.glob(f"{workspace}/results/*")
     with ChatServer([good("Read.")]) as server:
         summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run3", *queue), tmp_path / "run3")
     assert summary["work"]["done"] == 3 and summary["work"]["counts"]["documents"] == 3
+
+
+@pytest.mark.parametrize("fault", ["HTTP 404", "HTTP 500", "HTTP 400 wrong model", "no answer"])
+def test_a_server_that_starts_failing_partway_through_an_item_drops_no_document(tmp_path, fault):
+    """The server answers the start check and the first pages, then fails every request (a redeploy that
+    lost the route, a crashing replica, another model behind the name, a hung server). None of the item's
+    documents is dropped or marked done: the item goes back uncounted and the worker stops in one line
+    naming the server, the page and what it said. With the server mended, the same command converts every
+    document exactly once."""
+    for name in "abcd":
+        write_pdf(str(tmp_path / f"{name}.pdf"), [f"Page one of {name}", f"Page two of {name}"])
+    failure, said = {"HTTP 404": (answer("", status=404), 'HTTP 404: {"error": "scripted failure"}'),
+                     "HTTP 500": (answer("", status=500), 'HTTP 500: {"error": "scripted failure"}'),
+                     "HTTP 400 wrong model": (answer("Server is pinned to model-v1", status=400),
+                                              'HTTP 400: {"error": "Server is pinned to model-v1"}'),
+                     "no answer": ({**good("late"), "delay_s": 3}, "no answer within 1 s (client timeout_s)")}[fault]
+    answered = []
+
+    def script(request):
+        if len(answered) < 2:
+            answered.append(request)
+            return good("Read.")
+        return failure
+
+    workspace = str(tmp_path / "ws")
+    options = ["queue.retry_wait_s=0.2", "queue.retry_wait_max_s=0.5", "queue.give_up_after_s=2",
+               "convert.temperatures=[0.1,0.2]", "convert.timeout_s=1", "convert.concurrency=2"]
+    with ChatServer(script=script) as server:
+        with pytest.raises(ValueError) as info:
+            run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]", *options),
+                         tmp_path / "run")
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("nothing could be done for "), line
+    assert re.search(rf"the server at {re.escape(server.url)} failed page [12] of {re.escape(str(tmp_path))}/[abcd]\.pdf "
+                     rf"\(model scripted, 2 attempt\(s\)\): {re.escape(said)}", line), line
+    assert len(answered) == 2
+    for folder in ("done", "results", "bad", "markdown"):
+        assert not glob.glob(f"{workspace}/{folder}/*"), folder
+    with ChatServer([good("Read.")]) as server:
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *options), tmp_path / "run2")
+    counts = summary["work"]["counts"]
+    assert (counts["documents"], counts["pages"], counts["fallback_pages"], counts["dropped_documents"]) == (4, 8, 0, 0)
+    lines = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
+    assert sorted(d["metadata"]["Source-File"] for d in lines) == [str(tmp_path / f"{n}.pdf") for n in "abcd"]
+    assert not glob.glob(f"{workspace}/bad/*")
+
+
+def test_a_damaged_workspace_is_repaired_by_converting_exactly_what_was_lost(tmp_path, capsys):
+    """Outside damage to finished items (a result's last line cut short, a done marker full of garbage, a
+    result gone): stats warns, the viewer skips and lists the torn line; pipeline.repair finds exactly those
+    items (check_only=true changes nothing) and puts them back; the same pipeline command converts them and
+    nothing else, ending with every document exactly once and a whole viewer."""
+    from olmocr.pipeline.repair import run as repair
+    from olmocr.pipeline.stats import run as stats
+    from olmocr.pipeline.workspace import Workspace
+    from olmocr.report.viewer import run as viewer
+
+    pdfs = [write_pdf(str(tmp_path / f"{name}.pdf"), [f"Page of {name}"]) for name in "abcd"]
+    workspace = str(tmp_path / "ws")
+    extra = [f"pdfs=[{tmp_path}/*.pdf]", "pages_per_group=1"]
+    with ChatServer([good("Read.")]) as server:
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", *extra), tmp_path / "run")
+    ws = Workspace(workspace)
+    ids = {item.pdfs[0]: item.id for item in ws.items()}
+    torn, garbage, lost, whole = (ids[p] for p in pdfs)
+    result = ws.store._path(ws.result_name(torn))
+    with open(result, "r+b") as fh:
+        fh.truncate(os.path.getsize(result) - 20)
+    with open(ws.store._path(ws.done_name(garbage)), "wb") as fh:
+        fh.write(b"\x00\x17garbage")
+    os.remove(ws.store._path(ws.result_name(lost)))
+
+    stats(compose("pipeline_stats", [f"workspace={workspace}", f"paths.cache={tmp_path}/cache"]))
+    assert "1 done markers could not be read" in capsys.readouterr().out
+    index = viewer(compose("report_viewer", [f"results={workspace}"]), str(tmp_path / "viewer"))
+    page = open(index).read()
+    assert f"results/output_{torn}.jsonl:1" in page and "not_a_dolma_line" in page and "2 of 2 documents shown" in page
+
+    check = compose("pipeline_repair", [f"workspace={workspace}", "check_only=true"])
+    assert sorted(repair(check)) == sorted([torn, garbage, lost])
+    out = capsys.readouterr().out
+    assert f"damaged  {torn}: result is not as written" in out and f"damaged  {lost}: result missing" in out
+    assert f"damaged  {garbage}: done marker unreadable" in out and "4 done item(s)" in out and "nothing changed" in out
+    assert os.path.exists(result) and len(glob.glob(f"{workspace}/done/*.json")) == 4
+    assert sorted(repair(compose("pipeline_repair", [f"workspace={workspace}"]))) == sorted([torn, garbage, lost])
+    assert "3 damaged, back in the queue" in capsys.readouterr().out
+    assert glob.glob(f"{workspace}/done/*.json") == [ws.store._path(ws.done_name(whole))]
+    assert os.path.exists(f"{workspace}/damaged/output_{torn}.jsonl") and not os.path.exists(result)
+
+    with ChatServer([good("Read again.")]) as server:
+        began = time.monotonic()
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *extra), tmp_path / "run2")
+    assert time.monotonic() - began < 60  # the repaired claims are free at once, not waited out for their lease
+    assert summary["work"]["done"] == 3 and summary["work"]["taken_over"] == 0 and len(server.requests) == 3
+    lines = [json.loads(line) for path in glob.glob(f"{workspace}/results/*.jsonl") for line in open(path)]
+    assert sorted(d["metadata"]["Source-File"] for d in lines) == pdfs
+    assert sorted(d["text"] for d in lines) == ["Read again."] * 3 + ["Read."]
+    assert repair(compose("pipeline_repair", [f"workspace={workspace}"])) == []
+    assert "4 done item(s) of" in capsys.readouterr().out
+    page = open(viewer(compose("report_viewer", [f"results={workspace}"]), str(tmp_path / "viewer2"))).read()
+    assert "4 of 4 documents shown; not converted: 0" in page
 
 
 def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):

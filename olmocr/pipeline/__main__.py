@@ -61,7 +61,7 @@ _QUEUED: set[tuple[str, tuple[str, ...]]] = set()  # what this process queued: j
 def queue_before_submitting(cfg: DictConfig) -> None:
     """Add ``pdfs=`` to the workspace here, once, before a cluster job's workers start (they only work);
     the jobs of a sweep (``-m replica='range(N)'``) queue their PDFs once between them."""
-    from olmocr.faults import Unreachable, store_errors
+    from olmocr.faults import Unreachable, named, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -76,7 +76,7 @@ def queue_before_submitting(cfg: DictConfig) -> None:
     try:
         add_pdfs(Workspace(cfg.workspace, Access(**cfg.workspace_access)), list(cfg.pdfs), cfg, Access(**cfg.pdf_access))
     except store_errors() as exc:
-        raise ValueError(f"workspace {cfg.workspace}: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"workspace {cfg.workspace}: {named(exc)}") from None
     except Unreachable as exc:  # the PDFs' storage: a launcher says its ValueErrors in one line
         raise ValueError(str(exc)) from None
     _QUEUED.add(key)
@@ -98,7 +98,7 @@ def check(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork
-    from olmocr.faults import store_errors
+    from olmocr.faults import named, store_errors
     from olmocr.pipeline.worker import Breaker, run_workers, when_answering
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
@@ -142,7 +142,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                      or "nothing", report.failed, report.unavailable, report.taken_over, report.lost,
                      report.duplicates)
     except store_errors() as exc:
-        raise ValueError(f"workspace {root}: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"workspace {root}: {named(exc)}") from None
     except MissingTool as exc:
         raise ValueError(str(exc)) from None
     except StopWork as exc:

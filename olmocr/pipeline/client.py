@@ -39,6 +39,7 @@ class Reply:
     input_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    status: int | None = None  # the HTTP status of an answer that was not a chat completion
 
 
 class ChatClient:
@@ -90,7 +91,7 @@ class ChatClient:
             except httpx.TimeoutException:
                 return Reply(error=f"no answer within {self.timeout_s:.0f} s (client timeout_s)")
         if response.status_code != 200:
-            return Reply(error=f"HTTP {response.status_code}: {response.text[:300]}")
+            return Reply(error=f"HTTP {response.status_code}: {response.text[:300]}", status=response.status_code)
         try:
             data = response.json()
             choice = data["choices"][0]
@@ -102,4 +103,5 @@ class ChatClient:
                          input_tokens=int(usage.get("prompt_tokens") or 0),
                          output_tokens=int(usage.get("completion_tokens") or 0))
         except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            return Reply(error=f"not a chat completion ({type(exc).__name__}: {exc}): {response.text[:300]}")
+            return Reply(error=f"not a chat completion ({type(exc).__name__}: {exc}): {response.text[:300]}",
+                         status=response.status_code)

@@ -100,6 +100,12 @@ class PageResult:
     answered: bool = False
 
     @property
+    def server_fault(self) -> str | None:
+        """The server's error when the page fell back and the server failed any of its attempts: the model
+        did not get every attempt the schedule gives it, so the fallback says nothing of the model."""
+        return self.server_error if self.fallback else None
+
+    @property
     def asked(self) -> bool:
         """Was the server asked (not so for a page that could not be rendered)?"""
         return self.answered or self.server_error is not None
@@ -319,6 +325,8 @@ class PageConverter:
                     result.server_error = reply.error
                 judged = self.judge(reply)
                 attempt = {"temperature": temperature, "rotation": rotation}
+                if reply.status is not None:
+                    attempt["http_status"] = reply.status
                 result.attempts.append(attempt)
                 if isinstance(judged, str):
                     attempt["outcome"] = judged

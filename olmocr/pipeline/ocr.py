@@ -6,9 +6,16 @@ in flight); page order is kept. A document that is bad (corrupt, encrypted, no p
 image, deleted since it was queued) is counted and reported, never fatal; one that cannot be read for a
 reason outside it (storage, credentials, network) sends the whole item back to the queue, to be tried
 again later. A ``filter`` drops documents before any page is rendered; they are counted by reason and
-listed in ``filtered/<item>.jsonl``. A document whose share of text-layer pages exceeds
-``max_page_error_rate`` is dropped and counted. The server is started when the work starts and stopped
-when it ends.
+listed in ``filtered/<item>.jsonl``. The server is started when the work starts and stopped when it ends.
+
+A page falls back to its text layer for the model's failure only: the model answered every attempt the
+temperature schedule gave it, and no answer was usable (cut off at ``max_tokens``, no front matter that
+parses), or the page could not be rendered. A document whose share of such pages exceeds
+``max_page_error_rate`` is dropped, counted, and listed in ``bad/<item>.jsonl`` with what its pages' attempts
+came to. A page the server failed instead (any attempt answered with an HTTP error, a model name it does
+not serve, no answer within ``timeout_s``, before the page fell back) says nothing of the model: the item
+goes back to the queue uncounted, its other pages cancelled, and the worker pauses and gives up as for
+storage faults, naming the server, the page, the HTTP status and what the server said.
 """
 
 from __future__ import annotations
@@ -71,9 +78,17 @@ def jsonl(lines: list[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
-def _listed(source: str, status: str, reason: str, detail: str) -> str:
+def _listed(source: str, status: str, reason: str, detail: str, **more) -> str:
     """One line of filtered/ or bad/: a document not converted, and why."""
-    return json.dumps({"source": source, "status": status, "reason": reason, "detail": detail}, ensure_ascii=False)
+    return json.dumps({"source": source, "status": status, "reason": reason, "detail": detail, **more},
+                      ensure_ascii=False)
+
+
+def failed_attempts(pages: list[PageResult]) -> dict[str, int]:
+    """What the failed attempts of ``pages`` came to, most frequent first (an outcome's text up to a colon,
+    so 'not rendered: …' of every page adds up)."""
+    outcomes = Counter(a["outcome"].split(":")[0] for p in pages for a in p.attempts if a.get("outcome") != "ok")
+    return dict(outcomes.most_common())
 
 
 @runtime("converter", "workspace", "progress", "pdf_access", "filter")
@@ -118,7 +133,6 @@ class OcrWork:
         lines, page_lines, markdown, filtered, bad = [], [], [], [], []
         found = await asyncio.to_thread(read_documents, list(item.pdfs), self.pdf_access)  # Unavailable: retried later
         converted = await all_of(self.convert_document(source, found[source]) for source in item.pdfs)
-        self._check_server_answered([page for done in converted for page in done.pages or ()])
         for source, done in zip(item.pdfs, converted):
             if done.error:
                 counts["bad_documents"] += 1
@@ -144,7 +158,8 @@ class OcrWork:
                 why = (f"{fallback} of its {len(pages)} pages fell back to the text layer (more than "
                        f"max_page_error_rate {self.max_page_error_rate:g})")
                 log.warning("dropped %s: %s", source, why)
-                bad.append(_listed(source, "dropped", "fallback_pages", why))
+                bad.append(_listed(source, "dropped", "fallback_pages", why,
+                                   failed_attempts=failed_attempts([p for p in pages if p.fallback])))
                 continue
             document = dolma_document(source, pages, self.converter.server.model, done.created)
             if document is None:
@@ -154,16 +169,6 @@ class OcrWork:
             lines.append(json.dumps(document, ensure_ascii=False))
             markdown.append((mirror_path(source, ".md"), document["text"]))
         return Output(jsonl(lines), dict(counts), self._side_files(item, markdown, page_lines, filtered, bad))
-
-    def _check_server_answered(self, pages: list[PageResult]) -> None:
-        """An item none of whose pages the server answered (every attempt an HTTP error, a refused model
-        name, no chat completion) says nothing of its documents: it goes back to the queue uncounted, and
-        the worker's pause-and-give-up rule applies, as for a storage fault."""
-        asked = [page for page in pages if page.asked]
-        if asked and not any(page.answered for page in asked):
-            server = self.converter.server
-            raise Unavailable(f"{server.name} at {server.url} answered none of this item's {len(asked)} page(s) "
-                              f"(model {server.model}): {error_gist(asked[0].server_error)}")
 
     def _side_files(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str], filtered: list[str],
                     bad: list[str]) -> dict[str, bytes]:
@@ -184,17 +189,24 @@ class OcrWork:
             return Converted(error=exc)
         if layout.kind == IMAGE:
             return Converted(pages=await all_of(
-                self._page({"pdf_path": source, "page": n, "image_bytes": data, "num_pages": len(layout.sizes),
+                self._page(source, {"pdf_path": source, "page": n, "image_bytes": data, "num_pages": len(layout.sizes),
                             "page_size": size}, None, None) for n, size in enumerate(layout.sizes, start=1)))
         if self.filter is not None and (why := await asyncio.to_thread(self.filter, source, data)):
             return Converted(filtered=why)
         with local_path(source, data) as path:
-            pages = await all_of(self._page({"pdf_path": path, "page": n, "pdf_bytes": data,
+            pages = await all_of(self._page(source, {"pdf_path": path, "page": n, "pdf_bytes": data,
                                              "num_pages": len(layout.sizes), "page_size": size}, path, data)
                                  for n, size in enumerate(layout.sizes, start=1))
         return Converted(pages=pages, created=layout.created)
 
-    async def _page(self, sample: dict, path: str | None, data: bytes | None) -> PageResult:
+    async def _page(self, source: str, sample: dict, path: str | None, data: bytes | None) -> PageResult:
         result = await self.converter.convert(sample, path, data)
+        if result.server_fault is not None:
+            # The server, not the model, failed this page: its fallback would drop or degrade a document
+            # for a fault outside it. The item goes back uncounted (the rest of it is cancelled: it is
+            # converted whole when it comes back), and the worker pauses and gives up as for storage.
+            server = self.converter.server
+            raise Unavailable(f"{server.name} at {server.url} failed page {result.page} of {source} (model "
+                              f"{server.model}, {len(result.attempts)} attempt(s)): {error_gist(result.server_fault)}")
         self._bar.page(result)
         return result

@@ -27,6 +27,7 @@ the lease (NTP does this).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -194,6 +195,9 @@ class WorkQueue:
             if self.store.exists(self.ws.done_name(item_id)):  # its stalled holder finished after all
                 self._done.add(item_id)
                 continue
+            if held_by["expires"] == 0.0:  # given back (a failure, a signal, pipeline.repair), not expired
+                log.info("claimed %s again (given back by %s)", item_id, held_by.get("worker"))
+                return Claim(self.items[item_id], tag, body)
             log.info("took over %s from %s (claim expired)", item_id, held_by.get("worker"))
             return Claim(self.items[item_id], tag, body, took_over=held_by.get("worker"))
         return None
@@ -255,7 +259,9 @@ class WorkQueue:
         if claim.finished is None:  # the same record when a complete() is tried again
             claim.finished = {"id": claim.item.id, "worker": self.worker, "claimed": claim.body["claimed"],
                               "finished": time.time(), "pdfs": len(claim.item.pdfs),
-                              "pages_estimated": claim.item.pages, "took_over": claim.took_over, "counts": counts}
+                              "pages_estimated": claim.item.pages, "took_over": claim.took_over, "counts": counts,
+                              # what the result must be, for pipeline.repair to tell a damaged one
+                              "result_bytes": len(result), "result_sha1": hashlib.sha1(result).hexdigest()}
         name, data = self.ws.done_name(claim.item.id), json.dumps(claim.finished).encode()
         first = (self.store.create(name, data) or self._ours(name, data)) is not None
         with claim.lock:

@@ -1,5 +1,5 @@
-"""Schemas of ``python -m olmocr.pipeline``, ``olmocr.pipeline.bench`` and ``olmocr.pipeline.stats``
-(conf/pipeline.yaml, conf/pipeline_bench.yaml, conf/pipeline_stats.yaml)."""
+"""Schemas of ``python -m olmocr.pipeline`` and its side commands (``.bench``, ``.stats``, ``.requeue``,
+``.repair``, ``.export``: conf/pipeline*.yaml)."""
 
 from __future__ import annotations
 
@@ -87,6 +87,13 @@ class RequeueConfig(StageConfig):
 
 
 @dataclass
+class RepairConfig(StageConfig):
+    workspace: str = "${paths.sample_workspace}"
+    workspace_access: AccessConfig = field(default_factory=AccessConfig)
+    check_only: bool = False  # say which done items are damaged, change nothing
+
+
+@dataclass
 class ExportConfig(StageConfig):
     workspace: str = "${paths.sample_workspace}"  # a workspace converted with work.page_results=true
     workspace_access: AccessConfig = field(default_factory=AccessConfig)  # the workspace's and out_dir's
@@ -102,3 +109,4 @@ store("pipeline_bench_schema", BenchConfig)
 store("pipeline_stats_schema", StatsConfig)
 store("pipeline_export_schema", ExportConfig)
 store("pipeline_requeue_schema", RequeueConfig)
+store("pipeline_repair_schema", RepairConfig)

@@ -206,7 +206,8 @@ def describe(stats: dict) -> str:
         lines.append(f"           {f'…and {more} more (json=true lists them all); ' if more > 0 else ''}put them back "
                      f"with python -m olmocr.pipeline.requeue workspace={stats['workspace']}")
     if stats["unreadable_done_markers"]:
-        lines.append(f"warning    {stats['unreadable_done_markers']} done markers could not be read")
+        lines.append(f"warning    {stats['unreadable_done_markers']} done markers could not be read: python -m "
+                     f"olmocr.pipeline.repair workspace={stats['workspace']} puts their items back in the queue")
     return "\n".join(lines)
 
 
@@ -217,8 +218,10 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
     from olmocr.utils.io import Access
 
     try:
-        stats = workspace_stats(Workspace(cfg.workspace, Access(**cfg.workspace_access)), window_min=cfg.window_min,
-                                cache_dir=os.path.join(cfg.paths.cache, "stats"))
+        workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
+        stats = workspace_stats(workspace, window_min=cfg.window_min, cache_dir=os.path.join(cfg.paths.cache, "stats"))
+        if not stats["items"]:
+            workspace.store.confirm_root()
     except store_errors() as exc:
         raise ValueError(f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from None
     if not stats["items"]:

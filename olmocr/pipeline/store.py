@@ -26,7 +26,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
-from olmocr.faults import no_space
+from olmocr.faults import NoSuchBucket, no_space
 from olmocr.utils.io import Access
 
 
@@ -75,6 +75,13 @@ class Store:
 
     def replace(self, name: str, data: bytes, tag: str) -> str | None:
         raise NotImplementedError
+
+    def delete(self, name: str) -> None:
+        """Remove ``name`` (nothing when it is not there): only pipeline.repair removes anything."""
+        raise NotImplementedError
+
+    def confirm_root(self) -> None:
+        """Raise when the place the store lives in cannot exist as named (an S3 bucket that is not there)."""
 
 
 def _digest(data: bytes) -> str:
@@ -172,6 +179,10 @@ class LocalStore(Store):
             os.unlink(tmp)
         return _digest(data)
 
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(name))
+
     @contextlib.contextmanager
     def _locked(self, name: str):
         """Hold the lock of ``name``'s stripe: a byte of ``.locks``, so one file serves every object."""
@@ -264,13 +275,36 @@ class S3Store(Store):
             return {}
         return {entry["name"].rsplit("/", 1)[-1]: entry["ETag"] for entry in listed if entry.get("type") == "file"}
 
+    def _no_bucket(self, exc: OSError) -> None:
+        """Raise NoSuchBucket when ``exc`` says the bucket is not there (s3fs says so as FileNotFoundError, which
+        a conditional write must not take for a condition that failed: adding would retry for ever)."""
+        from olmocr.faults import causes
+
+        if any(type(seen).__name__ == "NoSuchBucket" or "bucket does not exist" in str(seen) for seen in causes(exc)):
+            self.confirm_root()  # says so (a bucket deleted and made again since: the write goes on as it fails)
+
+    def confirm_root(self) -> None:
+        bucket = self.root[len("s3://"):].split("/", 1)[0]
+        try:
+            self.fs.call_s3("head_bucket", Bucket=bucket)
+        except FileNotFoundError as exc:
+            client = getattr(self.fs, "s3", None)  # made by the call: its endpoint, from the access or a profile
+            endpoint = getattr(getattr(client, "meta", None), "endpoint_url", None) or "S3"
+            raise NoSuchBucket(f"bucket {bucket!r} does not exist at {endpoint} (create it, or name one that "
+                               "exists)") from exc
+
     def write(self, name: str, data: bytes) -> None:
-        self.fs.pipe_file(self.url(name), data)
+        try:
+            self.fs.pipe_file(self.url(name), data)
+        except FileNotFoundError as exc:
+            self._no_bucket(exc)
+            raise
 
     def create(self, name: str, data: bytes) -> str | None:
         try:
             return self.fs.pipe_file(self.url(name), data, mode="create")["ETag"]
         except OSError as exc:
+            self._no_bucket(exc)
             if _condition_failed(exc):
                 return None
             raise
@@ -279,9 +313,14 @@ class S3Store(Store):
         try:
             return self.fs.pipe_file(self.url(name), data, IfMatch=tag)["ETag"]
         except OSError as exc:
+            self._no_bucket(exc)
             if _condition_failed(exc):
                 return None
             raise
+
+    def delete(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self.url(name))
 
 
 def open_store(root: str, access: Access | None = None) -> Store:

@@ -99,6 +99,7 @@ class Workspace:
         ``workers/<host>_<pid>.json``): ValueError saying what is wrong, before a server starts or an item is
         claimed. The store's own errors (no credentials, unreachable) pass through."""
         if not self.items():
+            self.store.confirm_root()
             raise ValueError(f"workspace: {self.root} has no work index (add PDFs: python -m olmocr.pipeline "
                              f"workspace={self.root} pdfs=[…])")
         if writable:

@@ -3,7 +3,8 @@
 ``results`` is a pipeline workspace (its ``results/*.jsonl``) or Dolma JSONL files (paths or globs; local
 or s3://). Written to the run dir: ``index.html``, every document in a table (source, pages, pages from
 the text layer, tokens) that a search box filters by name, then, for a workspace, every document it did not
-convert (bad, dropped, filtered) with its reason; ``docs/<key>.html`` per document, every page rendered
+convert (bad, dropped, filtered) with its reason, and any result line that is not a document
+(cut short, edited) with its file and line number; ``docs/<key>.html`` per document, every page rendered
 from the source PDF beside the text the pipeline extracted for it (markdown drawn: tables, equations), its
 front-matter attributes, pages that fell back to the PDF's text layer marked; ``pages/`` the page images
 as JPEG files, named by source and page (the documents of one PDF share them).
@@ -91,8 +92,10 @@ def not_converted(results: list[str], wait_s: float = 0.0) -> Iterator[dict]:
                         log.warning("%s:%d: not a line of the not-converted list; skipped", path, number)
 
 
-def documents(files: list[str], wait_s: float = 0.0) -> Iterator[dict]:
-    """The documents of the Dolma files, one line at a time."""
+def documents(files: list[str], wait_s: float = 0.0, unreadable: list[dict] | None = None) -> Iterator[dict]:
+    """The documents of the Dolma files, one line at a time. A line that is not one (cut short by a kill or
+    a disk, edited by hand) is skipped with a warning and, when ``unreadable`` is given, added to it as a
+    row of the not-converted table; ``python -m olmocr.pipeline.repair`` puts its item back in the queue."""
     from olmocr.utils.io import open_text
 
     for path in files:
@@ -104,7 +107,11 @@ def documents(files: list[str], wait_s: float = 0.0) -> Iterator[dict]:
                     doc = json.loads(line)
                     doc["text"], doc["attributes"]["pdf_page_numbers"], doc["metadata"]["Source-File"]
                 except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise ValueError(f"{path}:{number}: not a Dolma document of the pipeline ({exc})") from None
+                    log.warning("%s:%d: not a Dolma document of the pipeline (%s); skipped", path, number, exc)
+                    if unreadable is not None:
+                        unreadable.append({"source": f"{path}:{number}", "status": "unreadable",
+                                           "reason": "not_a_dolma_line", "detail": f"{type(exc).__name__}: {exc}"})
+                    continue
                 yield doc
 
 
@@ -201,7 +208,8 @@ def run(cfg: DictConfig, output_dir: str) -> str:
                   "<p><input id='search' type='search' placeholder='filter by name' size='60'> <span id='shown'>"
                   "</span></p>\n<table class='data' id='documents'><tr><th>source</th><th>pages</th><th>from the "
                   "text layer</th><th>input tokens</th><th>output tokens</th></tr>\n")
-        for doc in tqdm(documents(files, cfg.storage_wait_s), desc="documents", unit="doc"):
+        unreadable: list[dict] = []
+        for doc in tqdm(documents(files, cfg.storage_wait_s, unreadable), desc="documents", unit="doc"):
             total += 1
             if cfg.max_documents is not None and shown >= cfg.max_documents:
                 continue  # counted, not shown
@@ -216,7 +224,7 @@ def run(cfg: DictConfig, output_dir: str) -> str:
             out.write(index_row(doc, name))
         out.write("</table>\n<h2>Not converted</h2><table class='data' id='not-converted'><tr><th>source</th>"
                   "<th>status</th><th>reason</th><th>detail</th></tr>\n")
-        for row in not_converted(results, cfg.storage_wait_s):
+        for row in [*unreadable, *not_converted(results, cfg.storage_wait_s)]:
             skipped[f"{row['status']}: {row['reason']}"] += 1
             out.write(f'<tr data-name="{esc(row["source"].lower())}">' +
                       "".join(f"<td>{esc(row[k])}</td>" for k in ("source", "status", "reason", "detail")) + "</tr>\n")

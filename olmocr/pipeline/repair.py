@@ -1,0 +1,155 @@
+"""python -m olmocr.pipeline.repair workspace=… [check_only=true] — find finished items whose record is
+damaged and put exactly those back in the queue.
+
+A workspace is damaged from outside now and then: a disk or a sync tool cuts a file short, a hand edit
+leaves a line that is not JSON, a copy loses a file. The queue trusts its done markers, so a damaged item
+would stay "done" for ever. This reads every done marker of the index's items and every result they
+stand for, and finds:
+
+- a done marker that is not one (not JSON, another item's, fields missing);
+- a done item whose ``results/output_<id>.jsonl`` is missing;
+- a result that is not what its worker wrote: its size and SHA-1 differ from those its done marker keeps
+  (markers written before they kept them: a line that is not a JSON object, or a last line cut short).
+
+Each such item's done marker is removed and its claim made free at once (rewritten only on the tag read,
+so a worker's write is never lost); a damaged result is kept as ``damaged/output_<id>.jsonl`` beside the
+others and then removed, so nothing reads its torn lines as documents. The same pipeline command then
+converts those items, and nothing else. ``check_only=true`` says what it finds and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.cli import stage
+
+log = logging.getLogger("olmocr.pipeline.repair")
+DAMAGED = "damaged"
+READ_AT_ONCE = 64  # results read in one request batch: a bound on memory, not on speed
+
+
+@dataclass
+class Damage:
+    item: str
+    why: str
+    result: bytes | None = None  # the damaged result, kept aside before it is removed
+
+
+def _marker(data: bytes, item: str) -> dict | str:
+    """The done marker's record, or why it is not one."""
+    try:
+        record = json.loads(data)
+        if not isinstance(record, dict):
+            return "done marker is not a JSON object"
+        if record.get("id") != item:
+            return f"done marker names another item ({str(record.get('id'))[:60]!r})"
+        float(record["finished"]), dict(record.get("counts") or {})
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"done marker unreadable ({type(exc).__name__}: {str(exc)[:80]})"
+    return record
+
+
+def _result_damage(data: bytes, record: dict) -> str | None:
+    """Why the result is not what its worker wrote, or None."""
+    if "result_sha1" in record:
+        if len(data) != record.get("result_bytes") or hashlib.sha1(data).hexdigest() != record["result_sha1"]:
+            return (f"result is not as written ({len(data)} bytes, written {record.get('result_bytes')}; "
+                    f"SHA-1 differs)")
+        return None
+    if data and not data.endswith(b"\n"):
+        return "result's last line is cut short"
+    for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+        try:
+            if not isinstance(json.loads(line), dict):
+                raise ValueError("not a JSON object")
+        except ValueError:
+            return f"result line {number} is not a JSON object"
+    return None
+
+
+def find_damage(workspace) -> tuple[list[Damage], int]:
+    """The damaged done items of ``workspace`` (in id order) and how many done items were checked."""
+    from olmocr.pipeline.workspace import DONE
+
+    items = {item.id for item in workspace.items()}
+    done = sorted(name[:-5] for name in workspace.store.list(DONE) if name.endswith(".json") and name[:-5] in items)
+    damage, readable = [], {}
+    markers = workspace.store.read_many([workspace.done_name(i) for i in done])
+    for item in done:
+        data = markers.get(workspace.done_name(item))
+        if data is None:  # removed since the listing: not done, nothing to repair
+            continue
+        record = _marker(data, item)
+        if isinstance(record, str):
+            damage.append(Damage(item, record))
+        else:
+            readable[item] = record
+    ids = list(readable)
+    for start in range(0, len(ids), READ_AT_ONCE):
+        batch = ids[start:start + READ_AT_ONCE]
+        results = workspace.store.read_many([workspace.result_name(i) for i in batch])
+        for item in batch:
+            data = results.get(workspace.result_name(item))
+            why = "result missing" if data is None else _result_damage(data, readable[item])
+            if why:
+                damage.append(Damage(item, why, data))
+    return sorted(damage, key=lambda d: d.item), len(done)
+
+
+def put_back(workspace, damage: Damage) -> None:
+    """The item's damaged result kept aside and removed, its done marker removed, its claim free at once."""
+    if damage.result is not None:
+        workspace.store.write(f"{DAMAGED}/output_{damage.item}.jsonl", damage.result)
+        workspace.store.delete(workspace.result_name(damage.item))
+    workspace.store.delete(workspace.done_name(damage.item))
+    name = workspace.claim_name(damage.item)
+    while True:  # a claim rewritten only on the tag read
+        current = workspace.store.read(name)
+        if current is None:
+            return  # never claimed (a marker written by hand): free already
+        try:
+            body = json.loads(current.data)
+            body = body if isinstance(body, dict) else {}
+        except ValueError:
+            body = {}
+        body.update(expires=0.0, retry_at=0.0, given_up=False, failures=0, transient_failures=0,
+                    repaired=damage.why)
+        if workspace.store.replace(name, json.dumps(body).encode(), current.tag) is not None:
+            return
+
+
+@stage("pipeline_repair")
+def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
+    from olmocr.faults import gist, outside, store_errors
+    from olmocr.pipeline.workspace import Workspace
+    from olmocr.utils.io import Access
+
+    try:
+        workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
+        workspace.check()
+        damage, checked = find_damage(workspace)
+        for found in damage:
+            print(f"damaged  {found.item}: {found.why}")
+            if not cfg.check_only:
+                put_back(workspace, found)
+    except store_errors() as exc:
+        raise ValueError(f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from None
+    if not damage:
+        print(f"{checked} done item(s) of {cfg.workspace} checked: none damaged")
+    elif cfg.check_only:
+        print(f"{checked} done item(s) of {cfg.workspace} checked: {len(damage)} damaged (check_only=true: nothing "
+              "changed; run without it to put them back in the queue)")
+    else:
+        print(f"{checked} done item(s) of {cfg.workspace} checked: {len(damage)} damaged, back in the queue (their "
+              f"results kept in {DAMAGED}/); the same pipeline command converts them")
+    return [found.item for found in damage]
+
+
+if __name__ == "__main__":
+    run.main()
