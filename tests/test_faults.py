@@ -5,11 +5,13 @@ checks a worker makes before its first claim."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -320,6 +322,46 @@ def test_a_missing_bucket_is_one_line_in_seconds_when_adding_working_and_looking
         stats(compose("pipeline_stats", ["workspace=s3://no-such-bucket/ws", f"paths.cache={tmp_path}/cache"]))
 
 
+@pytest.mark.slow
+def test_a_hung_s3_endpoint_ends_a_worker_within_its_give_up_time_and_stats_in_bounded_time(tmp_path, monkeypatch):
+    """An endpoint that takes connections and never answers: every S3 request gives up within its budget
+    (S3_CALL_S), so a worker stops within queue.give_up_after_s (was: 829 s at 60) and stats within a
+    request's budget or two (was: 423 s), each in one line."""
+    import socket
+
+    from olmocr.config import compose
+    from olmocr.pipeline.__main__ import run
+    from olmocr.pipeline.stats import run as stats
+    from olmocr.utils.io import S3_CALL_S
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def take():  # every connection taken and held, never answered
+        with contextlib.suppress(OSError):  # the listener closed at the end
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=take, daemon=True).start()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{listener.getsockname()[1]}",
+                       "AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret"}.items():
+        monkeypatch.setenv(key, value)
+    give_up = 30
+    began = time.monotonic()
+    with pytest.raises(ValueError, match=r"^nothing could be done for \d+ s.*queue.give_up_after_s=30\); the last, on "
+                                         r"the workspace: ReadTimeoutError: .*go back to the queue\)$"):
+        run(compose("pipeline", ["workspace=s3://work/ws", "workers=1", f"queue.give_up_after_s={give_up}",
+                                 "server=external", "server.url=http://127.0.0.1:9/v1", "server.model_name=m",
+                                 "progress=false"]), str(tmp_path / "run"))
+    assert time.monotonic() - began < give_up + 5
+    began = time.monotonic()
+    with pytest.raises(ValueError, match=r"^workspace s3://work/ws: the storage or a service did not answer"):
+        stats(compose("pipeline_stats", ["workspace=s3://work/ws", f"paths.cache={tmp_path}/cache"]))
+    assert time.monotonic() - began < 2 * S3_CALL_S
+    assert held  # the requests did reach it
+    listener.close()
+
+
 def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_path):
     from olmocr.pipeline.stats import describe
     from olmocr.pipeline.worker import run_workers
@@ -426,3 +468,11 @@ def test_a_full_disk_under_the_workspace_is_waited_out_without_litter_and_left_w
     [report] = reports
     assert report.done == 1 and FillsTheDisk.calls == 1
     check_every_pdf_once(ws, pdfs)
+    # A disk that stays full past queue.give_up_after_s: the worker stops, and its claim, which it cannot give back
+    # (that is a write too), is said to return when it expires rather than to be back in the queue.
+    from olmocr.pipeline.failures import StopWork
+
+    ws.add([write_pdf(str(tmp_path / "c.pdf"), ["c"])], pages_per_group=10)
+    with pytest.raises(StopWork, match="^nothing could be done for") as stopped:
+        run_workers(ws, FillsTheDisk(0), give_up_after_s=2, retry_wait_s=0.5, progress=False)
+    assert stopped.value.unreleased == 1

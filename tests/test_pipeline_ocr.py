@@ -379,6 +379,35 @@ def test_a_server_that_starts_failing_partway_through_an_item_drops_no_document(
     assert not glob.glob(f"{workspace}/bad/*")
 
 
+def test_a_silent_server_and_a_lingering_worker_say_what_they_wait_for_when_the_wait_begins(tmp_path, caplog):
+    """The start check's request unanswered for 5 s is said, with how long it is waited for (convert.timeout_s);
+    a worker whose only item another worker holds says that it waits, and for what, before it waits."""
+    import logging
+
+    from olmocr.pipeline.queue import WorkQueue
+    from olmocr.pipeline.workspace import Workspace
+
+    caplog.set_level(logging.INFO, logger="olmocr")
+    write_pdf(str(tmp_path / "a.pdf"), ["A page"])
+    workspace = str(tmp_path / "ws")
+    slow = {**good("Read."), "delay_s": 6}
+    with ChatServer([good("Read.")], checks=slow) as server:
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/a.pdf]", "workers=0"),
+                     tmp_path / "run")
+        # Never renewed: it expires in 10 s, some seconds after the worker below is past its 6 s start check.
+        held = WorkQueue(Workspace(workspace), "elsewhere", lease_s=10).claim_next()
+        assert held is not None
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", "convert.timeout_s=20"),
+                               tmp_path / "run2")
+    assert summary["work"]["done"] == 1 and summary["work"]["taken_over"] == 1
+    said = [r.getMessage() for r in caplog.records]
+    assert any(re.fullmatch(rf"the server at {re.escape(server.url)} has answered nothing for [56] s \(1 request\(s\) "
+                            r"waiting, model scripted\); each waits up to 20 s \(convert.timeout_s\)", m) for m in said), said
+    assert any(re.fullmatch(r"1 item\(s\) held by other workers or waiting to be tried again: waiting until they are "
+                            r"done, to take over any whose claim expires \(the next in \d s\) \(queue.linger=false "
+                            r"stops now\)", m) for m in said), said
+
+
 def test_a_damaged_workspace_is_repaired_by_converting_exactly_what_was_lost(tmp_path, capsys):
     """Outside damage to finished items (a result's last line cut short, a done marker full of garbage, a
     result gone): stats warns, the viewer skips and lists the torn line; pipeline.repair finds exactly those

@@ -146,7 +146,10 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     except MissingTool as exc:
         raise ValueError(str(exc)) from None
     except StopWork as exc:
-        raise ValueError(f"{exc} (the items this worker held go back to the queue)") from None
+        unreleased = getattr(exc, "unreleased", 0)
+        raise ValueError(f"{exc} (" + (f"{unreleased} item(s) this worker held could not be given back: they return to "
+                                       f"the queue when their claims expire, within queue.lease_s={cfg.queue.lease_s:g} s)"
+                                       if unreleased else "the items this worker held go back to the queue)")) from None
     write_run_info(output_dir, summary=summary)
     return summary
 

@@ -14,6 +14,7 @@ import httpx
 from olmocr.pipeline.failures import Unavailable
 from olmocr.pipeline.server import Server
 
+log = logging.getLogger("olmocr.pipeline")
 # One line per request at INFO would bury the progress bar and the warnings that matter.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -42,6 +43,10 @@ class Reply:
     status: int | None = None  # the HTTP status of an answer that was not a chat completion
 
 
+# A server that has answered nothing for this long while requests wait is said to (at most once this often).
+QUIET_S = 60.0
+
+
 class ChatClient:
     def __init__(self, server: Server, timeout_s: float, concurrency: int, busy_s: float = 120.0):
         self.server = server
@@ -49,6 +54,29 @@ class ChatClient:
         self.concurrency = concurrency
         self.busy_s = busy_s
         self._client: httpx.AsyncClient | None = None
+        self._heard = self._said = time.monotonic()  # the last answer (of any kind), the last word of a quiet server
+        self._waiting = 0  # requests out
+
+    def _quiet(self, quiet_s: float) -> None:
+        """Say once, when requests have waited ``quiet_s`` with no answer at all, what they wait for and how long."""
+        now = time.monotonic()
+        if self._waiting and now - self._heard >= quiet_s and now - self._said >= quiet_s:
+            self._said = now
+            log.warning("%s at %s has answered nothing for %.0f s (%d request(s) waiting, model %s); each waits up to "
+                        "%.0f s (convert.timeout_s)", self.server.name, self.server.url, now - self._heard,
+                        self._waiting, self.server.model, self.timeout_s)
+
+    async def _post(self, body: dict, quiet_s: float) -> httpx.Response:
+        loop = asyncio.get_running_loop()
+        self._waiting += 1
+        notice = loop.call_later(quiet_s, self._quiet, quiet_s)
+        try:
+            response = await self._client.post(f"{self.server.url}/chat/completions", json=body)
+            self._heard = time.monotonic()
+            return response
+        finally:
+            self._waiting -= 1
+            notice.cancel()
 
     async def open(self) -> None:
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
@@ -60,8 +88,9 @@ class ChatClient:
             await self._client.aclose()
 
     async def chat(self, messages: list[dict], max_tokens: int, temperature: float, seed: int | None = None,
-                   regex: str | None = None) -> Reply:
-        """One chat completion; ``regex`` constrains the answer (vLLM's ``structured_outputs``)."""
+                   regex: str | None = None, quiet_s: float = QUIET_S) -> Reply:
+        """One chat completion; ``regex`` constrains the answer (vLLM's ``structured_outputs``); a server silent
+        for ``quiet_s`` while it waits is said to."""
         body = {"model": self.server.model, "messages": messages, "max_tokens": max_tokens,
                 "temperature": temperature, **({"seed": seed} if seed is not None else {}),
                 **({"structured_outputs": {"regex": regex}} if regex is not None else {})}
@@ -69,7 +98,7 @@ class ChatClient:
         while True:
             seen = self.server.restarts
             try:
-                response = await self._client.post(f"{self.server.url}/chat/completions", json=body)
+                response = await self._post(body, quiet_s)
                 if response.status_code in REFUSED:
                     raise Unavailable(f"server {self.server.url} refused the request: HTTP {response.status_code} "
                                       f"{response.text[:200]}")

@@ -46,6 +46,8 @@ PAGE_REGEX = (r"---\nprimary_language: (?:[a-z]{2}|null)\nis_rotation_valid: (?:
               r"---(?:\n[\s\S]*)?")
 # The start check's page: a small image of one flat colour, prompted by the steps like any page.
 CHECK_PAGE_PX, CHECK_PAGE_COLOUR, CHECK_TOKENS = 64, (250, 250, 240), 8
+# The start check's request is short: a server silent this long is said to be (with how long it is waited for).
+CHECK_QUIET_S = 5.0
 # Pages in a row that the server answered none of the requests for, after which it is the server's fault.
 UNANSWERED_IN_A_ROW = 8
 
@@ -267,7 +269,8 @@ class PageConverter:
                   "page_size": (CHECK_PAGE_PX, CHECK_PAGE_PX)}
         _, messages, url = await asyncio.get_running_loop().run_in_executor(self.pool, self._render, sample)
         try:
-            reply = await self.client.chat(chat_messages(messages, url), CHECK_TOKENS, 0.0, regex=self.regex)
+            reply = await self.client.chat(chat_messages(messages, url), CHECK_TOKENS, 0.0, regex=self.regex,
+                                           quiet_s=CHECK_QUIET_S)
         except Unavailable as exc:
             raise ValueError(f"{self.server.name} at {self.server.url}: {exc}") from None
         if reply.error is not None:

@@ -275,6 +275,7 @@ class LeaseKeeper:
     def __init__(self, lease_s: float):
         self.lease_s = lease_s
         self._held: dict[int, tuple[WorkQueue, Claim]] = {}
+        self.unreleased = 0  # claims release_all could not give back (the store did not answer): they expire
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
@@ -319,6 +320,7 @@ class LeaseKeeper:
                     queue.release(claim)
                     released += 1
                 except store_errors() as exc:
+                    self.unreleased += 1
                     log.warning("giving back the claim on %s failed (%s): it expires in its lease", claim.item.id, exc)
         return released
 

@@ -226,6 +226,7 @@ class S3Store(Store):
         # No listing cache: a queue must see other workers' objects at once.
         self.fs = s3fs.S3FileSystem(use_listings_cache=False, skip_instance_cache=True,
                                     **(access or Access()).s3_options())
+        self.fs.retries = 1  # botocore retries (Access.s3_options); s3fs's retries on top multiplied the wait
 
     def read(self, name: str) -> Versioned | None:
         from s3fs.utils import FileExpired

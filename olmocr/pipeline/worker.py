@@ -63,18 +63,24 @@ class Breaker:
         with self.lock:
             self.streak = 0
 
-    def failed(self, exc: BaseException, what: str) -> float:
-        """Count a failure of ``what`` (an item, the workspace); the seconds to pause before going on."""
+    def failed(self, exc: BaseException, what: str, began: float | None = None) -> float:
+        """Count a failure of ``what`` (an item, the workspace); the seconds to pause before going on. ``began``:
+        when the failed request was made (time.monotonic), for a request to storage, which its client's timeouts
+        bound: a streak that starts with a request that hung for its whole budget starts when it was made, so
+        give_up_after_s holds for a hung endpoint as for a refusing one; and when one more such request, hanging as
+        long, would end past give_up_after_s, the worker stops now rather than that long after it."""
         with self.lock:
             now = time.monotonic()
             if self.streak == 0:
-                self.since = now
+                self.since = now if began is None else min(began, now)
             self.streak += 1
             streak, lasted = self.streak, now - self.since
         cause = gist(exc)
-        if lasted >= self.give_up_after_s:
-            raise StopWork(f"nothing could be done for {lasted:.0f} s ({streak} failures in a row from outside the "
-                           f"items, queue.give_up_after_s={self.give_up_after_s:g}); the last, on {what}: {cause}")
+        took = 0.0 if began is None else now - began
+        if lasted + took >= self.give_up_after_s:
+            ahead = f", and one more request would take it past {self.give_up_after_s:g} s" if lasted < self.give_up_after_s else ""
+            raise StopWork(f"nothing could be done for {lasted:.0f} s{ahead} ({streak} failures in a row from outside "
+                           f"the items, queue.give_up_after_s={self.give_up_after_s:g}); the last, on {what}: {cause}")
         if streak < self.pause_after:
             return 0.0
         # A pause never outlasts give_up_after_s: the worker stops when that is spent, not a long pause later.
@@ -97,6 +103,7 @@ def when_answering(call: Callable, breaker: Breaker, what: str):
 
     paused_until = 0.0
     while True:
+        began = time.monotonic()
         try:
             return call()
         except store_errors() as exc:
@@ -105,7 +112,7 @@ def when_answering(call: Callable, breaker: Breaker, what: str):
             now = time.monotonic()
             if now >= paused_until:
                 log.warning("%s did not answer (%s: %s)", what, type(exc).__name__, exc)
-                paused_until = now + max(breaker.failed(exc, what), 1.0)
+                paused_until = now + max(breaker.failed(exc, what, began), 1.0)
             time.sleep(min(PROBE_S, paused_until - now))
 
 
@@ -150,6 +157,7 @@ class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     wake: threading.Condition = field(default_factory=threading.Condition)
     errors: list[BaseException] = field(default_factory=list)
+    lingering: bool = False  # said that this process waits on other workers' claims
 
 
 def _work(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, poll_s: float) -> None:
@@ -166,11 +174,12 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
 
     keeper, stop, report, lock, wake = shared.keeper, shared.stop, shared.report, shared.lock, shared.wake
     while not stop.is_set():
+        began = time.monotonic()
         try:
             claim = queue.claim_next()
         except store_errors() as exc:
             log.warning("the workspace did not answer (%s: %s)", type(exc).__name__, exc)
-            _pause_until_answering(queue, shared, exc, "the workspace")
+            _pause_until_answering(queue, shared, exc, "the workspace", began)
             continue
         if claim is None:
             if not linger or queue.outstanding == 0:
@@ -179,6 +188,13 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
             # claims would expire, or after poll_s (they may finish), to take over the claim of any worker
             # that died; but spend at most half the time looking.
             wait = min(poll_s, queue.next_expiry - time.time() + 0.05)
+            with lock:
+                if not shared.lingering:  # said once a process, when its waiting begins
+                    shared.lingering = True
+                    expiry = queue.next_expiry - time.time()
+                    log.info("%d item(s) held by other workers or waiting to be tried again: waiting until they are "
+                             "done, to take over any whose claim expires%s (queue.linger=false stops now)",
+                             queue.outstanding, f" (the next in {max(expiry, 0):.0f} s)" if expiry < 1e9 else "")
             with wake:
                 wake.wait(max(wait, queue.look_s, 0.05))
             continue
@@ -260,7 +276,8 @@ def _stored(call: Callable, queue: WorkQueue, shared: _Shared, what: str):
                 return STOPPED
 
 
-def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException, what: str) -> bool:
+def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException, what: str,
+                           began: float | None = None) -> bool:
     """Count ``exc`` (the workspace failing ``what``) and pause as the breaker says while the workspace does
     not answer, looking every PROBE_S, so work resumes within seconds of the storage coming back; False when
     the worker stops. The look is one cheap read, or after a full disk (which still answers reads) one small
@@ -268,7 +285,7 @@ def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException
     from olmocr.faults import no_space, store_errors
     from olmocr.pipeline.workspace import INDEX
 
-    seconds = max(shared.breaker.failed(exc, what), 1.0)
+    seconds = max(shared.breaker.failed(exc, what, began), 1.0)
     look = queue.ws.sign_in if no_space(exc) else functools.partial(queue.ws.store.exists, INDEX)
     deadline = time.monotonic() + seconds
     while not shared.stop.wait(min(PROBE_S, max(0.0, deadline - time.monotonic()))):
@@ -283,6 +300,18 @@ def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException
 
 
 EXIT_GRACE_S = 5.0
+
+
+def _give_back(keeper: LeaseKeeper) -> None:
+    """Every claim still held given back, waiting at most EXIT_GRACE_S for a store that does not answer (what is
+    not given back by then expires in its lease: ``keeper.unreleased`` counts it)."""
+    held = sum(not claim.lost.is_set() for _, claim in keeper.held())
+    done = threading.Event()
+    giving = threading.Thread(target=lambda: (keeper.release_all(), done.set()), name="give-back", daemon=True)
+    giving.start()
+    if not done.wait(EXIT_GRACE_S):
+        keeper.unreleased = held  # the store did not answer in time: none is known to be back
+        log.warning("giving back %d claim(s) did not finish in %.0f s: they expire in their lease", held, EXIT_GRACE_S)
 
 
 def _exit_now(signum: int) -> None:
@@ -338,9 +367,12 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        shared.keeper.release_all()
+        _give_back(shared.keeper)
         shared.progress.bar.close()
     if shared.errors:
-        raise shared.errors[0]
+        error = shared.errors[0]
+        if isinstance(error, StopWork):
+            error.unreleased = shared.keeper.unreleased
+        raise error
     report.seconds = time.perf_counter() - start
     return report

@@ -20,6 +20,11 @@ REMOTE_PREFIXES = ("s3://", "gs://", "gcs://", "http://", "https://", "memory://
 MAX_PAUSE_S = 30.0  # the longest pause between looks at storage that does not answer
 # How long a stage waits out remote storage that does not answer before it stops, unless its config says.
 STORAGE_WAIT_S = 600.0
+# One S3 request: connect and read timeouts, and botocore's attempts (it retries 5xx, throttling, resets and
+# timeouts with backoff); s3fs's own retries of the same errors are turned off (filesystem(), S3Store), or they
+# multiply. A request on a hung endpoint thus gives up after about S3_CALL_S.
+S3_CONNECT_S, S3_READ_S, S3_ATTEMPTS = 5, 5, 2
+S3_CALL_S = S3_ATTEMPTS * (S3_CONNECT_S + S3_READ_S)
 
 log = logging.getLogger("olmocr.io")
 
@@ -39,7 +44,13 @@ class Access:
     endpoint: str | None = None
 
     def s3_options(self) -> dict:
-        options: dict = {"profile": self.profile} if self.profile else {}
+        # Each request is bounded (S3_CALL_S at most, on an endpoint that accepts connections and never answers):
+        # the waits that matter (a worker's queue.give_up_after_s, a stage's storage_wait_s) are ours, made of
+        # such requests, so they hold. s3fs's and botocore's defaults together waited 420 s for one request.
+        options: dict = {"config_kwargs": {"connect_timeout": S3_CONNECT_S, "read_timeout": S3_READ_S,
+                                           "retries": {"max_attempts": S3_ATTEMPTS, "mode": "standard"}}}
+        if self.profile:
+            options["profile"] = self.profile
         endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL")  # else the profile's, if it names one
         if endpoint:
             options["client_kwargs"] = {"endpoint_url": endpoint}
@@ -51,6 +62,8 @@ def filesystem(path: str, access: Access | None = None, wait_s: float = 0.0):
     ``wait_s``, one whose calls wait out storage that does not answer (:class:`PatientFileSystem`)."""
     protocol = fsspec.utils.get_protocol(str(path))
     fs = fsspec.filesystem(protocol, **((access or Access()).s3_options() if protocol == "s3" else {}))
+    if protocol == "s3":
+        fs.retries = 1  # botocore retries (Access.s3_options); s3fs's retries on top multiplied the wait
     return PatientFileSystem(fs, wait_s) if wait_s and is_remote(path) else fs
 
 
