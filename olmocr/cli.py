@@ -128,9 +128,9 @@ class Stage:
         if "--help" in args or "-h" in args:
             print(stage_help(self.module, self.config, self.doc, [a for a in args if not a.startswith("-")]))
             return
-        sys.argv = submit_on_cluster(sys.argv)
-        with (mode_from_command_line(sys.argv[1:]), override_errors_in_one_line(), run_dir_faults_named(),
-              local_sweep_checked_first(), jobs_composed_once()):
+        sys.argv = submit_on_cluster(null_groups_left_out(sys.argv))
+        with (mode_from_command_line(sys.argv[1:]), override_errors_in_one_line(), group_options_in_one_line(),
+              run_dir_faults_named(), local_sweep_checked_first(), jobs_composed_once()):
             hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
 
     def _task_function(self):
@@ -231,6 +231,46 @@ def _module_of(run: Callable) -> str:
     if module == "__main__":  # started as `python -m …`: the module's real name is in its spec
         module = sys.modules["__main__"].__spec__.name
     return module.removesuffix(".__main__")
+
+
+def null_groups_left_out(argv: list[str]) -> list[str]:
+    """``group=null`` (as a config's defaults spell a group left out, ``- filter: null``) becomes Hydra's ``~group``:
+    Hydra itself refuses the first with a 25-line trace."""
+    groups = config_groups()
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        name = key.lstrip("+")
+        out.append(f"~{name}" if sep and value.strip() == "null" and name in groups else arg)
+    return out
+
+
+@contextlib.contextmanager
+def group_options_in_one_line():
+    """An unknown option of a config group (``optimizer=nosuch``, ``+experiment=no_such_exp``) is one ``error:``
+    line naming the group and its options, with the close match; Hydra's own is a 12-17-line block."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.errors import MissingConfigException
+
+    original = ConfigLoaderImpl.load_configuration
+
+    def load(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        except MissingConfigException as exc:
+            group, _, option = (exc.missing_cfg_file or "").rpartition("/")
+            options = config_groups().get(group) if group else None
+            if not options:
+                raise
+            close = difflib.get_close_matches(option, options, n=1)
+            fail(f"{group}={option}: no such option in conf/{group}/" + (f"; did you mean {close[0]}?" if close else "")
+                 + f" (the options: {', '.join(options)})")
+
+    ConfigLoaderImpl.load_configuration = load
+    try:
+        yield
+    finally:
+        ConfigLoaderImpl.load_configuration = original
 
 
 def config_groups() -> dict[str, list[str]]:

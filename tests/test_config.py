@@ -318,6 +318,29 @@ def test_an_override_that_cannot_apply_is_one_line_naming_the_key(override, erro
     assert (proc.returncode, proc.stderr) == (2, f"error: {error}\n")
 
 
+@pytest.mark.parametrize("module, override, error", [
+    ("olmocr.train", "+experiment=grpo_tin", "experiment=grpo_tin: no such option in conf/experiment/; did you mean "
+                                             "grpo_tiny? (the options: dpo_qwen25, dpo_tiny, grpo_qwen25, grpo_tiny, "
+                                             "lora_olmocr2, pipeline_olmocr2, sft_muon, sft_qwen25)"),
+    ("olmocr.train", "optimizer=nosuch", "optimizer=nosuch: no such option in conf/optimizer/ (the options: adamw, muon)"),
+    ("olmocr.pipeline", "server=nosuch", "server=nosuch: no such option in conf/server/ (the options: external, "
+                                         "transformers, vllm)"),
+])
+def test_an_unknown_group_option_is_one_line_with_the_options(module, override, error, tmp_path, warm_python):
+    proc = subprocess.run([warm_python, "-m", module, override, "dry_run=true"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, f"error: {error}\n")
+
+
+@pytest.mark.parametrize("module, override, shown", [("olmocr.train", "eval=null", "eval:\n  bench: null\n"),
+                                                     ("olmocr.pipeline", "filter=null", "filter: null\n")])
+def test_a_group_set_to_null_is_left_out_as_the_defaults_spell_it(module, override, shown, tmp_path, warm_python):
+    proc = subprocess.run([warm_python, "-m", module, override, "dry_run=true"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert shown in proc.stdout
+
+
 def test_cli_reports_a_typo_and_exits_nonzero(tmp_path, warm_python):
     proc = subprocess.run([warm_python, "-m", "olmocr.data", "data.steps.render.longest_sid=1024"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)

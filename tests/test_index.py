@@ -113,10 +113,24 @@ def test_bad_pairs_are_skipped_counted_and_reported(messy, tmp_path):
     assert sorted(os.path.basename(s["md_path"]) for s in good) == ["good0.md", "good1.md", "good2.md"]
     assert all(s["image"].size[1] == 256 for s in good)
     lines = [json.loads(line) for line in open(report_path)]
-    got = {os.path.basename(line["md"])[:-3]: line["reason"] for line in lines}
-    assert got == EXPECTED_BAD
+    got = {os.path.splitext(os.path.basename(line["md"] or line["pdf"]))[0]: line["reason"] for line in lines}
+    assert got == {**EXPECTED_BAD, "pdf_only": "missing_md"}  # the PDF without its .md named, not only counted
     assert all(line["detail"] for line in lines)
-    assert report.file_counts() == {reason: 1 for reason in EXPECTED_BAD.values()}
+    assert report.file_counts() == {reason: 1 for reason in got.values()}
+
+
+def test_a_folder_read_for_training_and_its_held_out_share_reports_each_bad_file_once(messy, tmp_path):
+    from olmocr.data.dataset import sources
+
+    report_path = str(tmp_path / "run" / "rejected.jsonl")
+    data = {"roots": [str(messy)], "eval_roots": [], "eval_fraction": 0.5, "steps": STEPS}
+    build_datasets(*sources(data), STEPS, report_path=report_path)
+    files = [json.loads(line)["md"] or json.loads(line)["pdf"] for line in open(report_path)]
+    assert len(files) == len(set(files)) == 4  # the listing's problems and the PDF without .md, once each
+    # A held-out share too small to hold a pair says so, not that the folder has no pairs.
+    with pytest.raises(ValueError, match=r"^data source 'folder': its held-out share \(1e-09\) of the 6 pairs under "
+                                         r".* holds none; raise data.eval_fraction"):
+        build_datasets(*sources({**data, "eval_fraction": 1e-9}), STEPS)
 
 
 def test_mixture_weights_are_repeat_factors(sample_copy, tmp_path):
@@ -209,8 +223,9 @@ def test_s3_roots_index_and_load(s3_server, messy, tmp_path, monkeypatch):
     assert sorted(s["md_path"] for s in good) == [
         "s3://pages/messy/good0.md", "s3://pages/messy/nested/deeper/good2.md", "s3://pages/messy/nested/good1.md"]
     assert good[0]["image"].size[1] == 256
-    got = {json.loads(line)["md"].rsplit("/", 1)[1][:-3]: json.loads(line)["reason"] for line in open(report_path)}
-    assert got == EXPECTED_BAD
+    rows = [json.loads(line) for line in open(report_path)]
+    got = {(row["md"] or row["pdf"]).rsplit("/", 1)[1].rsplit(".", 1)[0]: row["reason"] for row in rows}
+    assert got == {**EXPECTED_BAD, "pdf_only": "missing_md"}
 
 
 def test_unreachable_s3_endpoint_is_a_clear_error(monkeypatch):

@@ -123,22 +123,33 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
     per named eval source, and the shared reject report (problems found while indexing included)."""
     pipeline = build_pipeline(steps, **runtime)
     report = RejectReport(report_path)
+    reported: set[str] = set()  # roots whose problems are in the report: a root read for two parts is said once
 
     def source_dataset(name: str, src: Mapping) -> PageDataset:
         roots, holdout, part = list(src["roots"]), float(src.get("holdout", 0.0)), src.get("part", "all")
         if part not in PARTS or not 0 <= holdout < 1 or (part != "all") != (holdout > 0):
             raise ValueError(f"data source {name!r}: part {part!r} with holdout {holdout}: expected part all with "
                              "holdout 0, or part train / held_out with a holdout fraction between 0 and 1")
-        records = []
+        records, usable = [], 0
         for root in roots:
             index = index_root(root, cache_dir, runtime.get("storage_wait_s", 0.0))
             log.info("indexed %s: %d pairs, %d problems, %d pdfs without .md (%d cached, %d parsed) in %.2fs",
                      root, len(index.pairs), len(index.problems), index.stats["pdf_without_md"], index.reused,
                      index.parsed, index.seconds)
-            for bad in index.problems:
-                report.add({"md_path": bad.md_path, "pdf_path": bad.pdf_path, "source": name},
-                           Reject(bad.problem, bad.detail))
+            if root not in reported:
+                reported.add(root)
+                for bad in index.problems:
+                    report.add({"md_path": bad.md_path, "pdf_path": bad.pdf_path, "source": name},
+                               Reject(bad.problem, bad.detail))
+                for pdf in index.unpaired:
+                    report.add({"md_path": None, "pdf_path": pdf, "source": name},
+                               Reject("missing_md", f"{pdf} has no .md beside it"))
+            usable += len(index.pairs)
             records += [r for r in index.pairs if part == "all" or held_out(r, root, holdout) == (part == "held_out")]
+        if not records and part == "held_out" and usable:
+            raise ValueError(f"data source {name!r}: its held-out share ({holdout:g}) of the {usable} pairs under "
+                             f"{list(roots)} holds none; raise data.eval_fraction, give data.eval_roots, or "
+                             "data.eval_fraction=0 for no eval")
         if not records:
             raise ValueError(f"data source {name!r} has no usable md+pdf pairs under {list(roots)}")
         return PageDataset(name, records, pipeline, report, seed)

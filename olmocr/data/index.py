@@ -47,6 +47,7 @@ class DatasetIndex:
     parsed: int = 0
     seconds: float = 0.0
     stats: Counter = field(default_factory=Counter)
+    unpaired: list[str] = field(default_factory=list)  # PDFs without an .md beside them: nothing to learn from
 
 
 def _list_local(root: str) -> dict[str, tuple[int, int]]:
@@ -148,7 +149,7 @@ def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 
     manifest_file = _manifest_path(cache_dir, root) if cache_dir else None
     cached = _load_manifest(manifest_file) if manifest_file else {}
     entries: dict[str, list] = {}
-    pairs, problems, to_parse = [], [], []
+    pairs, problems, to_parse, unpaired = [], [], [], []
     stats: Counter = Counter()
     reused = 0
     for stem in sorted(by_stem):
@@ -156,6 +157,7 @@ def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 
         md, pdf = files.get(".md"), files.get(".pdf")
         if md is None:
             stats["pdf_without_md"] += 1
+            unpaired.append(pdf)
             continue
         rel = os.path.relpath(stem, root) if not is_remote(root) else stem[len(root) + 1:]
         key = [listing[md][0], listing[md][1], listing[pdf][0] if pdf else None, listing[pdf][1] if pdf else None]
@@ -205,5 +207,5 @@ def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 
     for record in problems:
         stats[record.problem] += 1
     return DatasetIndex(root=root, pairs=pairs, problems=problems, reused=reused, parsed=len(to_parse),
-                        seconds=time.perf_counter() - start, stats=stats)
+                        seconds=time.perf_counter() - start, stats=stats, unpaired=unpaired)
 
