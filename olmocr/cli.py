@@ -77,8 +77,10 @@ class Stage:
 
     def __init__(self, run: Callable[[DictConfig, str | None], Any], config: str,
                  launch: Launch | Callable[[DictConfig], Launch], succeeded: Callable[[Any], bool] | None,
-                 check: Callable[[DictConfig], None] | None = None):
+                 check: Callable[[DictConfig], None] | None = None,
+                 paths: Callable[[DictConfig], None] | None = None):
         self.run, self.config, self._launch, self.succeeded, self._check = run, config, launch, succeeded, check
+        self.check_paths = paths or (lambda cfg: None)
         self.module = _module_of(run)
         self.doc = (sys.modules[run.__module__].__doc__ or "").strip()
         self.task = self._task_function()
@@ -192,17 +194,20 @@ DECLARATION = re.compile(r"^@stage\(", re.M)
 
 def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Launch(),
           succeeded: Callable[[Any], bool] | None = None,
-          check: Callable[[DictConfig], None] | None = None) -> Callable[[Callable], Stage]:
+          check: Callable[[DictConfig], None] | None = None,
+          paths: Callable[[DictConfig], None] | None = None) -> Callable[[Callable], Stage]:
     """Declare a stage: ``run(cfg, output_dir)`` with its primary config ``conf/<config>.yaml``, what it needs
     from a cluster (a :class:`Launch`, or a function of the config giving one), and optionally ``succeeded``,
     a check of its result (the command exits with code 1 when it fails), and ``check``, the stage's checks of
     its config's values that need nothing loaded or reached (ValueError naming the key), run after
-    :func:`olmocr.config.validate` by a run, a dry run and a launcher before it submits."""
+    :func:`olmocr.config.validate` by a run, a dry run and a launcher before it submits; ``paths``, its checks
+    of the local paths the run reads (a model folder, a bench folder), run where the run runs, before its run
+    dir is made (not by a dry run or a launcher: the paths may exist only where the job will run)."""
     if not os.path.isfile(os.path.join(CONF_DIR, f"{config}.yaml")):
         raise ValueError(f"stage config {config!r}: conf/{config}.yaml does not exist")
 
     def declare(run: Callable) -> Stage:
-        declared = Stage(run, config, launch, succeeded, check)
+        declared = Stage(run, config, launch, succeeded, check, paths)
         REGISTRY[declared.module] = declared
         return declared
 
@@ -438,6 +443,8 @@ def run_dir_faults_named():
         try:
             if stage is not None:  # a config error leaves no run dir behind (Hydra makes it next)
                 stage.check_job(config)
+                if not OmegaConf.select(config, "dry_run", default=False):
+                    stage.check_paths(config)
             if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
                 check_free(folder)
         except ValueError as exc:

@@ -372,6 +372,14 @@ def test_a_missing_model_is_one_line_before_any_data_work(tmp_path, warm_python)
     assert proc.returncode == 2
     assert proc.stderr == (f"error: model.name_or_path: {tmp_path}/nonexistent is not a folder (expected a checkpoint "
                            "folder in Hugging Face format, or a hub id like org/name)\n")
+    assert not os.path.exists(tmp_path / "outputs")  # said before the run dir is made
+    # A recipe whose bench is not fetched yet: one line before the run dir is made, as the model folder.
+    proc = subprocess.run([warm_python, "-m", "olmocr.train", "+experiment=sft_qwen25", f"paths.cache={tmp_path}/cache",
+                           f"hydra.run.dir={tmp_path}/run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, f"error: eval.bench.root: {tmp_path}/cache/datasets/olmOCR-bench is not "
+                                                 "a folder (a bench folder: *.jsonl tests and pdfs/; python -m "
+                                                 "olmocr.datasets dataset=olmocr_bench fetches olmOCR-bench)\n")
+    assert not os.path.exists(tmp_path / "run")
 
 
 @pytest.mark.parametrize("multirun", ["-m", "hydra.mode=MULTIRUN"])

@@ -114,6 +114,17 @@ def _loading(path: str):
 HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
+def check_name_or_path(name_or_path: str) -> None:
+    """ValueError naming ``model.name_or_path`` when it is neither a local folder nor a hub id."""
+    if not os.path.isdir(os.path.expanduser(name_or_path)):
+        if "://" in name_or_path:
+            raise ValueError(f"model.name_or_path: {name_or_path} is remote; copy the checkpoint to a local "
+                             "folder first (transformers loads local folders and hub ids)")
+        if os.path.isabs(name_or_path) or name_or_path.startswith((".", "~")) or not HUB_ID.match(name_or_path):
+            raise ValueError(f"model.name_or_path: {name_or_path} is not a folder (expected a checkpoint "
+                             "folder in Hugging Face format, or a hub id like org/name)")
+
+
 class HubModel(ModelSource):
     """A published checkpoint: a hub id (``org/name``) or a local folder in Hugging Face format."""
 
@@ -121,14 +132,7 @@ class HubModel(ModelSource):
                  attn_implementation: Attention = "sdpa", image_min_pixels: int | None = None,
                  image_max_pixels: int | None = None):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
-        if not os.path.isdir(os.path.expanduser(name_or_path)):
-            # checked here, when a stage builds the model source, before it reads any data
-            if "://" in name_or_path:
-                raise ValueError(f"model.name_or_path: {name_or_path} is remote; copy the checkpoint to a local "
-                                 "folder first (transformers loads local folders and hub ids)")
-            if os.path.isabs(name_or_path) or name_or_path.startswith((".", "~")) or not HUB_ID.match(name_or_path):
-                raise ValueError(f"model.name_or_path: {name_or_path} is not a folder (expected a checkpoint "
-                                 "folder in Hugging Face format, or a hub id like org/name)")
+        check_name_or_path(name_or_path)  # here, when a stage builds the model source, before it reads any data
         self.name_or_path = os.path.expanduser(name_or_path)
         self.revision = revision
 

@@ -47,7 +47,19 @@ def check(cfg: DictConfig) -> None:
     algos.check(cfg)
 
 
-@stage("train", launch=cluster_needs, check=check)
+def check_paths(cfg: DictConfig) -> None:
+    """The local folders the run reads, before its run dir is made (a path a cluster job reads is checked there)."""
+    from olmocr.models.source import check_name_or_path
+    from olmocr.train.bench_eval import check_root
+
+    if isinstance(cfg.model.get("name_or_path"), str):
+        check_name_or_path(cfg.model.name_or_path)
+    bench = cfg.eval.get("bench")
+    if bench is not None and isinstance(bench.get("root"), str):
+        check_root(bench.root)
+
+
+@stage("train", launch=cluster_needs, check=check, paths=check_paths)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     return locate(RECIPES[cfg.algo.name])(cfg, output_dir).run()
 

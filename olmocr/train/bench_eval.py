@@ -135,6 +135,13 @@ class VllmDecoder:
         return self.vllm.tensor_parallel_size
 
 
+def check_root(root: str) -> None:
+    """ValueError naming ``eval.bench.root`` when it is not a local folder."""
+    if not os.path.isdir(os.path.expanduser(root)):
+        raise ValueError(f"eval.bench.root: {root} is not a folder (a bench folder: *.jsonl tests and "
+                         "pdfs/; python -m olmocr.datasets dataset=olmocr_bench fetches olmOCR-bench)")
+
+
 @runtime("output_dir")
 class BenchEval:
     """The bench eval of a run: ``root`` a bench folder (``*.jsonl`` tests, ``pdfs/``); ``count`` pages of it
@@ -166,9 +173,7 @@ class BenchEval:
         from olmocr.data.pipeline import build_pipeline
         from olmocr.data.steps import BuildMessages
 
-        if not os.path.isdir(self.root):
-            raise ValueError(f"eval.bench.root: {self.root} is not a folder (a bench folder: *.jsonl tests and "
-                             "pdfs/; python -m olmocr.datasets dataset=olmocr_bench fetches olmOCR-bench)")
+        check_root(self.root)
         try:
             bench = load_bench(self.root)
         except ValueError as exc:
