@@ -79,8 +79,8 @@ def test_nothing_is_submitted_without_an_account_or_sbatch(tmp_path, warm_python
 
 def test_unknown_cluster_names_the_options(tmp_path, warm_python):
     proc = stage(warm_python, ["cluster=frontire"], tmp_path)
-    assert proc.returncode != 0
-    assert "Could not find 'cluster/frontire'" in proc.stderr and "frontier" in proc.stderr
+    assert (proc.returncode, proc.stderr) == (2, "error: cluster=frontire: no such option in conf/cluster/; did you mean "
+                                                 "frontier? (the options: beaker, frontier, local, slurm, submitit_local)\n")
 
 
 def test_a_users_cluster_file_needs_no_code(tmp_path, warm_python):

@@ -205,7 +205,7 @@ def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one
         proxy.outage_when("PUT", rf"/queue/short/{INDEX}", 600)
         with pytest.raises(Unreachable) as info:
             run_pipeline(["workspace=s3://queue/short", *options, "queue.give_up_after_s=2"], tmp_path / "run3")
-        assert re.fullmatch(r"workspace s3://queue/short: adding 8 PDFs: nothing could be done for \d+ s .*; run again "
+        assert re.fullmatch(r"workspace s3://queue/short: adding 8 PDFs: nothing could be done for \d+ s.*; run again "
                             r"to add them \(PDFs queued already are skipped\)", str(info.value)), info.value
         proxy.outage(0)
         assert Workspace("s3://queue/short").items() == []

@@ -47,8 +47,12 @@ class Access:
         # Each request is bounded (S3_CALL_S at most, on an endpoint that accepts connections and never answers):
         # the waits that matter (a worker's queue.give_up_after_s, a stage's storage_wait_s) are ours, made of
         # such requests, so they hold. s3fs's and botocore's defaults together waited 420 s for one request.
+        # botocore's own settings in the environment (AWS_MAX_ATTEMPTS, AWS_RETRY_MODE) still win: a config given
+        # here would override them.
+        retries = {"max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or S3_ATTEMPTS),
+                   "mode": os.environ.get("AWS_RETRY_MODE") or "standard"}
         options: dict = {"config_kwargs": {"connect_timeout": S3_CONNECT_S, "read_timeout": S3_READ_S,
-                                           "retries": {"max_attempts": S3_ATTEMPTS, "mode": "standard"}}}
+                                           "retries": retries}}
         if self.profile:
             options["profile"] = self.profile
         endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL")  # else the profile's, if it names one
