@@ -426,12 +426,12 @@ def test_a_damaged_workspace_is_repaired_by_converting_exactly_what_was_lost(tmp
     ws = Workspace(workspace)
     ids = {item.pdfs[0]: item.id for item in ws.items()}
     torn, garbage, lost, whole = (ids[p] for p in pdfs)
-    result = ws.store._path(ws.result_name(torn))
+    result = os.path.join(workspace, ws.result_name(torn))
     with open(result, "r+b") as fh:
         fh.truncate(os.path.getsize(result) - 20)
-    with open(ws.store._path(ws.done_name(garbage)), "wb") as fh:
+    with open(os.path.join(workspace, ws.done_name(garbage)), "wb") as fh:
         fh.write(b"\x00\x17garbage")
-    os.remove(ws.store._path(ws.result_name(lost)))
+    os.remove(os.path.join(workspace, ws.result_name(lost)))
 
     stats(compose("pipeline_stats", [f"workspace={workspace}", f"paths.cache={tmp_path}/cache"]))
     assert "1 done markers could not be read" in capsys.readouterr().out
@@ -447,7 +447,7 @@ def test_a_damaged_workspace_is_repaired_by_converting_exactly_what_was_lost(tmp
     assert os.path.exists(result) and len(glob.glob(f"{workspace}/done/*.json")) == 4
     assert sorted(repair(compose("pipeline_repair", [f"workspace={workspace}"]))) == sorted([torn, garbage, lost])
     assert "3 damaged, back in the queue" in capsys.readouterr().out
-    assert glob.glob(f"{workspace}/done/*.json") == [ws.store._path(ws.done_name(whole))]
+    assert glob.glob(f"{workspace}/done/*.json") == [os.path.join(workspace, ws.done_name(whole))]
     assert os.path.exists(f"{workspace}/damaged/output_{torn}.jsonl") and not os.path.exists(result)
 
     with ChatServer([good("Read again.")]) as server:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from dataclasses import dataclass
 
 from omegaconf import DictConfig
@@ -29,7 +28,6 @@ from omegaconf import DictConfig
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
 
-log = logging.getLogger("olmocr.pipeline.repair")
 DAMAGED = "damaged"
 READ_AT_ONCE = 64  # results read in one request batch: a bound on memory, not on speed
 
@@ -42,17 +40,15 @@ class Damage:
 
 
 def _marker(data: bytes, item: str) -> dict | str:
-    """The done marker's record, or why it is not one."""
-    try:
-        record = json.loads(data)
-        if not isinstance(record, dict):
-            return "done marker is not a JSON object"
-        if record.get("id") != item:
-            return f"done marker names another item ({str(record.get('id'))[:60]!r})"
-        float(record["finished"]), dict(record.get("counts") or {})
-    except (ValueError, KeyError, TypeError) as exc:
-        return f"done marker unreadable ({type(exc).__name__}: {str(exc)[:80]})"
-    return record
+    """The done marker's record, or why it is not one (read as stats reads it: :func:`done_record`)."""
+    from olmocr.pipeline.stats import done_record
+
+    read = done_record(data)
+    if read is None:
+        return f"done marker unreadable ({data[:40]!r})"
+    if read["id"] != item:
+        return f"done marker names another item ({str(read['id'])[:60]!r})"
+    return json.loads(data)
 
 
 def _result_damage(data: bytes, record: dict) -> str | None:
