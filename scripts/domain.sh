@@ -75,6 +75,14 @@ $PY - "$OUT/bench" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
 a, b = (json.load(open(os.path.join(out, name))) for name in ("results.json", "results_b.json"))
-print(f"held-out bench of your pages, {a['tests']} tests: base {a['overall']:.1%}, fine-tuned {b['overall']:.1%} "
-      f"({b['overall'] - a['overall']:+.1%}); per test type: {out}/report.html")
+print(f"held-out bench of your pages, {a['tests']} tests, {a['scoring']} scoring: base {a['overall']:.1%}, "
+      f"fine-tuned {b['overall']:.1%} ({b['overall'] - a['overall']:+.1%}); per test type: {out}/report.html")
+for name, r in (("base", a), ("fine-tuned", b)):
+    m = r["makeup"]
+    cer = f", character error rate {m['cer']:.3f}" if m["cer"] is not None else ""
+    print(f"  {name}: the model answered {m['answered']} of {m['pages']} pages ({m['fallback']} text layer, "
+          f"{m['empty']} empty){cer}")
+if not (a["makeup"]["answered"] and b["makeup"]["answered"]):
+    print("  not a comparison of models: a side answered no page, its score is its fallbacks' (the text layer); "
+          "set BASE/TEACHER to a model that reads your pages")
 EOF

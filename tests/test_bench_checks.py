@@ -46,7 +46,7 @@ def test_present_threshold_is_a_partial_ratio(text, max_diffs, passed):
     ok, why = make("present", text=text, max_diffs=max_diffs).run("The **quick** brown fox jumps.")
     assert ok is passed, why
     if not passed:
-        assert "needs partial ratio" in why and "closest is" in why
+        assert "needs similarity" in why and "closest is" in why
 
 
 def test_present_windows_apply_after_normalisation():
@@ -62,10 +62,50 @@ def test_present_windows_apply_after_normalisation():
     assert not make("present", text="filler", first_n=12, last_n=4).run(doc)[0]
 
 
-def test_an_output_shorter_than_the_text_is_compared_the_other_way_round():
-    # rapidfuzz's partial_ratio looks for the shorter string in the longer one
-    assert make("present", text="the complete sentence here").run("complete sentence")[0]
-    assert not make("present", text="the complete sentence here").run("")[0]
+def test_published_scoring_finds_a_short_output_inside_the_text_sought():
+    # rapidfuzz's partial_ratio looks for the shorter string in the longer one: olmOCR-bench's verdicts
+    assert make("present", text="the complete sentence here").run("complete sentence", scoring="published")[0]
+    assert not make("present", text="the complete sentence here").run("", scoring="published")[0]
+    sentence = make("present", text="an expression of good will from you", max_diffs=2)
+    for fragment in (" ", "good", "from you", "an expression of good"):
+        assert sentence.run(fragment, scoring="published")[0], fragment
+        assert not make("absent", text=sentence.text, max_diffs=2).run(fragment, scoring="published")[0]
+
+
+SENTENCE = "an expression of good will from you"
+SHORT_OUTPUTS = ["", " ", "\n" * 48, "good", "from you", "will", "an expression of good", "of good will from"]
+
+
+@pytest.mark.parametrize("output", SHORT_OUTPUTS)
+@pytest.mark.parametrize("max_diffs", [0, 2, 5])
+def test_strict_scoring_passes_no_output_shorter_than_the_text_sought(output, max_diffs):
+    ok, why = make("present", text=SENTENCE, max_diffs=max_diffs).run(output)  # strict is the default
+    assert not ok and "shorter than the text sought" in why
+    assert make("absent", text=SENTENCE, max_diffs=max_diffs).run(output)[0]
+    # wrapped in formatting, or beside a footnote marker: the same
+    for test, wrapped in ((make("format", text=SENTENCE, format="bold", max_diffs=max_diffs), f"**{output}**"),
+                          (make("format", text=SENTENCE, format="heading", max_diffs=max_diffs), f"# {output}"),
+                          (make("footnote", marker="1", appears_before_marker=SENTENCE, max_diffs=max_diffs),
+                           f"{output}[^1]")):
+        assert not test.run(wrapped)[0], (test.type, wrapped)
+
+
+def test_strict_scoring_keeps_every_other_verdict():
+    # the whole sentence, one typo within max_diffs, inside a longer page: found as before
+    page = "Dear Sir,\n\nWe thank you for an expresion of good will from you and hope to hear soon."
+    for scoring in ("strict", "published"):
+        assert make("present", text=SENTENCE, max_diffs=2).run(page, scoring=scoring)[0]
+        assert not make("present", text=SENTENCE).run(page, scoring=scoring)[0]
+        assert not make("absent", text=SENTENCE, max_diffs=2).run(page, scoring=scoring)[0]
+        assert make("format", text=SENTENCE, format="bold", max_diffs=2).run(f"**{page}**", scoring=scoring)[0]
+    # an output missing one character of the sentence is near enough, compared whole
+    assert make("present", text=SENTENCE, max_diffs=2).run(SENTENCE[:-1])[0]
+    # a threshold max_diffs would put at or below 0 (every output passes, blank included) is held at 0.5
+    assert make("present", text="ab", max_diffs=3).run("", scoring="published")[0]
+    assert not make("present", text="ab", max_diffs=3).run("")[0]
+    assert make("present", text="ab", max_diffs=3).run("xx ab")[0]
+    with pytest.raises(ValueError, match="scoring: expected one of strict, published, got 'loose'"):
+        make("present", text="ab").run("ab", scoring="loose")
 
 
 def test_absent():
@@ -310,4 +350,5 @@ def test_exact_fast_paths_agree_with_partial_ratio():
             continue
         k = rng.choice([0, 0, 1, 2, 4])
         expected = fuzz.partial_ratio(normalize(pattern), normalize(text)) / 100.0 >= 1 - k / len(normalize(pattern))
-        assert make("present", text=pattern, max_diffs=k).run(text)[0] is expected, (pattern, text, k)
+        assert make("present", text=pattern, max_diffs=k).run(text, scoring="published")[0] is expected, \
+            (pattern, text, k)

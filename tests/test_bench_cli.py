@@ -1,5 +1,6 @@
 """python -m olmocr.bench on a synthetic bench: reports, repeats, missing outputs, malformed lines."""
 
+import glob
 import json
 import os
 import shutil
@@ -191,3 +192,55 @@ def test_outputs_that_cannot_be_read_are_left_out_of_their_pages_and_listed(benc
     assert "## Unreadable outputs (3 file(s), left out of their pages' repeats)" in report
     assert f"cannot read {cand}/{pages[3]}_pg1_repeat2.md: a FIFO, not a file" in (
         tmp_path / "odd" / "report.html").read_text()
+
+
+def test_blank_pages_earn_nothing_under_strict_scoring_and_every_score_says_what_it_is_made_of(tmp_path, caplog):
+    """The bundled eval pages (their .md truth beside each PDF): blank outputs score 0 on present tests under
+    strict scoring (olmOCR-bench's published verdicts pass them), the truth scores 100 with a character error
+    rate of 0, and a comparison in which one side answered no page says so first, in its reports and log."""
+    from olmocr.bench.__main__ import run
+    from olmocr.bench.score import record_answers
+    from olmocr.config import compose
+
+    bench_dir = os.path.join(SAMPLE, "eval")
+    pages = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(bench_dir, "pdfs", "*.md")))
+    blank, truth = tmp_path / "blank", tmp_path / "truth"
+    for folder in (blank, truth):
+        folder.mkdir()
+    for name in pages:
+        (blank / f"{name}_pg1_repeat1.md").write_text("\n" * 48)
+        shutil.copy(os.path.join(bench_dir, "pdfs", name + ".md"), truth / f"{name}_pg1_repeat1.md")
+    loaded = load_bench(bench_dir)
+    published = summarize(run_tests(loaded, str(blank), scoring="published"))
+    strict = summarize(run_tests(loaded, str(blank)))
+    assert published["types"]["present"]["pass_rate"] > 0.5  # the flaw: a blank page "contains" the text sought
+    assert strict["types"]["present"]["pass_rate"] == 0 and strict["types"]["absent"]["pass_rate"] == 1
+    assert (published["scoring"], strict["scoring"]) == ("published", "strict")
+    assert strict["makeup"] == {"pages": len(pages), "answered": 0, "fallback": 0, "empty": len(pages), "missing": 0,
+                                "outputs": len(pages), "outputs_answered": 0, "pages_with_truth": len(pages),
+                                "cer": 1.0, "cer_answered": None}
+    # The truth, two pages of it recorded by their producer as a fallback (the text layer, not the model)
+    record_answers(str(truth), [(str(truth / f"{name}_pg1_repeat1.md"), i >= 2) for i, name in enumerate(pages)])
+    perfect = summarize(run_tests(loaded, str(truth)))
+    assert perfect["types"]["present"]["pass_rate"] == 1.0
+    assert perfect["makeup"]["cer"] == 0.0 and perfect["makeup"]["answered"] == len(pages) - 2
+    assert perfect["makeup"]["fallback"] == 2
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    with caplog.at_level("INFO", logger="olmocr.bench"):
+        summary = run(compose("bench", [f"bench_dir={bench_dir}", f"candidates=[{blank},{truth}]", "workers=1"]),
+                      str(tmp_path / "a"))
+    notice = f"not a comparison of models: the model answered no page in {blank}"
+    assert summary["makeup"]["answered"] == 0 and notice in caplog.text
+    assert f"the model answered 0 of {len(pages)} pages, {len(pages)} empty; character error rate 1.000" in caplog.text
+    for report in ("report.md", "report_b.md"):
+        assert (tmp_path / "a" / report).read_text().splitlines()[2].startswith(f"**{notice}")
+    assert "strict scoring" in (tmp_path / "a" / "report.md").read_text()
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert html.index('id="notice"') < html.index("<h2>") and "strict scoring" in html
+    caplog.clear()
+    with caplog.at_level("INFO", logger="olmocr.bench"):
+        run(compose("bench", [f"bench_dir={bench_dir}", f"candidates=[{truth},{truth}]", "workers=1",
+                              "scoring=published", "html=false"]), str(tmp_path / "b"))
+    assert "not a comparison" not in caplog.text and "published scoring" in caplog.text
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["scoring"] == "published"

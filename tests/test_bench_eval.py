@@ -205,12 +205,21 @@ def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoin
         pipeline_bench(compose("pipeline_bench", [*args, *served, f"candidates={candidates}", "repeats=2",
                                                   "progress=false"]), str(tmp_path / "convert"))
     pdfs = sorted(os.path.basename(p)[:-4] for p in glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))
-    assert sorted(os.listdir(candidates)) == sorted(f"{p}_pg1_repeat{r}.md" for p in pdfs for r in (1, 2))
+    assert sorted(os.listdir(candidates)) == sorted(["answers.jsonl"] + [f"{p}_pg1_repeat{r}.md" for p in pdfs
+                                                                          for r in (1, 2)])
     ours = os.path.join(out, "bench_eval", "step_000004", "candidates")
     for name in os.listdir(ours):
+        if name == "answers.jsonl":  # both say every output is a text layer, not the model's reading
+            for folder in (ours, candidates):
+                rows = [json.loads(line) for line in open(os.path.join(folder, name), encoding="utf-8")]
+                assert len(rows) == len(pdfs) * (2 if folder == candidates else 1)
+                assert not any(row["answered"] for row in rows)
+            continue
         expected = open(os.path.join(ours, name), encoding="utf-8").read()
         for repeat in (1, 2):
             assert open(candidates / name.replace("_repeat1", f"_repeat{repeat}"), encoding="utf-8").read() == expected
     summary = score(candidates, tmp_path / "score_pipeline")
     assert summary["overall"] == evals[4]["eval/bench/overall"]
+    assert summary["scoring"] == "strict" and summary["makeup"]["answered"] == 0 == evals[4]["eval/bench/answered"]
+    assert summary["makeup"]["fallback"] == len(pdfs) and summary["makeup"]["cer"] == evals[4]["eval/bench/cer"]
     shutil.rmtree(tmp_path / "best")

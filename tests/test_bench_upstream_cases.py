@@ -2,7 +2,8 @@
 of its cases pins (tests/test_tests.py, tests/test_table_parsing.py of allenai/olmocr) is pinned here on
 this project's checks, case by case, with the same verdicts. Explanations are this project's wording.
 Where a case cannot apply, docs/bench.md says why (a test's class follows from its type
-here; a missing required field is a listed line error rather than a TypeError)."""
+here; a missing required field is a listed line error rather than a TypeError). The cases run under
+``scoring=published``; tests/test_bench_checks.py pins where ``strict`` differs."""
 
 import pytest
 
@@ -16,7 +17,7 @@ def make(kind, **fields):
 
 
 def passes(kind, content, **fields):
-    return make(kind, **fields).run(content)[0]
+    return make(kind, **fields).run(content, scoring="published")[0]
 
 
 # -- normalisation ----------------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ DOC = "This is some target text in a document"
 ])
 def test_text_presence(kind, fields, content, passed):
     test = make(kind, **fields)
-    ok, why = test.run(content)
+    ok, why = test.run(content, scoring="published")
     assert ok is passed, why
     if not ok:
         assert fields["text"] in why
@@ -184,14 +185,14 @@ def test_simple_tables_parse(parse, doc):
     ({"cell": "Cell A2", "up": "Header 2", "down": "Cell B2", "left": "Wrong Cell", "right": "Cell A3"}, False),
 ])
 def test_table_relations(fields, passed):
-    ok, why = make("table", **fields).run(MD_TABLE)
+    ok, why = make("table", **fields).run(MD_TABLE, scoring="published")
     assert ok is passed, why
     if not ok:
         assert ("expected" in why) if len(fields) > 1 else ("no cell matches" in why)
 
 
 def test_no_table_and_fuzzy_cells():
-    ok, why = make("table", cell="Cell A2").run("This is plain text with no tables")
+    ok, why = make("table", cell="Cell A2").run("This is plain text with no tables", scoring="published")
     assert not ok and why == "no table found"
     assert passes("table", MD_TABLE.replace("Cell A2", "Cel A2"), cell="Cell A2", max_diffs=1)
 
@@ -358,7 +359,7 @@ ALT = ("Hello ![Diagram of parts 100, 101, 102, 103, 104, 105, 102A, 103A, 104A,
     ({"max_length": 8, "max_length_skips_image_alt_tags": True}, "Text ![Complex [nested] description](image.png) here", True),
 ])
 def test_baseline(fields, content, passed):
-    ok, why = make("baseline", **fields).run(content)
+    ok, why = make("baseline", **fields).run(content, scoring="published")
     assert ok is passed, why
     if "😊" in content:
         assert "😊" in why
@@ -374,7 +375,7 @@ def test_baseline(fields, content, passed):
     ("Here is an equation: \\[a + b = c\\]", True),
 ])
 def test_math(content, passed):
-    ok, why = make("math", math="a + b = c").run(content)
+    ok, why = make("math", math="a + b = c").run(content, scoring="published")
     assert ok is passed, why
 
 
@@ -411,7 +412,7 @@ def test_math_dollars_can_be_ignored():
     ({"text": "\"fancy\" 'quotes'", "format": "bold"}, "This is **\u201cfancy\u201d \u2018quotes\u2019** here", True),
 ])
 def test_format(fields, content, passed):
-    ok, why = make("format", **fields).run(content)
+    ok, why = make("format", **fields).run(content, scoring="published")
     assert ok is passed, why
     if not ok:
         assert f"not found as {fields['format']}" in why
@@ -473,7 +474,7 @@ def test_format(fields, content, passed):
      "<sup>1</sup>Released under a free license.", True),
 ])
 def test_footnote(fields, content, passed):
-    ok, why = make("footnote", **fields).run(content)
+    ok, why = make("footnote", **fields).run(content, scoring="published")
     assert ok is passed, why
 
 

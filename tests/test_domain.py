@@ -47,10 +47,18 @@ def test_the_recipe_turns_a_pdf_folder_into_a_model_scored_on_its_own_pages(tmp_
     assert [r["step"] for r in evals] == [1, 2, 3, 4]  # scored on the held-out split while training
     assert json.load(open(out / "release" / "finetuned" / "provenance.json"))["sources"]
     base, tuned = (json.load(open(out / "bench" / name)) for name in ("results.json", "results_b.json"))
-    line = proc.stdout.strip().splitlines()[-1]
-    assert line.startswith(f"held-out bench of your pages, {base['tests']} tests: base {base['overall']:.1%}, "
-                           f"fine-tuned {tuned['overall']:.1%} ("), line
+    lines = proc.stdout.strip().splitlines()
+    line = next(line for line in lines if line.startswith("held-out bench of your pages"))
+    assert line.startswith(f"held-out bench of your pages, {base['tests']} tests, strict scoring: base "
+                           f"{base['overall']:.1%}, fine-tuned {tuned['overall']:.1%} ("), line
     assert line.endswith(f"{out}/bench/report.html"), line
+    # the tiny model reads no page: each side's score is its text layers', and the recipe says so
+    for name, result in (("base", base), ("fine-tuned", tuned)):
+        m = result["makeup"]
+        assert m["answered"] == 0 and m["fallback"] == m["pages"] == 3
+        said = f"  {name}: the model answered 0 of 3 pages (3 text layer, 0 empty), character error rate "
+        assert any(line.startswith(said) for line in lines), "\n".join(lines[-5:])
+    assert lines[-1].startswith("  not a comparison of models: a side answered no page")
 
 
 def test_the_split_holds_out_whole_documents_with_tests_the_truth_passes(tmp_path):

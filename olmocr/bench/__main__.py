@@ -26,7 +26,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
     from olmocr.bench.html import flipped_tests, write_html
     from olmocr.bench.report import write_reports
-    from olmocr.bench.score import check_options, load_bench, run_tests, summarize
+    from olmocr.bench.score import check_options, describe_makeup, load_bench, run_tests, summarize
     from olmocr.utils.runinfo import write_run_info
 
     check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
@@ -45,28 +45,35 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         raise ValueError(f"bench_dir: no valid tests in {cfg.bench_dir}")
     if any(test.type == "math" for _, test in bench.tests):
         equations.render("x")  # math tests need Node and KaTeX: fail now, not in a worker mid-run
-    runs = []
-    for folder, suffix in zip(folders, ("", "_b")):
+    scored = []
+    for folder in folders:
         start = time.perf_counter()
-        results = run_tests(bench, folder, workers=cfg.workers or os.cpu_count() or 1)
+        results = run_tests(bench, folder, workers=cfg.workers or os.cpu_count() or 1, scoring=cfg.scoring)
         seconds = time.perf_counter() - start
         summary = summarize(results, cfg.group_by, cfg.repeat_rule, cfg.bootstrap_samples, cfg.confidence, cfg.seed)
         summary["tests_per_second"] = round(len(results) / max(seconds, 1e-9), 1)
+        scored.append((folder, summary, results))
+    unanswered = unanswered_line(scored)
+    if unanswered:
+        log.warning("%s", unanswered)
+    runs = []
+    for (folder, summary, results), suffix in zip(scored, ("", "_b")):
         paths = write_reports(output_dir, summary, results, bench, bench_dir=cfg.bench_dir, candidates=folder,
-                              max_failures_listed=cfg.max_failures_listed, suffix=suffix)
+                              max_failures_listed=cfg.max_failures_listed, suffix=suffix, notice=unanswered)
         runs.append((folder, summary, results, paths))
     folder, summary, results, (json_path, md_path) = runs[0]
     reports = [md_path, json_path]
     if len(runs) == 2:
         reports.append(write_comparison(os.path.join(output_dir, "compare.json"), runs[0], runs[1]))
     if cfg.html:
-        reports.append(write_html(os.path.join(output_dir, "report.html"), cfg.bench_dir,
-                                  [(f, s, r) for f, s, r, _ in runs], cfg.html_max_pages))
+        reports.append(write_html(os.path.join(output_dir, "report.html"), cfg.bench_dir, scored, cfg.html_max_pages,
+                                  notice=unanswered))
     write_run_info(output_dir, summary={k: summary[k] for k in ("overall", "ci", "overall_score", "tests",
                                                                  "passed", "tests_per_second")})
     ci = summary["ci"]
     for name, row in summary["categories"].items():
         log.info("%-24s %5d tests  %5.1f%%", name, row["tests"], 100 * row["pass_rate"])
+    log.info("%s scoring; %s", cfg.scoring, describe_makeup(summary["makeup"]))
     log.info("overall %.1f%% (%d%% CI %.1f-%.1f), overall_score %.1f%%, over %d tests (%d implicit baselines); "
              "%d pages missing, %d outputs unreadable, %d malformed lines, %d warnings; %.0f tests/s",
              100 * summary["overall"], round(100 * ci["confidence"]), 100 * ci["low"], 100 * ci["high"],
@@ -75,10 +82,23 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
              len(bench.warnings), summary["tests_per_second"])
     if len(runs) == 2:
         other = runs[1][1]
-        log.info("%s: overall %.1f%% (%+.1f points); %d tests flipped", runs[1][0], 100 * other["overall"],
-                 100 * (other["overall"] - summary["overall"]), len(flipped_tests(results, runs[1][2])))
+        log.info("%s: overall %.1f%% (%+.1f points); %d tests flipped; %s", runs[1][0], 100 * other["overall"],
+                 100 * (other["overall"] - summary["overall"]), len(flipped_tests(results, runs[1][2])),
+                 describe_makeup(other["makeup"]))
     log.info("reports: %s", ", ".join(reports))
     return summary
+
+
+def unanswered_line(runs: list[tuple[str, dict, list]]) -> str | None:
+    """One line when a comparison has a side whose model answered no page: its figures are then its fallbacks'
+    (the text layer) or nothing's, not the model's."""
+    if len(runs) < 2:
+        return None
+    blank = [folder for folder, summary, _ in runs if not summary["makeup"]["answered"]]
+    if not blank:
+        return None
+    return (f"not a comparison of models: the model answered no page in {' nor in '.join(blank)} "
+            "(every page there fell back to the text layer, was empty or missing)")
 
 
 def write_comparison(path: str, a: tuple, b: tuple) -> str:

@@ -3,7 +3,13 @@ says why a test failed (the closest match, the neighbour that differed, …). ``
 search for the closest match, the costly part of an explanation, where only the verdict is wanted
 (rewards).
 
-Verdicts are olmOCR-bench's. ``max_diffs`` is a similarity threshold, not an edit count: a text passes
+Two scorings. ``published`` gives olmOCR-bench's verdicts exactly, for figures set beside its leaderboard.
+``strict`` (the default) mends one flaw of theirs: rapidfuzz's ``partial_ratio`` aligns the *shorter* string
+inside the longer, so an output shorter than the text sought is scored at its best place inside that text —
+``""``, ``" "`` or one word of a sentence "contains" the sentence, a blank page passes present tests and
+fails absent ones. Under ``strict`` an output (or a formatted span, or a footnote's surroundings) shorter
+than the text sought is compared whole (``ratio``), and no threshold falls below ``STRICT_FLOOR``; every
+other verdict is the same. ``max_diffs`` is a similarity threshold, not an edit count: a text passes
 when rapidfuzz's ``partial_ratio`` to the output reaches ``1 - max_diffs / len(text)`` (one diff is about
 one substituted character, or two inserted ones); order tests find their texts within ``max_diffs``
 Levenshtein edits with fuzzysearch's results (:mod:`olmocr.bench.fuzzy`); table cells compare by
@@ -24,14 +30,35 @@ from olmocr.bench.normalize import normalize
 from olmocr.formats.tables import MalformedTable, parse_tables
 
 FORMATS = ("heading", "bold", "italic")
+SCORINGS = ("strict", "published")
+STRICT_FLOOR = 0.5  # strict: the least similarity that passes, whatever max_diffs allows (as table cells)
 
 
 def _threshold(max_diffs: int, text: str) -> float:
     return 1.0 - max_diffs / (len(text) or 1)
 
 
+def check_scoring(scoring: str) -> bool:
+    """True for strict; a scoring that is neither is a one-line error."""
+    if scoring not in SCORINGS:
+        raise ValueError(f"scoring: expected one of {', '.join(SCORINGS)}, got {scoring!r}")
+    return scoring == "strict"
+
+
+def _similar(needle: str, text: str, threshold: float, strict: bool) -> bool:
+    """The text holds the needle to ``threshold``: partial_ratio, or (strict) a whole comparison when the
+    text is the shorter, under a threshold no lower than STRICT_FLOOR."""
+    if not strict:
+        return threshold <= 0 or fuzz.partial_ratio(needle, text) / 100.0 >= threshold
+    threshold = max(threshold, STRICT_FLOOR)
+    score = fuzz.partial_ratio(needle, text) if len(text) >= len(needle) else fuzz.ratio(needle, text)
+    return score / 100.0 >= threshold
+
+
 def _closest(needle: str, text: str) -> str:
     """Where the text comes closest to the needle (rapidfuzz's best partial alignment)."""
+    if len(text) < len(needle):
+        return f"the output ({len(text)} characters here) is shorter than the text sought ({len(needle)})"
     best = fuzz.partial_ratio_alignment(needle, text)
     return f"closest is {text[best.dest_start:best.dest_end]!r} (partial ratio {best.score / 100:.3f})"
 
@@ -52,40 +79,44 @@ def _window(test, markdown: str) -> tuple[str, str]:
     return needle, text
 
 
-def _found(needle: str, text: str, max_diffs: int) -> bool:
-    """partial_ratio(needle, text) reaches the max_diffs threshold."""
+def _found(needle: str, text: str, max_diffs: int, strict: bool) -> bool:
+    """The needle is in the text to the max_diffs threshold (:func:`_similar`)."""
     if needle in text:
         return True
-    threshold = _threshold(max_diffs, needle)
-    if threshold <= 0:
-        return True
-    if max_diffs == 0 and len(needle) <= len(text):
+    if max_diffs == 0 and (strict or len(needle) <= len(text)):
         return False  # a ratio of 100 takes an exact occurrence
-    return fuzz.partial_ratio(needle, text) / 100.0 >= threshold
+    return _similar(needle, text, _threshold(max_diffs, needle), strict)
 
 
-def present(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def _needs(max_diffs: int, needle: str, strict: bool) -> float:
+    threshold = _threshold(max_diffs, needle)
+    return max(threshold, STRICT_FLOOR) if strict else threshold
+
+
+def present(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
+    strict = check_scoring(scoring)
     needle, text = _window(test, markdown)
-    if _found(needle, text, test.max_diffs):
+    if _found(needle, text, test.max_diffs, strict):
         return True, "found"
     why = f"{test.text!r} not found"
     if explain:
-        why += f" (needs partial ratio {_threshold(test.max_diffs, needle):.3f}); {_closest(needle, text)}"
+        why += f" (needs similarity {_needs(test.max_diffs, needle, strict):.3f}); {_closest(needle, text)}"
     return False, why
 
 
-def absent(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def absent(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
+    strict = check_scoring(scoring)
     needle, text = _window(test, markdown)
-    if not _found(needle, text, test.max_diffs):
+    if not _found(needle, text, test.max_diffs, strict):
         return True, "not found"
     why = f"{test.text!r} appears"
     if explain:
-        why += f" (partial ratio at least {_threshold(test.max_diffs, needle):.3f}); {_closest(needle, text)}"
+        why += f" (similarity at least {_needs(test.max_diffs, needle, strict):.3f}); {_closest(needle, text)}"
     return False, why
 
 
 # -- order ------------------------------------------------------------------------------------------------------
-def order(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def order(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
     text = normalize(markdown)
     found = {}
     for name in ("before", "after"):
@@ -140,7 +171,7 @@ def repeated_tail(text: str, enough: int, max_unit: int = _MAX_UNIT) -> tuple[in
         size *= 4
 
 
-def baseline(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def baseline(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
     if test.max_length is not None:
         counted = _IMAGE_LINK.sub("", markdown) if test.max_length_skips_image_alt_tags else markdown
         count = _alnum(counted)
@@ -169,7 +200,7 @@ def _cell_matches(expected: str, got: str, max_diffs: int) -> bool:
     return fuzz.ratio(expected, got) / 100.0 >= threshold
 
 
-def table(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def table(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
     try:
         tables = parse_tables(markdown, not test.ignore_markdown_tables)
     except MalformedTable as exc:
@@ -204,7 +235,7 @@ def table(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
 
 
 # -- math -------------------------------------------------------------------------------------------------------
-def math(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def math(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
     return equations.match(test.math, markdown, dollars=not test.ignore_dollar_delimited)
 
 
@@ -218,15 +249,15 @@ _FORMATTED = {
 }
 
 
-def formatted(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
-    """The text appears (partial_ratio, as present tests) in some span with the format: a markdown or
+def formatted(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
+    """The text appears (as present tests judge it) in some span with the format: a markdown or
     HTML heading, bold (``**``, ``__``, ``<b>``, ``<strong>``) or italic (``*``, ``_``, ``<i>``, ``<em>``)."""
     spans = [normalize(s) for pattern in _FORMATTED[test.format] for s in pattern.findall(markdown)]
     needle = normalize(test.text)
     if not test.case_sensitive:
         needle, spans = needle.lower(), [s.lower() for s in spans]
-    threshold = _threshold(test.max_diffs, needle)
-    if any(fuzz.partial_ratio(needle, s) / 100.0 >= threshold for s in spans):
+    strict, threshold = check_scoring(scoring), _threshold(test.max_diffs, needle)
+    if any(_similar(needle, s, threshold, strict) for s in spans):
         return True, f"found as {test.format}"
     seen = ", ".join(repr(s[:30]) for s in spans[:3]) or "none"
     return False, f"{test.text!r} not found as {test.format} ({len(spans)} {test.format} span(s): {seen})"
@@ -249,7 +280,7 @@ def _letters(text: str) -> str:
     return "".join(ch for ch in normalize(text) if ch.isalnum()).lower()
 
 
-def _beside(target: str, spans, markdown: str, max_diffs: int, before: bool) -> bool:
+def _beside(target: str, spans, markdown: str, max_diffs: int, before: bool, strict: bool) -> bool:
     """The target's letters and digits end right before (or start right after) some marker, fuzzily."""
     target = normalize(target)
     wanted = _letters(target)  # normalised twice, as the bench does
@@ -261,21 +292,22 @@ def _beside(target: str, spans, markdown: str, max_diffs: int, before: bool) -> 
         size = min(len(near), 2 * len(wanted))
         if size:
             near = near[-size:] if before else near[:size]
-        if fuzz.partial_ratio(wanted, near) / 100.0 >= threshold:
+        if _similar(wanted, near, threshold, strict):
             return True
     return False
 
 
-def footnote(test, markdown: str, explain: bool = True) -> tuple[bool, str]:
+def footnote(test, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
     """The marker appears as ``[^m]`` (not its definition ``[^m]:``), ``<sup>m</sup>`` or, for digits, as
     Unicode superscripts; the optional texts appear right before / after some occurrence."""
+    strict = check_scoring(scoring)
     spans = _marker_spans(test.marker, markdown)
     if not spans:
         return False, f"marker {test.marker!r} not found as [^{test.marker}], <sup>{test.marker}</sup> or superscript"
     failures = [f"{text!r} not found {side} marker {test.marker!r}"
                 for text, side, before in ((test.appears_before_marker, "before", True),
                                            (test.appears_after_marker, "after", False))
-                if text and not _beside(text, spans, markdown, test.max_diffs, before)]
+                if text and not _beside(text, spans, markdown, test.max_diffs, before, strict)]
     if failures:
         return False, "; ".join(failures)
     return True, f"marker found {len(spans)} time(s)"

@@ -89,9 +89,13 @@ def _page_image(bench_dir: str, pdf: str, page: int) -> str:
     return f'<img alt="{esc(pdf)} page {page}" src="{image_data_url(image)}">'
 
 
-def write_html(path: str, bench_dir: str, runs: list[tuple[str, dict, list[TestResult]]], max_pages: int) -> str:
+def write_html(path: str, bench_dir: str, runs: list[tuple[str, dict, list[TestResult]]], max_pages: int,
+               notice: str | None = None) -> str:
     """``runs``: one or two (candidates folder, summary, results). Pages with failing (or flipped) tests
-    come first; at most ``max_pages`` pages are shown."""
+    come first; at most ``max_pages`` pages are shown. ``notice``: a line shown first (a comparison that
+    compares no model)."""
+    from olmocr.bench.score import describe_makeup
+
     from tqdm import tqdm
 
     names = [c for c, _, _ in runs]
@@ -107,13 +111,17 @@ def write_html(path: str, bench_dir: str, runs: list[tuple[str, dict, list[TestR
         return (key not in flipped_pages, not failing, key)
 
     order = sorted(pages, key=interest)
-    body = [f"<h1>olmOCR-bench: {' vs '.join(esc(n) for n in names)}</h1>", f'<p class="muted">bench {esc(bench_dir)}</p>']
+    body = [f"<h1>olmOCR-bench: {' vs '.join(esc(n) for n in names)}</h1>"]
+    if notice:
+        body.append(f'<p class="notice" id="notice">{esc(notice)}</p>')
+    body.append(f'<p class="muted">bench {esc(bench_dir)}, {esc(runs[0][1]["scoring"])} scoring</p>')
     for name, summary, _ in runs:
         ci = summary["ci"]
         body.append(f"<h2>{esc(name)}</h2><p><b>Overall {100 * summary['overall']:.1f}%</b> "
                     f"({round(100 * ci['confidence'])}% CI {100 * ci['low']:.1f}–{100 * ci['high']:.1f}), "
                     f"{summary['passed']} of {summary['tests']} tests passed, overall_score "
-                    f"{100 * summary['overall_score']:.1f}%.</p>{_rates(summary)}")
+                    f"{100 * summary['overall_score']:.1f}%.</p>"
+                    f'<p class="makeup">{esc(describe_makeup(summary["makeup"]))}.</p>{_rates(summary)}')
     if len(runs) == 2:
         deltas = category_deltas(runs[0][1], runs[1][1])
         rows = "".join(f'<tr><td>{esc(n)}</td><td>{100 * d["a"]:.1f}</td><td>{100 * d["b"]:.1f}</td>'

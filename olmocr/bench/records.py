@@ -43,11 +43,12 @@ class BenchTest:
     def validate(self) -> None:
         """Type-specific checks beyond field types; raises ValueError."""
 
-    def run(self, markdown: str, explain: bool = True) -> tuple[bool, str]:
-        """(passed, explanation) for one output; ``explain=False`` skips the costly part of explaining."""
+    def run(self, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
+        """(passed, explanation) for one output; ``explain=False`` skips the costly part of explaining;
+        ``scoring`` is ``strict`` or ``published`` (:mod:`olmocr.bench.checks`)."""
         if self.check is None:
             raise NotImplementedError(f"{type(self).__name__} is not a test type")
-        return self.check(self, markdown, explain)
+        return self.check(self, markdown, explain, scoring)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from olmocr.bench.score import Bench, TestResult, verdict
+from olmocr.bench.score import Bench, TestResult, describe_makeup, verdict
 
 
 def _pct(x: float) -> str:
@@ -23,8 +23,9 @@ def verdicts(results: list[TestResult], repeat_rule: str) -> list[dict]:
 
 
 def write_reports(output_dir: str, summary: dict, results: list[TestResult], bench: Bench, *, bench_dir: str,
-                  candidates: str, max_failures_listed: int, suffix: str = "") -> tuple[str, str]:
-    """``results<suffix>.json`` and ``report<suffix>.md`` in ``output_dir``."""
+                  candidates: str, max_failures_listed: int, suffix: str = "",
+                  notice: str | None = None) -> tuple[str, str]:
+    """``results<suffix>.json`` and ``report<suffix>.md`` in ``output_dir``; ``notice``, a line said first."""
     rows = verdicts(results, summary["repeat_rule"])
     payload = {"bench_dir": bench_dir, "candidates": candidates, **summary,
                "implicit_baselines": bench.implicit_baselines, "skipped": dict(bench.skipped),
@@ -36,14 +37,17 @@ def write_reports(output_dir: str, summary: dict, results: list[TestResult], ben
     ci = summary["ci"]
     rule = ("a test passes when more than half of its repeats pass" if summary["repeat_rule"] == "majority"
             else "a test scores the share of its repeats that pass")
-    lines = [
-        f"# olmOCR-bench: `{candidates}`",
-        "",
+    lines = [f"# olmOCR-bench: `{candidates}`", ""]
+    if notice:
+        lines += [f"**{notice}.**", ""]
+    lines += [
         f"**Overall {_pct(summary['overall'])}** ({round(100 * ci['confidence'])}% CI {_pct(ci['low'])}–"
         f"{_pct(ci['high'])}, {ci['bootstrap_samples']} bootstrap samples), the mean over "
         f"{len(summary['categories'])} categories ({rule}); overall_score (mean repeat average over all "
         f"tests) {_pct(summary['overall_score'])}. {summary['passed']} of {summary['tests']} tests passed. "
-        f"Bench: `{bench_dir}`.",
+        f"Bench: `{bench_dir}`; {summary['scoring']} scoring.",
+        "",
+        f"What it is made of: {describe_makeup(summary['makeup'])}.",
         "",
     ]
     for title, source, what in (("Category", summary["categories"], "Pass rate"),

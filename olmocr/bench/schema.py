@@ -17,6 +17,9 @@ class BenchConfig(StageConfig):
     candidates: Any = MISSING
     # categories: one per test file (olmOCR-bench), or one per test type
     group_by: Annotated[str, OneOf("file", "type")] = "file"
+    # strict: an output shorter than the text sought passes no present test (a blank page earns nothing);
+    # published: olmOCR-bench's verdicts exactly, for figures set beside its leaderboard (olmocr.bench.checks)
+    scoring: Annotated[str, OneOf("strict", "published")] = "strict"
     # a test passes on most repeats (olmOCR-bench), or "mean": share passing
     repeat_rule: Annotated[str, OneOf("majority", "mean")] = "majority"
     skip_baseline: bool = False  # drop every baseline test, the implicit ones (one per PDF) included

@@ -3,8 +3,9 @@
 ``pages`` is a folder (any depth) of single-page ``X.pdf`` with ``X.md`` beside it: what
 ``pipeline.export`` writes from a teacher model's readings, or pages you labelled. A seeded share of the
 source documents (``heldout``; whole documents, so no page of a held-out document is trained on) becomes an
-olmOCR-bench folder, ``out_dir/heldout``: its pages under ``pdfs/`` and ``heldout.jsonl``, tests written from
-each page's own reading:
+olmOCR-bench folder, ``out_dir/heldout``: its pages under ``pdfs/`` (each with its reading beside it, the truth
+the bench measures a character error rate against) and ``heldout.jsonl``, tests written from each page's own
+reading:
 
 - present: the page's longest sentences (up to ``present_per_page``), a couple of edits allowed;
 - order: each of those sentences before the next one in the reading;
@@ -156,6 +157,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             counts["no_tests"] += 1  # a page with nothing to test (a figure, a blank page) is no bench page
             continue
         place(stem + ".pdf", os.path.join(heldout, "pdfs", f"{name}.pdf"))
+        place(stem + ".md", os.path.join(heldout, "pdfs", f"{name}.md"))  # its truth: the bench's error rate
         tests += made
         counts["heldout_pages"] += 1
         counts.update(t.type for t in made)

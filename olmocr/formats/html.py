@@ -29,6 +29,7 @@ padding:1em 0}.pair img{max-width:100%;border:1px solid #ccc}
 .markdown table{border-collapse:collapse}.markdown td,.markdown th{border:1px solid #bbb;padding:2px 6px}
 .pass{color:#176117}.fail{color:#a11}.badge{font-weight:bold;font-family:monospace}
 mark{background:#ffd54f}.muted{color:#777}.fallback{background:#fff3e0}
+.notice{background:#ffebee;border-left:4px solid #c62828;padding:.4em .8em;font-weight:bold}
 .bar{fill:#4c78a8}.whisker{stroke:#222;stroke-width:1.5}.delta-up{color:#176117}.delta-down{color:#a11}
 """
 

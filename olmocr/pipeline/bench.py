@@ -4,7 +4,9 @@ Every page an olmOCR-bench folder tests is converted ``repeats`` times by the ba
 conversion (``convert=``, ``server=``, ``model=``: the same rendering, prompt, retries, rotation and
 fallback) and written as ``<candidates>/<pdf path without .pdf>_pg<page>_repeat<r>.md``, the layout
 ``python -m olmocr.bench bench_dir=… candidates=…`` scores. Files already written are kept, so a stopped
-run resumes where it was. ``pages.jsonl`` in the run dir records every page's attempts.
+run resumes where it was. ``pages.jsonl`` in the run dir records every page's attempts; ``answers.jsonl`` in
+the candidates folder, which outputs are the text layer's (a fallback) rather than the model's, for the bench
+to say how many pages the model answered.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def write_text(path: str, text: str) -> None:
     os.replace(partial, path)
 
 
-async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_path: str, progress: bool) -> dict:
+async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_path: str, progress: bool,
+                        candidates: str) -> dict:
     """Convert and write every page of ``todo``; a page the server did not answer is written only once it is
     known to be the page's fault (:class:`ServerWatch`), so a server that stops answering writes nothing that a
     re-run would keep."""
     from tqdm import tqdm
 
+    from olmocr.bench.score import record_answers
     from olmocr.pipeline.convert import ServerWatch, all_of
 
     from olmocr.utils.jsonl import mend
@@ -55,6 +59,7 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
 
     async def write(row: dict, repeat: int, path: str, result) -> None:
         await asyncio.to_thread(write_text, path, result.text)
+        record_answers(candidates, [(path, not result.fallback)])
         record = {"pdf": row["pdf"], "repeat": repeat, "candidate": path, **result.record()}
         with open(records_path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -111,7 +116,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         try:
             with converter:
                 totals = converter.run(convert_pages(converter, todo, os.path.join(output_dir, "pages.jsonl"),
-                                                     cfg.progress))
+                                                     cfg.progress, candidates))
         except (StopWork, Unavailable) as exc:  # the server gone, refusing the key, or busy past convert.busy_s
             raise ValueError(f"{exc} (pages written so far are kept; run again to resume)") from None
     summary = {"candidates": candidates, "pages": len(rows), "repeats": cfg.repeats, "kept": kept, **totals,

@@ -1,4 +1,6 @@
-"""The bench reward: the share of a page's olmOCR-bench tests that a completion passes (SPEC §4)."""
+"""The bench reward: the share of a page's olmOCR-bench tests that a completion passes (SPEC §4), judged by
+``strict`` scoring: under olmOCR-bench's published verdicts a blank or fragmentary completion passes every
+present test of longer text, so a policy optimised on them would learn to say less (olmocr.bench.checks)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def outcomes(tests: Sequence[BenchTest], markdown: str) -> dict[str, list[bool]]
     """Pass/fail of each test, grouped by test type."""
     by_type: dict[str, list[bool]] = {}
     for test in tests:
-        by_type.setdefault(test.type, []).append(test.run(markdown, explain=False)[0])
+        by_type.setdefault(test.type, []).append(test.run(markdown, explain=False, scoring="strict")[0])
     return by_type
 
 

@@ -6,7 +6,9 @@ the inference steps. Each answer is judged by the rule the pipeline judges an at
 (:func:`olmocr.formats.frontmatter.read_answer`); a page whose answer is cut off or has no front matter
 that parses gets its text layer, as the pipeline's fallback gives it. So the figures are those of
 ``python -m olmocr.pipeline.bench convert.temperatures=[0]`` + ``python -m olmocr.bench`` on the same
-weights and pages, and ``eval/bench/parsed`` says how many pages the model read itself.
+weights and pages, and ``eval/bench/parsed`` says how many pages the model read itself. Scoring is ``strict`` (an output shorter than
+a test's text passes none of it: :mod:`olmocr.bench.checks`); ``eval/bench/answered`` is the share of pages the
+model answered with text, and ``eval/bench/cer`` the character error rate where the bench has the pages' truth.
 
 Each eval writes ``<run>/bench_eval/step_N/``: the outputs as bench candidates (``candidates/``), what
 happened to every page (``pages.jsonl``: parsed or why not, output tokens, and what the model wrote
@@ -183,7 +185,7 @@ class BenchEval:
         self.pages = self.sample(bench.tests)
         chosen = set(self.pages)
         tests = [(c, t) for c, t in bench.tests if (t.pdf, t.page) in chosen]
-        self.bench = Bench(tests=tests, malformed=bench.malformed, warnings=bench.warnings)
+        self.bench = Bench(tests=tests, malformed=bench.malformed, warnings=bench.warnings, root=bench.root)
         if any(test.type == "math" for _, test in tests):
             equations.render("x")  # math tests need Node and KaTeX: fail now, not at the first eval
         self.pipeline = build_pipeline(self.steps)
@@ -324,26 +326,33 @@ class BenchEval:
 
     def write_and_score(self, step: int, results: list[dict], seconds: float) -> dict:
         from olmocr.bench.report import write_reports
-        from olmocr.bench.score import candidate_stem, run_tests, summarize
+        from olmocr.bench.score import candidate_stem, describe_makeup, record_answers, run_tests, summarize
 
         folder = os.path.join(self.dir, STEP_DIR.format(step))
         shutil.rmtree(folder, ignore_errors=True)  # a step evaluated again after a resume starts clean
         candidates = os.path.join(folder, "candidates")
+        answers = []
         for r in results:
             path = candidate_stem(candidates, r["pdf"], r["page"]) + "_repeat1.md"
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(r["text"])
+            answers.append((path, r["parsed"]))
+        record_answers(candidates, answers)
         with open(os.path.join(folder, "pages.jsonl"), "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps({k: v for k, v in r.items() if k != "text"}, ensure_ascii=False) + "\n"
                           for r in results)
-        tests = run_tests(self.bench, candidates)
+        tests = run_tests(self.bench, candidates, scoring="strict")  # a blank page earns nothing (checks.py)
         summary = summarize(tests)
+        makeup = summary["makeup"]
         write_reports(folder, summary, tests, self.bench, bench_dir=self.root, candidates=candidates,
                       max_failures_listed=50)
         metrics = {"eval/bench/overall": summary["overall"], "eval/bench/overall_score": summary["overall_score"],
                    "eval/bench/parsed": sum(r["parsed"] for r in results) / max(len(results), 1),
-                   "eval/bench/output_tokens": sum(r["output_tokens"] for r in results) / max(len(results), 1)}
+                   "eval/bench/output_tokens": sum(r["output_tokens"] for r in results) / max(len(results), 1),
+                   "eval/bench/answered": makeup["answered"] / max(makeup["pages"], 1)}
+        if makeup["cer"] is not None:
+            metrics["eval/bench/cer"] = makeup["cer"]
         metrics.update({f"eval/bench/category/{name}": row["pass_rate"] for name, row in summary["categories"].items()})
         metrics.update({f"eval/bench/type/{name}": row["pass_rate"] for name, row in summary["types"].items()})
         metrics["perf/bench_eval_pages_per_s"] = len(results) / max(seconds, 1e-9)
@@ -352,10 +361,10 @@ class BenchEval:
             log.warning("bench eval at step %d: %d of %d pages could not be rendered and were scored as their text "
                         "layer or nothing (first: %s %s)", step, len(unrendered), len(results), unrendered[0]["pdf"],
                         unrendered[0]["outcome"])
-        log.info("bench eval at step %d: overall %.1f%% over %d tests, %d of %d pages parsed, %.0f output tokens "
+        log.info("bench eval at step %d: overall %.1f%% over %d tests (strict scoring); %s; %.0f output tokens "
                  "per page, %.1f pages/s (%s)", step, 100 * summary["overall"], summary["tests"],
-                 sum(r["parsed"] for r in results), len(results), metrics["eval/bench/output_tokens"],
-                 metrics["perf/bench_eval_pages_per_s"], folder)
+                 describe_makeup(makeup), metrics["eval/bench/output_tokens"], metrics["perf/bench_eval_pages_per_s"],
+                 folder)
         return metrics
 
     # -- after training ----------------------------------------------------------------------------------------------
@@ -379,7 +388,7 @@ class BenchEval:
         if step is None or step not in scores:
             step = max(scores, key=lambda s: (scores[s], -s))  # the first to reach it, as keep_best keeps
         candidates = os.path.join(self.dir, STEP_DIR.format(step), "candidates")
-        tests = run_tests(self.bench, candidates)
+        tests = run_tests(self.bench, candidates, scoring="strict")
         path = write_html(os.path.join(self.dir, "report.html"), self.root,
                           [(candidates, summarize(tests), tests)], self.report_pages)
         log.info("bench eval: report of step %d (overall %.1f%%): %s", step, 100 * scores[step], path)
