@@ -169,3 +169,22 @@ def test_a_hub_id_the_hub_cannot_serve_fails_at_once_or_loads_from_the_cache(tmp
     assert said == ["the Hub cannot be reached (ConnectError: [Errno 111] Connection refused): olmocr-test/tiny-vlm "
                     "loads from the local cache"]
     assert cached.server_env() == {"HF_HUB_OFFLINE": "1"}
+
+
+def test_the_reader_is_a_qwen25_vl_with_heads_of_32_sized_for_reading_pages(cache_dir):
+    """model=reader: the 7B's family, heads of 32 in the language model and the vision tower (vLLM's CPU
+    attention takes no smaller), and a reading page's line one row of image tokens."""
+    from PIL import Image
+    from transformers import AutoConfig
+
+    from olmocr.config import build, compose
+
+    source = build(compose("train", ["model=reader", f"paths.cache={cache_dir}"]).model)
+    config = AutoConfig.from_pretrained(source.path)
+    assert config.model_type == "qwen2_5_vl"
+    text, vision = config.text_config, config.vision_config
+    assert text.hidden_size // text.num_attention_heads == 32
+    assert vision.hidden_size // vision.num_heads == 32
+    page = Image.new("RGB", (448, 55), "white")  # a one-line reading page at longest_side 448
+    grid = source.load_processor().image_processor(images=[page], return_tensors="pt")["image_grid_thw"]
+    assert grid.tolist() == [[1, 4, 32]]  # 14-pixel patches: 2 rows of 16 image tokens of 28 pixels

@@ -375,3 +375,18 @@ def test_processor_is_injected_only_where_asked(processor):
                                "prompt": {"_target_": "olmocr.data.steps.BuildPrompt"}}, processor=processor)
     assert pipeline.steps["tok"].processor is processor
     assert not hasattr(pipeline.steps["prompt"], "processor")
+
+
+def test_the_blind_control_sees_a_white_page_of_the_same_size_and_learns_from_the_same_tokens(processor):
+    """BlankImage after render: the image is white at the page's size, so the prompt, the image tokens and the
+    labels are exactly the page's own (only the pixels differ)."""
+    steps = v4_steps(longest_side=256, drop=("rules",))
+    seen = build_pipeline(steps, processor=processor)(sample_for(first_page(lambda m, t: len(t) > 200)))
+    blind_steps = {**steps, "blind": {"_target_": "olmocr.data.steps.BlankImage", "_after_": "render"}}
+    pipeline = build_pipeline(blind_steps, processor=processor)
+    assert list(pipeline.steps).index("blind") == list(pipeline.steps).index("render") + 1
+    blind = pipeline(sample_for(first_page(lambda m, t: len(t) > 200)))
+    assert blind["image"].size == seen["image"].size and blind["image"].getextrema() == ((255, 255),) * 3
+    assert torch.equal(blind["input_ids"], seen["input_ids"]) and torch.equal(blind["labels"], seen["labels"])
+    assert torch.equal(blind["image_grid_thw"], seen["image_grid_thw"])
+    assert not torch.equal(blind["pixel_values"], seen["pixel_values"])

@@ -287,3 +287,49 @@ def test_the_check_parses_every_page_and_test_and_renders_a_spread_sample(tmp_pa
         fh.write('{"type": "present", "pdf": "x.pdf", "colour": "red"}\n')
     with pytest.raises(RuntimeError, match=rf"^generated tests do not parse:\n.*synth\.jsonl:{lines + 1}: "):
         stage.check_output(tests, names, "synth.jsonl")
+
+
+@pytest.mark.parametrize("level, lines", [("word", (1, 1)), ("line", (1, 1)), ("lines", (2, 4)), ("page", (8, 12))])
+def test_reading_pages_hold_their_level_of_lines_at_one_line_per_token_row(tmp_path, level, lines):
+    """Reading pages (olmocr.synth.reading): the level's number of lines, 448 pixels wide at longest_side 448
+    with one text line per 28-pixel row, text in the PDF as in the truth, and tests the truth passes."""
+    from olmocr.formats.pdf import text_layer
+    from olmocr.synth.reading import UNSEEN
+
+    counts = generate(str(tmp_path), 6, seed=3, reading=level, reading_words="seen")
+    assert counts["page"] == 6 and counts["test:present"] >= 6
+    tests = load_tests(str(tmp_path / "synth.jsonl")).tests
+    for index in range(6):
+        stem = tmp_path / "pdfs" / f"synth_s3_{index:05d}"
+        _, truth = parse_document((stem.with_suffix(".md")).read_text())
+        drawn = text_layer(str(stem.with_suffix(".pdf")), 1).split("\n")
+        drawn = [line for line in drawn if line.strip()]
+        assert lines[0] <= len(drawn) <= lines[1], drawn
+        assert " ".join(" ".join(drawn).split()) == " ".join(truth.split())
+        if level == "word":
+            assert len(truth.split()) == 1
+        assert not {w.strip(".").lower() for w in truth.split()} & UNSEEN  # words=seen: no held-out word
+        image = render_page(str(stem.with_suffix(".pdf")), 1, 448)
+        gaps = truth.strip().count("\n\n")  # between paragraphs, 16 pixels
+        assert image.size[0] == 448 and 0 <= image.size[1] - 27 * len(drawn) - 16 * gaps <= 28  # a token row a line
+        for test in (t for t in tests if t.pdf == stem.name + ".pdf"):
+            assert test.run(truth)[0], test.id
+            if level != "word" and test.type != "baseline":
+                assert not test.run(truth.split()[0])[0]  # a word of it is not enough
+
+
+def test_held_out_reading_pages_have_words_training_pages_never_have(tmp_path):
+    from olmocr.synth.reading import ReadingPageGenerator
+
+    seen = {w.strip(".").lower() for i in range(200) for b in ReadingPageGenerator(0, "page", "seen").describe(i).blocks
+            for s in b.sentences for w in s.split()}
+    held = [w.strip(".").lower() for i in range(20) for b in ReadingPageGenerator(1, "page", "all").describe(i).blocks
+            for s in b.sentences for w in s.split()]
+    unseen = [w for w in held if w not in seen]
+    assert 0.05 < len(unseen) / len(held) < 0.25
+    # a folder of reading pages is not topped up with pages of other settings
+    generate(str(tmp_path), 2, reading="line")
+    with pytest.raises(ValueError, match="holds pages made with reading=\"line\""):
+        generate(str(tmp_path), 2, reading="page")
+    with pytest.raises(ValueError, match="reading: expected one of word, line, lines, page, got 'book'"):
+        generate(str(tmp_path / "other"), 2, reading="book")

@@ -139,6 +139,19 @@ class RenderPage(Step):
         return sample
 
 
+class BlankImage(Step):
+    """A white image of the rendered page's size in its place: the blind control of a reading experiment
+    (``+data.steps.blind={_target_: olmocr.data.steps.BlankImage, _after_: render}``). The prompt, the image
+    tokens and the target are the page's own; only what the model could see is gone, so whatever a model
+    trained on it scores is what the text alone can teach."""
+
+    def __call__(self, sample):
+        from PIL import Image
+
+        sample["image"] = Image.new("RGB", sample["image"].size, "white")
+        return sample
+
+
 class RotationAugmentation(Step):
     """Turn upright pages by 90, 180 or 270 degrees clockwise, with the front matter updated to match.
 

@@ -101,6 +101,7 @@ class Page:
     font: tuple[str, str]  # regular, bold
     body_size: float
     rotation: int  # clockwise display rotation of the PDF page
+    margin: float = 54.0  # around the text, in PDF points (10 more above and below)
 
 
 def table_share(blocks: list[Block]) -> float:

@@ -189,9 +189,19 @@ SETTINGS_FILE = "synth_settings.json"  # what out_dir's pages were made with, an
 PARTIAL = ".partial"
 
 
+def make_generator(seed: int, settings: dict):
+    """The page generator that ``settings`` (as recorded in SETTINGS_FILE) describe."""
+    if settings.get("reading"):
+        from olmocr.synth.reading import ReadingPageGenerator
+
+        return ReadingPageGenerator(seed, settings["reading"], settings["reading_words"])
+    return PageGenerator(seed, settings["layout_weights"], settings["language_weights"])
+
+
 def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
              layout_weights: dict[str, float] | None = None,
-             language_weights: dict[str, float] | None = None, tests_file: str = "synth.jsonl") -> dict:
+             language_weights: dict[str, float] | None = None, tests_file: str = "synth.jsonl",
+             reading: str | None = None, reading_words: str = "all") -> dict:
     """Write pages ``first_index …`` as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md``, and the tests of every page
     that finished runs wrote to ``out_dir`` as JSONL.
 
@@ -204,8 +214,13 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
         raise ValueError(f"num_pages: must be at least 1, got {num_pages}")
     if first_index < 0:
         raise ValueError(f"first_index: must be 0 or more, got {first_index}")
-    gen = PageGenerator(seed, layout_weights, language_weights)
-    settings = {"layout_weights": _floats(gen.layout_weights), "language_weights": _floats(gen.language_weights)}
+    if reading:  # reading pages (olmocr.synth.reading): the weights do not apply
+        settings = {"layout_weights": {}, "language_weights": {}, "reading": reading, "reading_words": reading_words}
+    else:
+        weights = PageGenerator(seed, layout_weights, language_weights)
+        settings = {"layout_weights": _floats(weights.layout_weights),
+                    "language_weights": _floats(weights.language_weights)}
+    gen = make_generator(seed, settings)
     pdf_dir = os.path.join(out_dir, "pdfs")
     os.makedirs(pdf_dir, exist_ok=True)
     with run_dir_held(out_dir, advice="give this one another out_dir"):
@@ -251,7 +266,7 @@ def _made_before(out_dir: str, settings: dict) -> tuple[bool, list[list[int]]]:
     try:
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
-        made_with = {key: record[key] for key in settings}
+        made_with = {key: record.get(key) for key in settings}
         ranges = [[int(seed), int(first), int(count)] for seed, first, count in record["pages"]]
     except FileNotFoundError:
         # Recorded before the first page, so a run killed before it finishes is resumed.
@@ -261,13 +276,17 @@ def _made_before(out_dir: str, settings: dict) -> tuple[bool, list[list[int]]]:
         raise ValueError(f"{path}: not a record of synthetic pages ({type(exc).__name__}: {exc}); "
                          "give this run another out_dir, or remove the file to write the pages again") from None
     # Order matters as much as values: the weights are drawn from in their order.
-    differ = [key for key in settings if list(made_with[key].items()) != list(settings[key].items())]
+    differ = [key for key in settings if _ordered(made_with[key]) != _ordered(settings[key])]
     if differ:
         theirs = ", ".join(f"{key}={json.dumps(made_with[key])}" for key in differ)
         ours = ", ".join(f"{key}={json.dumps(settings[key])}" for key in differ)
         raise ValueError(f"out_dir {out_dir} holds pages made with {theirs}, and this run has {ours}: give it "
                          "another out_dir, or the same settings to add pages or finish an interrupted run")
     return True, ranges
+
+
+def _ordered(value):
+    return list(value.items()) if isinstance(value, dict) else value
 
 
 def _merged(ranges: list[list[int]]) -> list[list[int]]:
@@ -297,7 +316,7 @@ def _write_tests(path: str, settings: dict, ranges: list[list[int]]) -> None:
     """Every page's tests, a line each, in page order; written as made, so memory does not grow with pages."""
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
         for seed, first, count in ranges:
-            gen = PageGenerator(seed, settings["layout_weights"], settings["language_weights"])
+            gen = make_generator(seed, settings)
             for index in range(first, first + count):
                 for test in gen.tests(gen.describe(index), random.Random(f"{seed}/{index}/tests")):
                     fh.write(json.dumps(test.to_dict(), ensure_ascii=False) + "\n")

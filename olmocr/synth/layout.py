@@ -112,19 +112,20 @@ def place(page: Page) -> list[Placed]:
     """Every piece of the page at its place: top to bottom, then on to the next column when one is full.
     Text beyond the bottom margin would make the truth wrong: that is an error, before anything is drawn."""
     width, height = page.page_size
-    column_width = (width - 2 * MARGIN - GUTTER * (page.columns - 1)) / page.columns
-    top, bottom = height - MARGIN - 10, MARGIN + 10
-    column, x, y = 0, MARGIN, top
+    margin = page.margin
+    column_width = (width - 2 * margin - GUTTER * (page.columns - 1)) / page.columns
+    top, bottom = height - margin - 10, margin + 10
+    column, x, y = 0, margin, top
     placed = []
     for index, block in enumerate(page.blocks):
         for piece in pieces(block, page, column_width):
             if y - piece.needs() < bottom and column + 1 < page.columns:
                 column += 1
-                x, y = MARGIN + column * (column_width + GUTTER), top
+                x, y = margin + column * (column_width + GUTTER), top
             placed.append(Placed(index, piece, x, y, column_width))
             y -= piece.advance()
         y -= page.body_size * 0.8
-    if y < 20:
+    if y < min(20, bottom - page.body_size):  # the gap after the last block may reach into the bottom margin
         raise RuntimeError(f"{page.name}: content overflowed the page")
     return placed
 

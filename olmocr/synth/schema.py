@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from olmocr.config import Range, StageConfig, store
+from olmocr.config import OneOf, Range, StageConfig, store
 
 
 @dataclass
@@ -17,6 +17,10 @@ class SynthConfig(StageConfig):
     layout_weights: dict[str, float] = field(default_factory=dict)
     language_weights: dict[str, float] = field(default_factory=dict)
     render_check: bool = True
+    # Reading pages instead (olmocr.synth.reading): plain text a small model learns to read, by level of a
+    # curriculum (line, lines, page); the weights above do not apply
+    reading: Annotated[str | None, OneOf("word", "line", "lines", "page")] = None  # null: the layouts above
+    reading_words: Annotated[str, OneOf("seen", "all")] = "all"  # seen: never the held-out words (to train on)
 
 
 store("synth_schema", SynthConfig)

@@ -337,7 +337,8 @@ class BenchEval:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(r["text"])
-            answers.append((path, r["parsed"]))
+            # Without the fallback an unparsed answer is still what the model wrote: its own reading.
+            answers.append((path, r["parsed"] or (not self.text_layer and not r["outcome"].startswith(UNRENDERED))))
         record_answers(candidates, answers)
         with open(os.path.join(folder, "pages.jsonl"), "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps({k: v for k, v in r.items() if k != "text"}, ensure_ascii=False) + "\n"
