@@ -30,7 +30,7 @@ DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
 
 def test_groups_have_the_promised_options():
-    assert options("model") == ["olmocr2_7b", "qwen25_vl_7b", "qwen2_vl_7b", "qwen3_vl_8b", "tiny"]
+    assert options("model") == ["olmocr2_7b", "qwen25_vl_7b", "qwen2_vl_7b", "qwen3_vl_8b", "reader", "tiny"]
     assert {"sample", "olmocr_mix"} <= set(options("data"))
     assert {"v1", "v4", "v4_augmented"} <= set(options("data/steps"))
 
@@ -60,7 +60,7 @@ def test_a_required_value_left_out_is_named():
 def test_every_model_option_instantiates_without_downloading(model, cache_dir):
     cfg = compose("check_data", [f"model={model}"])
     source = instantiate(cfg.model)
-    assert isinstance(source, TinyModel if model == "tiny" else HubModel)
+    assert isinstance(source, TinyModel if model in ("tiny", "reader") else HubModel)  # built here, or a Hub name
     if isinstance(source, HubModel):
         assert "/" in source.name_or_path and source.family.name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 

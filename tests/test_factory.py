@@ -53,7 +53,8 @@ def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir, 
     assert fp8["quantization_config"]["quant_method"] == "compressed-tensors"
     assert json.load(open(out / "compare" / "compare.json"))["passed"]
     for name in ("sft", "soup"):
-        assert len(os.listdir(out / "candidates" / name)) == bench
+        assert len(glob.glob(str(out / "candidates" / name / "*.md"))) == bench
+        assert os.path.exists(out / "candidates" / name / "answers.jsonl")  # which outputs the model wrote
     scores = json.load(open(out / "bench" / "results.json"))
     assert scores["tests"] > bench and scores["missing_pages"] == []
     assert json.load(open(out / "bench" / "compare.json"))["b"] == str(out / "candidates" / "soup")

@@ -104,6 +104,10 @@ class Page:
     margin: float = 54.0  # around the text, in PDF points (10 more above and below)
 
 
+def page_name(seed: int, index: int) -> str:
+    return f"synth_s{seed}_{index:05d}"
+
+
 def table_share(blocks: list[Block]) -> float:
     """Fraction of the page's visible characters that are table cells."""
     table = sum(len(cell) for b in blocks if isinstance(b, Table) for row in b.rows for cell in row)

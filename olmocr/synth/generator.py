@@ -21,7 +21,8 @@ from olmocr.bench.records import AbsentTest, BaselineTest, MathTest, OrderTest, 
 from olmocr.formats.frontmatter import PageMeta, write_document
 from olmocr.runlock import run_dir_held
 from olmocr.synth import text as words
-from olmocr.synth.blocks import Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table, table_share
+from olmocr.synth.blocks import (Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table, page_name,
+                                 table_share)
 from olmocr.synth.layout import draw, place, truth
 
 FONTS = [("Helvetica", "Helvetica-Bold"), ("Times-Roman", "Times-Bold"), ("Courier", "Courier-Bold")]
@@ -39,10 +40,6 @@ EQUATIONS = [
     ("\\alpha + \\beta = {a}", "alpha + beta = {a}"),
     ("f(x) = \\frac{{x}}{{{a}}} - {b}", "f(x) = x / {a} - {b}"),
 ]
-
-
-def page_name(seed: int, index: int) -> str:
-    return f"synth_s{seed}_{index:05d}"
 
 
 class PageGenerator:

@@ -23,7 +23,7 @@ from reportlab.lib.utils import simpleSplit
 from olmocr.bench.records import BaselineTest, OrderTest, PresentTest
 from olmocr.formats.frontmatter import PageMeta
 from olmocr.synth import text as words
-from olmocr.synth.blocks import Page, Paragraph
+from olmocr.synth.blocks import Page, Paragraph, page_name
 
 LEVELS = {"word": (1, 1), "line": (1, 1), "lines": (2, 4), "page": (8, 12)}  # text lines on a page
 WORD_CHOICES = ("seen", "all")
@@ -58,8 +58,6 @@ class ReadingPageGenerator:
         return len(simpleSplit(" ".join(sentences), FONT[0], SIZE, WIDTH - 2 * MARGIN))
 
     def describe(self, index: int) -> Page:
-        from olmocr.synth.generator import page_name
-
         rng = random.Random(f"reading/{self.seed}/{self.level}/{self.words}/{index}")
         low, high = LEVELS[self.level]
         wanted = rng.randint(low, high)
