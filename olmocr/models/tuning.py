@@ -9,9 +9,17 @@ VISION_PREFIX = "model.visual."
 LANGUAGE_PREFIXES = ("model.language_model.", "lm_head.")
 
 
-def freeze(model: nn.Module, vision: bool = False, language: bool = False) -> None:
+def is_merger(name: str) -> bool:
+    """The vision tower's projection into the language model (Qwen2-VL's ``merger``, Qwen3-VL's deepstack
+    mergers too)."""
+    return name.startswith(VISION_PREFIX) and "merger" in name[len(VISION_PREFIX):]
+
+
+def freeze(model: nn.Module, vision: bool = False, language: bool = False, vision_tower: bool = False) -> None:
+    """``vision``: the whole vision tower; ``vision_tower``: all of it but its merger."""
     for name, param in model.named_parameters():
-        if (vision and name.startswith(VISION_PREFIX)) or (language and name.startswith(LANGUAGE_PREFIXES)):
+        if ((vision and name.startswith(VISION_PREFIX)) or (language and name.startswith(LANGUAGE_PREFIXES))
+                or (vision_tower and name.startswith(VISION_PREFIX) and not is_merger(name))):
             param.requires_grad_(False)
 
 
@@ -36,12 +44,12 @@ def trainable_summary(model: nn.Module) -> tuple[int, int]:
 
 
 def load_trainable(source, device="cpu", freeze_vision: bool = False, freeze_language: bool = False,
-                   lora: dict | None = None, checkpoint: str | None = None):
+                   lora: dict | None = None, checkpoint: str | None = None, freeze_vision_tower: bool = False):
     """Load ``source`` for training: full, partly frozen, or with LoRA adapters. ``checkpoint`` is a saved
     model directory (full weights, or an adapter over ``source``) to continue from."""
     if lora is None:
         model = source.load_model(device, path=checkpoint)
-        freeze(model, vision=freeze_vision, language=freeze_language)
+        freeze(model, vision=freeze_vision, language=freeze_language, vision_tower=freeze_vision_tower)
         return model
     model = source.load_model(device)
     if checkpoint is None:
