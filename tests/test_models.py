@@ -188,14 +188,3 @@ def test_the_reader_is_a_qwen25_vl_with_heads_of_32_sized_for_reading_pages(cach
     page = Image.new("RGB", (448, 55), "white")  # a one-line reading page at longest_side 448
     grid = source.load_processor().image_processor(images=[page], return_tensors="pt")["image_grid_thw"]
     assert grid.tolist() == [[1, 4, 32]]  # 14-pixel patches: 2 rows of 16 image tokens of 28 pixels
-
-
-def test_freezing_the_vision_tower_leaves_its_merger_and_the_language_model_training(family_model):
-    from olmocr.models.tuning import VISION_PREFIX, is_merger, load_trainable
-
-    model = load_trainable(family_model, freeze_vision_tower=True)
-    vision = {name: p.requires_grad for name, p in model.named_parameters() if name.startswith(VISION_PREFIX)}
-    merger = {name for name in vision if is_merger(name)}
-    assert merger and len(merger) < len(vision)
-    assert all(vision[name] == (name in merger) for name in vision)
-    assert all(p.requires_grad for name, p in model.named_parameters() if not name.startswith(VISION_PREFIX))

@@ -9,17 +9,9 @@ VISION_PREFIX = "model.visual."
 LANGUAGE_PREFIXES = ("model.language_model.", "lm_head.")
 
 
-def is_merger(name: str) -> bool:
-    """The vision tower's projection into the language model (Qwen2-VL's ``merger``, Qwen3-VL's deepstack
-    mergers too)."""
-    return name.startswith(VISION_PREFIX) and "merger" in name[len(VISION_PREFIX):]
-
-
-def freeze(model: nn.Module, vision: bool = False, language: bool = False, vision_tower: bool = False) -> None:
-    """``vision``: the whole vision tower; ``vision_tower``: all of it but its merger."""
+def freeze(model: nn.Module, vision: bool = False, language: bool = False) -> None:
     for name, param in model.named_parameters():
-        if ((vision and name.startswith(VISION_PREFIX)) or (language and name.startswith(LANGUAGE_PREFIXES))
-                or (vision_tower and name.startswith(VISION_PREFIX) and not is_merger(name))):
+        if (vision and name.startswith(VISION_PREFIX)) or (language and name.startswith(LANGUAGE_PREFIXES)):
             param.requires_grad_(False)
 
 
@@ -44,12 +36,12 @@ def trainable_summary(model: nn.Module) -> tuple[int, int]:
 
 
 def load_trainable(source, device="cpu", freeze_vision: bool = False, freeze_language: bool = False,
-                   lora: dict | None = None, checkpoint: str | None = None, freeze_vision_tower: bool = False):
+                   lora: dict | None = None, checkpoint: str | None = None):
     """Load ``source`` for training: full, partly frozen, or with LoRA adapters. ``checkpoint`` is a saved
     model directory (full weights, or an adapter over ``source``) to continue from."""
     if lora is None:
         model = source.load_model(device, path=checkpoint)
-        freeze(model, vision=freeze_vision, language=freeze_language, vision_tower=freeze_vision_tower)
+        freeze(model, vision=freeze_vision, language=freeze_language)
         return model
     model = source.load_model(device)
     if checkpoint is None:

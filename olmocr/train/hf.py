@@ -111,7 +111,7 @@ class HFRecipe(Recipe):
 
         finetune = self.resolved["finetune"]
         model = load_trainable(self.source, "cpu", finetune["freeze_vision"], finetune["freeze_language"],
-                               finetune["lora"], self.resume_from, finetune["freeze_vision_tower"])
+                               finetune["lora"], self.resume_from)
         # trl loads its reference model (GRPO's KL, DPO's) from this path: the starting model, also when resuming.
         model.config._name_or_path = self.source.path
         return model

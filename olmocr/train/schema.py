@@ -89,9 +89,6 @@ class FinetuneConfig:
 
     freeze_vision: bool = False
     freeze_language: bool = False
-    # the vision tower but not its merger: a model built here from random weights reads through a fixed
-    # random tower, where a trained one's features collapse before the language model learns to use them
-    freeze_vision_tower: bool = False
     lora: LoraConfig | None = None
 
 

@@ -40,8 +40,7 @@ class SFT(Recipe):
 
         finetune = self.resolved["finetune"]
         model = load_trainable(self.source, self.dist.device, finetune["freeze_vision"], finetune["freeze_language"],
-                               finetune["lora"], os.path.join(self.resume_from, "model") if self.resume_from else None,
-                               finetune["freeze_vision_tower"])
+                               finetune["lora"], os.path.join(self.resume_from, "model") if self.resume_from else None)
         if self.settings.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if finetune["lora"] is not None:
