@@ -1,4 +1,5 @@
 import filecmp
+import random
 import os
 
 import pytest
@@ -333,3 +334,15 @@ def test_held_out_reading_pages_have_words_training_pages_never_have(tmp_path):
         generate(str(tmp_path), 2, reading="page")
     with pytest.raises(ValueError, match="reading: expected one of word, line, lines, page, got 'book'"):
         generate(str(tmp_path / "other"), 2, reading="book")
+
+
+def test_a_reading_word_is_not_found_in_another_word():
+    """Present tests of one short word allow no difference: 'Are.' with two would pass on 'Reported.'."""
+    from olmocr.synth.reading import ReadingPageGenerator
+
+    gen = ReadingPageGenerator(0, "word")
+    for index in range(40):
+        page = gen.describe(index)
+        (present,) = [t for t in gen.tests(page, random.Random(0)) if t.type == "present"]
+        assert present.max_diffs == min(2, len(present.text) // 10)
+        assert not present.run("Reported.")[0] or present.text == "Reported."

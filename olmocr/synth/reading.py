@@ -83,13 +83,14 @@ class ReadingPageGenerator:
                     (WIDTH, height), FONT, SIZE, 0, margin=MARGIN)
 
     def tests(self, page: Page, rng: random.Random) -> list:
-        """Every sentence present (two differences allowed), the first before the last, and a baseline."""
+        """Every sentence present (a difference per ten characters allowed, at most two: a word of four letters
+        with two would pass on half of it), the first before the last, and a baseline."""
         pdf = f"{page.name}.pdf"
         out: list = []
         sentences = [s for block in page.blocks for s in block.sentences]
         for sentence in sentences:
             out.append(PresentTest(pdf=pdf, page=1, id=f"{page.name}_present_{len(out):02d}", text=sentence,
-                                   max_diffs=2))
+                                   max_diffs=min(2, len(sentence) // 10)))
         if len(sentences) >= 2 and sentences[0] != sentences[-1]:
             out.append(OrderTest(pdf=pdf, page=1, id=f"{page.name}_order_{len(out):02d}", before=sentences[0],
                                  after=sentences[-1], max_diffs=1))
