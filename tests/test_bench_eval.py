@@ -102,6 +102,19 @@ def test_the_report_shows_the_first_eval_to_reach_the_best_score(tmp_path, caplo
     assert "report of step 4 (overall 100.0%)" in caplog.text and os.path.getsize(path) > 1000
 
 
+def test_an_unparsed_answer_is_the_models_own_without_the_fallback_and_a_text_layer_with_it(tmp_path):
+    """eval/bench/answered: with fallback off the candidate is what the model wrote (answered when it has
+    text); with it on, an unparsed answer's candidate is the text layer (not answered)."""
+    root = bench_folder(tmp_path / "bench", {"tables": 2})
+    for fallback, answered in (("false", 0.5), ("true", 0.0)):
+        evaluator = bench_eval(root, tmp_path / fallback, fallback=fallback)
+        results = [{"pdf": pdf, "page": page, "text": text, "parsed": False, "outcome": "no front matter",
+                    "output_tokens": 3} for (pdf, page), text in zip(evaluator.pages, ["Page 0", ""])]
+        metrics = evaluator.write_and_score(2, results, 1.0)
+        assert metrics["eval/bench/answered"] == answered, fallback
+        assert "eval/bench/cer" not in metrics  # no .md beside these PDFs: no truth, no error rate
+
+
 def test_pages_that_cannot_be_read_at_an_eval_are_scored_listed_and_said(tmp_path, caplog):
     """A storage brownout mid-run (or a PDF damaged since the start): the eval goes on, the page counts as its
     text layer, pages.jsonl says why, and one warning names how many."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
-from olmocr.bench.score import TestResult, read_outputs, verdict
+from olmocr.bench.score import TestResult, describe_makeup, read_outputs, verdict
 from olmocr.formats.html import bars_svg, document, esc, image_data_url, markdown_html
 
 log = logging.getLogger("olmocr.bench")
@@ -94,8 +94,6 @@ def write_html(path: str, bench_dir: str, runs: list[tuple[str, dict, list[TestR
     """``runs``: one or two (candidates folder, summary, results). Pages with failing (or flipped) tests
     come first; at most ``max_pages`` pages are shown. ``notice``: a line shown first (a comparison that
     compares no model)."""
-    from olmocr.bench.score import describe_makeup
-
     from tqdm import tqdm
 
     names = [c for c, _, _ in runs]

@@ -21,6 +21,7 @@ error rate against it: Levenshtein distance over the truth's length, both normal
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from collections import Counter
@@ -105,8 +106,6 @@ _LETTER = re.compile(r"[^\W_]")
 def record_answers(candidates: str, rows: Iterable[tuple[str, bool]]) -> None:
     """Note in ``<candidates>/answers.jsonl`` whether the model answered each output file (False: the text
     is a fallback, the text layer or nothing, not the model's reading); a file noted again counts last."""
-    import json
-
     os.makedirs(candidates, exist_ok=True)
     with open(os.path.join(candidates, ANSWERS), "a", encoding="utf-8") as fh:
         fh.writelines(json.dumps({"file": os.path.relpath(path, candidates).replace(os.sep, "/"),
@@ -116,8 +115,6 @@ def record_answers(candidates: str, rows: Iterable[tuple[str, bool]]) -> None:
 def read_fallbacks(candidates: str) -> set[str]:
     """Output files (paths in the folder) recorded as not the model's answer; lines that do not parse are
     left out (a line cut short by a kill)."""
-    import json
-
     noted: dict[str, bool] = {}
     try:
         with open(os.path.join(candidates, ANSWERS), encoding="utf-8", errors="replace") as fh:
@@ -151,8 +148,6 @@ def char_error_rate(text: str, truth: str) -> float:
 class PageOutputs:
     """What a page's outputs are: how many of its repeats the model answered, fell back or were empty, and
     their mean character error rate against the page's truth (None without one)."""
-    pdf: str
-    page: int
     outputs: int
     answered: int
     fallback: int
@@ -208,8 +203,7 @@ class TestResult:
         return self.passed / self.repeats if self.repeats else 0.0
 
 
-def page_outputs(texts: list[tuple[str, str]], candidates: str, pdf: str, page: int, fallbacks: set[str],
-                 truth: str | None) -> PageOutputs:
+def page_outputs(texts: list[tuple[str, str]], candidates: str, fallbacks: set[str], truth: str | None) -> PageOutputs:
     fell_back = empty = 0
     for path, text in texts:
         if os.path.relpath(path, candidates).replace(os.sep, "/") in fallbacks:
@@ -220,7 +214,7 @@ def page_outputs(texts: list[tuple[str, str]], candidates: str, pdf: str, page: 
     if truth is not None:
         rates = [char_error_rate(text, truth) for _, text in texts] or [1.0]  # no output: nothing read
         cer = float(np.mean(rates))
-    return PageOutputs(pdf, page, len(texts), len(texts) - fell_back - empty, fell_back, empty, cer)
+    return PageOutputs(len(texts), len(texts) - fell_back - empty, fell_back, empty, cer)
 
 
 def _read_truth(path: str | None) -> str | None:
@@ -236,7 +230,7 @@ def _read_truth(path: str | None) -> str | None:
 def _score_page(job: tuple) -> list[TestResult]:
     tests, candidates, pdf, page, scoring, fallbacks, truth = job
     texts, unreadable = read_outputs(candidates, pdf, page)
-    outputs = page_outputs(texts, candidates, pdf, page, fallbacks, _read_truth(truth))
+    outputs = page_outputs(texts, candidates, fallbacks, _read_truth(truth))
     missing = f"no {'readable ' if unreadable else ''}candidate output ({candidate_stem(candidates, pdf, page)}_repeat1.md)"
     results = []
     for category, test in tests:
@@ -339,10 +333,11 @@ def describe_makeup(m: dict) -> str:
 
 
 def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: str = "majority",
-              samples: int = 1000, confidence: float = 0.95, seed: int = 0, scoring: str = "strict") -> dict:
+              samples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
     """Per-category rates (tests scored by ``repeat_rule``), overall = their mean with a bootstrap
     interval, ``overall_score`` = mean repeat average over all tests, per-type mean repeat averages;
-    every rate with its own bootstrap interval (``low``, ``high``)."""
+    every rate with its own bootstrap interval (``low``, ``high``); the scoring the results were judged by
+    and what the outputs are (:func:`makeup`)."""
     check_options(group_by, repeat_rule)
     if not results:
         raise ValueError("no tests to score")

@@ -184,6 +184,7 @@ class PageGenerator:
 
 SETTINGS_FILE = "synth_settings.json"  # what out_dir's pages were made with, and which pages finished runs wrote
 PARTIAL = ".partial"
+READING_KEYS = ("reading", "reading_words")
 
 
 def make_generator(seed: int, settings: dict):
@@ -213,11 +214,10 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
         raise ValueError(f"first_index: must be 0 or more, got {first_index}")
     if reading:  # reading pages (olmocr.synth.reading): the weights do not apply
         settings = {"layout_weights": {}, "language_weights": {}, "reading": reading, "reading_words": reading_words}
+        gen = make_generator(seed, settings)
     else:
-        weights = PageGenerator(seed, layout_weights, language_weights)
-        settings = {"layout_weights": _floats(weights.layout_weights),
-                    "language_weights": _floats(weights.language_weights)}
-    gen = make_generator(seed, settings)
+        gen = PageGenerator(seed, layout_weights, language_weights)
+        settings = {"layout_weights": _floats(gen.layout_weights), "language_weights": _floats(gen.language_weights)}
     pdf_dir = os.path.join(out_dir, "pdfs")
     os.makedirs(pdf_dir, exist_ok=True)
     with run_dir_held(out_dir, advice="give this one another out_dir"):
@@ -263,7 +263,8 @@ def _made_before(out_dir: str, settings: dict) -> tuple[bool, list[list[int]]]:
     try:
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
-        made_with = {key: record.get(key) for key in settings}
+        # Records of layout pages (and those written before reading pages existed) have no reading keys.
+        made_with = {key: record.get(key) if key in READING_KEYS else record[key] for key in settings}
         ranges = [[int(seed), int(first), int(count)] for seed, first, count in record["pages"]]
     except FileNotFoundError:
         # Recorded before the first page, so a run killed before it finishes is resumed.
