@@ -232,7 +232,7 @@ def one_instruction_template(model: str, scratch: str) -> str:
     (ours, v4): olmocr 0.4.27 words its instruction differently, and the tiny model only learnt to answer
     ours. Both pipelines' pages then cost the engine the same tokens."""
     sys.path.insert(0, ROOT)
-    from olmocr.data.prompts import build_prompt
+    from olmocr.formats.prompts import build_prompt
 
     template = open(os.path.join(model, "chat_template.jinja")).read()
     instruction = "{% raw %}" + build_prompt("v4", "") + "{% endraw %}"

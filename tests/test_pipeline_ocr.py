@@ -65,7 +65,7 @@ def test_failed_attempts_retry_at_the_temperature_schedule(tmp_path):
     assert (result.text, result.fallback, result.meta.primary_language) == ("The page, read.", False, "en")
     assert (result.input_tokens, result.output_tokens) == (300, 30)  # every answered attempt is paid for
     # Every attempt sends the same page, rendered and prompted by the inference steps.
-    from olmocr.data.prompts import PROMPT_V4
+    from olmocr.formats.prompts import PROMPT_V4
 
     assert {r.text for r in server.requests} == {PROMPT_V4}
     assert len({pixels_key(r.image) for r in server.requests}) == 1 and max(server.requests[0].image.size) in (SIDE, SIDE + 1)

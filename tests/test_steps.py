@@ -13,7 +13,7 @@ from conftest import SAMPLE, v4_steps, write_encrypted_pdf, write_pdf
 
 from olmocr.config import compose
 from olmocr.data.pipeline import build_pipeline
-from olmocr.data.prompts import PROMPT_V4
+from olmocr.formats.prompts import PROMPT_V4
 from olmocr.data.steps import (
     IGNORE_INDEX,
     AnchorText,

@@ -144,7 +144,7 @@ def grpo_server_layout_generates_on_pages_as_the_trainer_sees_them(trl_server, t
     weight sync is NCCL's and needs CUDA: GRPO refuses the layout without it (test_grpo), and so does trl."""
     import torch
 
-    from olmocr.data.prompts import build_prompt
+    from olmocr.formats.prompts import build_prompt
     from olmocr.data.steps import RenderPage
     from olmocr.train.grpo import trainer_class
 

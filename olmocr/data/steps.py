@@ -15,7 +15,7 @@ from typing import Annotated
 
 from olmocr.config import OneOf, Range, runtime
 from olmocr.data import text_rules
-from olmocr.data.prompts import PROMPT_VERSIONS, build_prompt
+from olmocr.formats.prompts import PROMPT_VERSIONS, build_prompt
 from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
 from olmocr.formats.image import ImageError, render_image
 from olmocr.formats.pdf import PdfError, anchor_text, pdf_info, pdf_page_size

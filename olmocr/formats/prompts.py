@@ -1,7 +1,8 @@
 """Instructions given to the model with a page image.
 
-``v4`` is the production prompt (no anchor text): inference must use the same wording, and the
-pipeline and GRPO stages import it from here. ``v1`` is the older anchored prompt, which also gives
+``v4`` is the production prompt (no anchor text): inference must use the same wording, and the data
+steps, the pipeline and GRPO import it from here (the lowest layer, so the locally built models' tokenizers
+can learn from it too). ``v1`` is the older anchored prompt, which also gives
 the page's own text layer between RAW_TEXT_START and RAW_TEXT_END.
 """
 
