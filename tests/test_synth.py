@@ -290,10 +290,14 @@ def test_the_check_parses_every_page_and_test_and_renders_a_spread_sample(tmp_pa
         stage.check_output(tests, names, "synth.jsonl")
 
 
-@pytest.mark.parametrize("level, lines", [("word", (1, 1)), ("line", (1, 1)), ("lines", (2, 4)), ("page", (8, 12))])
-def test_reading_pages_hold_their_level_of_lines_at_one_line_per_token_row(tmp_path, level, lines):
-    """Reading pages (olmocr.synth.reading): the level's number of lines, 448 pixels wide at longest_side 448
-    with one text line per 28-pixel row, text in the PDF as in the truth, and tests the truth passes."""
+@pytest.mark.parametrize("level, rows", [("word", (1, 1)), ("line", (1, 1)), ("lines", (2, 4)), ("page", (8, 12))])
+def test_reading_pages_put_each_line_in_a_token_row_and_each_character_in_a_patch(tmp_path, level, rows):
+    """Reading pages (olmocr.synth.reading): the level's number of rows, 448 pixels wide at longest_side 448,
+    each text line in one 28-pixel row and each character in one 14-pixel column, drawn alike wherever it stands
+    between the same neighbours (a glyph may reach a little into the next cell); text in the
+    PDF as in the truth, and tests the truth passes."""
+    import numpy as np
+
     from olmocr.formats.pdf import text_layer
     from olmocr.synth.reading import UNSEEN
 
@@ -305,14 +309,25 @@ def test_reading_pages_hold_their_level_of_lines_at_one_line_per_token_row(tmp_p
         _, truth = parse_document((stem.with_suffix(".md")).read_text())
         drawn = text_layer(str(stem.with_suffix(".pdf")), 1).split("\n")
         drawn = [line for line in drawn if line.strip()]
-        assert lines[0] <= len(drawn) <= lines[1], drawn
+        gaps = truth.strip().count("\n\n")  # a blank row between paragraphs
+        assert rows[0] <= len(drawn) + gaps <= rows[1], drawn
         assert " ".join(" ".join(drawn).split()) == " ".join(truth.split())
         if level == "word":
             assert len(truth.split()) == 1
         assert not {w.strip(".").lower() for w in truth.split()} & UNSEEN  # words=seen: no held-out word
         image = render_page(str(stem.with_suffix(".pdf")), 1, 448)
-        gaps = truth.strip().count("\n\n")  # between paragraphs, 16 pixels
-        assert image.size[0] == 448 and 0 <= image.size[1] - 27 * len(drawn) - 16 * gaps <= 28  # a token row a line
+        assert image.size == (448, 28 * (len(drawn) + gaps + 2))  # a row above the text and one below
+        pixels = np.asarray(image.convert("L")).astype(int)
+        ink_rows = {int(y) // 28 for y in np.nonzero(pixels.min(axis=1) < 200)[0]}
+        cells: dict[str, list] = {}
+        # Rows with ink: exactly the text lines' rows (paragraph gaps are blank rows).
+        assert len(ink_rows) == len(drawn) and min(ink_rows) == 1 and max(ink_rows) == len(drawn) + gaps
+        for line, row in zip(drawn, sorted(ink_rows)):
+            padded = f" {line} "
+            for i in range(len(line)):
+                cells.setdefault(padded[i:i + 3], []).append(pixels[28 * row:28 * row + 28, 14 + 14 * i:28 + 14 * i])
+        # Alike to a few anti-aliased pixels at a glyph's edge (half a column off: ~50 apart)
+        assert max(np.abs(cell - same[0]).mean() for same in cells.values() for cell in same) < 16
         for test in (t for t in tests if t.pdf == stem.name + ".pdf"):
             assert test.run(truth)[0], test.id
             if level != "word" and test.type != "baseline":
@@ -334,6 +349,19 @@ def test_held_out_reading_pages_have_words_training_pages_never_have(tmp_path):
         generate(str(tmp_path), 2, reading="page")
     with pytest.raises(ValueError, match="reading: expected one of word, line, lines, page, got 'book'"):
         generate(str(tmp_path / "other"), 2, reading="book")
+
+
+def test_reading_pages_of_random_letters_have_no_word_of_the_bank():
+    from olmocr.synth.reading import ReadingPageGenerator
+    from olmocr.synth.text import WORDS
+
+    bank = {w.lower() for words in WORDS.values() for w in words}
+    gen = ReadingPageGenerator(0, "line", "letters")
+    written = [w.strip(".").lower() for i in range(50) for b in gen.describe(i).blocks for s in b.sentences
+               for w in s.split()]
+    assert all(2 <= len(w) <= 6 and w.isalpha() for w in written)
+    assert sum(w in bank for w in written) < 0.05 * len(written)  # a two-letter string may be a word by chance
+    assert len(set(written)) > 0.9 * len(written)
 
 
 def test_a_reading_word_is_not_found_in_another_word():

@@ -102,6 +102,8 @@ class Page:
     body_size: float
     rotation: int  # clockwise display rotation of the PDF page
     margin: float = 54.0  # around the text, in PDF points (10 more above and below)
+    leading: float = 1.35  # a text line's advance, in body sizes
+    gap: float = 0.8  # the space after a block, in body sizes
 
 
 def page_name(seed: int, index: int) -> str:

@@ -22,12 +22,13 @@ class TextLine:
     text: str
     font: str
     size: float
+    leading: float = 1.35  # in sizes
 
     def needs(self) -> float:  # the space it must find in a column
-        return self.size * 1.35
+        return self.size * self.leading
 
     def advance(self) -> float:  # how far down the next piece starts
-        return self.size * 1.35
+        return self.size * self.leading
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,12 @@ def pieces(block: Block, page: Page, width: float) -> list[Piece]:
     size = page.body_size
     if isinstance(block, Heading):
         size += 8 if block.level == 1 else 3
-        return [TextLine(line, bold, size) for line in simpleSplit(block.text, bold, size, width)]
+        return [TextLine(line, bold, size, page.leading) for line in simpleSplit(block.text, bold, size, width)]
     if isinstance(block, Paragraph):
-        return [TextLine(line, regular, size) for line in simpleSplit(block.markdown, regular, size, width)]
+        return [TextLine(line, regular, size, page.leading)
+                for line in simpleSplit(block.markdown, regular, size, width)]
     if isinstance(block, Bullets):
-        return [TextLine(("• " if i == 0 else "   ") + line, regular, size)
+        return [TextLine(("• " if i == 0 else "   ") + line, regular, size, page.leading)
                 for item in block.items for i, line in enumerate(simpleSplit(item, regular, size, width - 14))]
     if isinstance(block, Equation):
         return [EquationLine(block.shown, size + 1)]
@@ -124,7 +126,7 @@ def place(page: Page) -> list[Placed]:
                 x, y = margin + column * (column_width + GUTTER), top
             placed.append(Placed(index, piece, x, y, column_width))
             y -= piece.advance()
-        y -= page.body_size * 0.8
+        y -= page.body_size * page.gap
     if y < min(20, bottom - page.body_size):  # the gap after the last block may reach into the bottom margin
         raise RuntimeError(f"{page.name}: content overflowed the page")
     return placed

@@ -1,22 +1,27 @@
-"""Reading pages: plain English text a small model can learn to read on CPU, in three levels of a curriculum.
+"""Reading pages: plain English text a small model can learn to read on CPU, in levels of a curriculum.
 
-A level is a number of text lines: ``line`` (one sentence on one line), ``lines`` (a paragraph of two to
-four lines) and ``page`` (paragraphs filling eight to twelve lines). Every page is 448 points wide, drawn in
-Helvetica at 20 points with lines 27 points apart, so rendered at a longest side of 448 pixels (one pixel a
-point) a text line is about one 28-pixel row of a Qwen2-VL family model's image tokens: the size the
-reader model (``model=reader``) is built for. The truth, front matter and tests are written as for every
-synthetic page (:mod:`olmocr.synth.generator`), so training and inference read these pages through the
-production prompt and data steps.
+A level is a number of text rows: ``word`` and ``line`` (one sentence on one line, of one word or three to
+seven), ``lines`` (a paragraph of two to four lines) and ``page`` (paragraphs filling eight to twelve rows, a
+blank row between two). The text sits on the grid of a Qwen2-VL family model's image tokens: rendered at a
+longest side of 448 pixels (one pixel a point), a page is 448 wide and a whole number of 28-pixel rows high,
+each text line fills one row, and Courier at 70/3 points advances 14 pixels a character, one patch, from a
+left margin of one patch. Every image token is then two characters of one line, drawn alike wherever they
+stand (between the same neighbours, to a few pixels of anti-aliasing): a small vision tower, even one left at
+its random weights, sees the same pixels for the same letters. The truth, front matter and tests are written
+as for every synthetic page (:mod:`olmocr.synth.generator`), so training and inference read these pages
+through the production prompt and data steps.
 
-Reading is told apart from guessing by the words. ``words=seen`` draws from the English word bank less
-every eighth word (:data:`UNSEEN`); ``words=all`` draws from the whole bank. Train on ``seen`` pages and
-hold out ``all`` pages of another seed: held-out pages then have word orders training never saw (random
-sentences do not repeat) and about one word in eight that no training page had.
+Reading is told apart from guessing by the words. ``words=seen`` draws from the English word bank less every
+eighth word (:data:`UNSEEN`); ``words=all`` draws from the whole bank. Train on ``seen`` pages and hold out
+``all`` pages of another seed: held-out pages then have word orders training never saw (random sentences do
+not repeat) and about one word in eight that no training page had. ``words=letters`` writes words of two to
+six random letters, which no language model can guess: only a model that reads does better than chance.
 """
 
 from __future__ import annotations
 
 import random
+import string
 
 from reportlab.lib.utils import simpleSplit
 
@@ -25,14 +30,15 @@ from olmocr.formats.frontmatter import PageMeta
 from olmocr.synth import text as words
 from olmocr.synth.blocks import Page, Paragraph, page_name
 
-LEVELS = {"word": (1, 1), "line": (1, 1), "lines": (2, 4), "page": (8, 12)}  # text lines on a page
-WORD_CHOICES = ("seen", "all")
-WIDTH = 448.0
-MARGIN = 4.0  # plus the 10 points the layout adds above and below
-FONT = ("Helvetica", "Helvetica-Bold")
-SIZE = 20.0
-ADVANCE = SIZE * 1.35  # the layout's line advance
+LEVELS = {"word": (1, 1), "line": (1, 1), "lines": (2, 4), "page": (8, 12)}  # text rows on a page
+WORD_CHOICES = ("seen", "all", "letters")
+ROW, CELL = 28.0, 14.0  # an image token's height and a patch's width, in pixels = points at 448 pixels
+WIDTH = 16 * ROW
+FONT = ("Courier", "Courier-Bold")
+SIZE = CELL / 0.6  # Courier advances 0.6 of its size
+MARGIN = CELL  # the layout adds 10 more above and below: the first line's glyphs sit inside the second row
 SENTENCE_WORDS = (3, 7)
+LETTERS = (2, 6)  # in a word of random letters
 
 _BANK = sorted(set(words.WORDS["en"]))
 UNSEEN = frozenset(_BANK[3::8])  # never on a words=seen page
@@ -49,13 +55,22 @@ class ReadingPageGenerator:
         self.seed, self.level, self.words = seed, level, words
         self.bank = [w for w in _BANK if w not in UNSEEN] if words == "seen" else list(_BANK)
 
+    def word(self, rng: random.Random) -> str:
+        if self.words == "letters":
+            return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(*LETTERS)))
+        return rng.choice(self.bank)
+
     def sentence(self, rng: random.Random) -> str:
-        picked = [rng.choice(self.bank) for _ in range(1 if self.level == "word" else rng.randint(*SENTENCE_WORDS))]
+        picked = [self.word(rng) for _ in range(1 if self.level == "word" else rng.randint(*SENTENCE_WORDS))]
         picked[0] = picked[0][0].upper() + picked[0][1:]
         return " ".join(picked) + "."
 
     def lines_of(self, sentences: list[str]) -> int:
         return len(simpleSplit(" ".join(sentences), FONT[0], SIZE, WIDTH - 2 * MARGIN))
+
+    def rows_of(self, paragraphs: list[list[str]]) -> int:
+        filled = [p for p in paragraphs if p]
+        return sum(self.lines_of(p) for p in filled) + len(filled) - 1
 
     def describe(self, index: int) -> Page:
         rng = random.Random(f"reading/{self.seed}/{self.level}/{self.words}/{index}")
@@ -66,7 +81,7 @@ class ReadingPageGenerator:
         while misses < 20:  # a sentence that would overflow is drawn again, a few times, then the page ends
             sentence = self.sentence(rng)
             trial = paragraphs[:-1] + [paragraphs[-1] + [sentence]]
-            if sum(self.lines_of(p) for p in trial) > wanted:
+            if self.rows_of(trial) > wanted:
                 misses += 1
                 continue
             paragraphs = trial
@@ -75,12 +90,11 @@ class ReadingPageGenerator:
             if wanted > 4 and self.lines_of(paragraphs[-1]) >= 3 and rng.random() < 0.5:
                 paragraphs.append([])  # a new paragraph on longer pages
         paragraphs = [p for p in paragraphs if p]
-        lines = sum(self.lines_of(p) for p in paragraphs)
-        blocks = [Paragraph(p) for p in paragraphs]
-        # Each block ends with a gap of 0.8 of the size; the layout leaves 10 points inside each margin.
-        height = 2 * (MARGIN + 10) + lines * ADVANCE + (len(blocks) - 1) * 0.8 * SIZE
-        return Page(page_name(self.seed, index), PageMeta(primary_language="en"), blocks, None, None, 1,
-                    (WIDTH, height), FONT, SIZE, 0, margin=MARGIN)
+        # A row above the text and one below it (the layout's margins), a blank row after each paragraph.
+        height = ROW * (self.rows_of(paragraphs) + 2)
+        return Page(page_name(self.seed, index), PageMeta(primary_language="en"), [Paragraph(p) for p in paragraphs],
+                    None, None, 1, (WIDTH, height), FONT, SIZE, 0, margin=MARGIN, leading=ROW / SIZE,
+                    gap=ROW / SIZE)
 
     def tests(self, page: Page, rng: random.Random) -> list:
         """Every sentence present (a difference per ten characters allowed, at most two: a word of four letters

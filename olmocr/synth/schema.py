@@ -20,7 +20,7 @@ class SynthConfig(StageConfig):
     # Reading pages instead (olmocr.synth.reading): plain text a small model learns to read, by level of a
     # curriculum (line, lines, page); the weights above do not apply
     reading: Annotated[str | None, OneOf("word", "line", "lines", "page")] = None  # null: the layouts above
-    reading_words: Annotated[str, OneOf("seen", "all")] = "all"  # seen: never the held-out words (to train on)
+    reading_words: Annotated[str, OneOf("seen", "all", "letters")] = "all"  # seen: never the held-out words (to train on); letters: random strings
 
 
 store("synth_schema", SynthConfig)
