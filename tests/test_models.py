@@ -173,11 +173,14 @@ def test_a_hub_id_the_hub_cannot_serve_fails_at_once_or_loads_from_the_cache(tmp
 
 def test_the_reader_is_a_qwen25_vl_with_heads_of_32_sized_for_reading_pages(cache_dir):
     """model=reader: the 7B's family, heads of 32 in the language model and the vision tower (vLLM's CPU
-    attention takes no smaller), and a reading page's line one row of image tokens."""
+    attention takes no smaller), a reading page's line one row of image tokens, a RoPE whose image columns
+    the language model can tell apart, and a tokenizer that spells the words it reads."""
     from PIL import Image
     from transformers import AutoConfig
 
     from olmocr.config import build, compose
+    from olmocr.formats.prompts import build_prompt
+    from olmocr.synth.text import WORDS
 
     source = build(compose("train", ["model=reader", f"paths.cache={cache_dir}"]).model)
     config = AutoConfig.from_pretrained(source.path)
@@ -185,6 +188,18 @@ def test_the_reader_is_a_qwen25_vl_with_heads_of_32_sized_for_reading_pages(cach
     text, vision = config.text_config, config.vision_config
     assert text.hidden_size // text.num_attention_heads == 32
     assert vision.hidden_size // vision.num_heads == 32
-    page = Image.new("RGB", (448, 55), "white")  # a one-line reading page at longest_side 448
-    grid = source.load_processor().image_processor(images=[page], return_tensors="pt")["image_grid_thw"]
-    assert grid.tolist() == [[1, 4, 32]]  # 14-pixel patches: 2 rows of 16 image tokens of 28 pixels
+    # The image column's share of a head's rotary frequencies are its lowest; at theta 20 neighbours differ by
+    # more than 0.05 radian (at 10000: under 0.004).
+    lowest = text.rope_parameters["rope_theta"] ** (-(text.hidden_size // text.num_attention_heads // 2 - 1) / 16)
+    assert lowest > 0.05
+    page = Image.new("RGB", (448, 84), "white")  # a one-line reading page at longest_side 448
+    processor = source.load_processor()
+    grid = processor.image_processor(images=[page], return_tensors="pt")["image_grid_thw"]
+    assert grid.tolist() == [[1, 6, 32]]  # 14-pixel patches: 3 rows of 16 image tokens of 28 pixels
+    tokenizer, tiny = processor.tokenizer, build(compose("train", [f"paths.cache={cache_dir}"]).model)
+    words = sorted(set(WORDS["en"]))
+    spelled = [len(tokenizer(" " + w)["input_ids"]) for w in words]
+    assert sum(spelled) / len(words) > 3  # letters and short pieces, where the tiny model's are mostly whole words
+    assert sum(len(tiny.load_processor().tokenizer(" " + w)["input_ids"]) for w in words) / len(words) < 2
+    # and the prompt, which it learnt its merges from, is shorter than in the tiny model's tokens
+    assert len(tokenizer(build_prompt("v4"))["input_ids"]) < 0.6 * len(tiny.load_processor().tokenizer(build_prompt("v4"))["input_ids"])

@@ -46,9 +46,12 @@ class TinyModel(ModelSource):
                  vision_depth: int = 2, vision_hidden_size: int = 64, vision_heads: int = 4,
                  vocab_size: int = 1024, seed: int = 0, cache_dir: str = "~/.cache/olmocr/models",
                  dtype: Dtype = "float32", attn_implementation: Attention = "sdpa",
-                 image_min_pixels: int | None = 56 * 56, image_max_pixels: int | None = 256 * 256):
+                 image_min_pixels: int | None = 56 * 56, image_max_pixels: int | None = 256 * 256,
+                 rope_theta: float = 10000.0, tokenizer: str = "words"):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
         head_dim = hidden_size // num_heads
+        if tokenizer not in TOKENIZERS:
+            raise ValueError(f"model.tokenizer: expected one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
         if hidden_size % num_heads or head_dim % 2:
             raise ValueError(f"model.hidden_size {hidden_size} must split into {num_heads} heads of even size")
         self.arch = {
@@ -59,6 +62,8 @@ class TinyModel(ModelSource):
             "image_min_pixels": image_min_pixels, "image_max_pixels": image_max_pixels,
             "builder": BUILDER_VERSION,
         }
+        if rope_theta != 10000.0 or tokenizer != "words":  # the tiny model's cache key as before these existed
+            self.arch.update(rope_theta=rope_theta, tokenizer=tokenizer)
         key = hashlib.sha256(json.dumps(self.arch, sort_keys=True).encode()).hexdigest()[:12]
         self.cache_path = os.path.join(os.path.expanduser(cache_dir), f"tiny-{family}-{key}")
 
@@ -75,11 +80,18 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, half * 3 // 8, half * 3 // 8]
 
 
-def train_tokenizer(vocab_size: int):
+TOKENIZERS = ("words", "letters")
+
+
+def train_tokenizer(vocab_size: int, corpus: str = "words"):
+    """``words``: byte-level BPE over the synthetic word banks and markup, a word of the banks mostly one token.
+    ``letters``: the same over the prompts and markup alone, so the text of a page is spelled in letters and
+    short pieces: what a model that learns to read writes one or two characters of the image at a time, and
+    a word it never saw is spelled from pieces it knows."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from olmocr.synth.text import corpus_lines
+    from olmocr.synth.text import corpus_lines, instruction_lines
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -88,7 +100,7 @@ def train_tokenizer(vocab_size: int):
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tok.train_from_iterator(corpus_lines(), trainer)
+    tok.train_from_iterator(corpus_lines() if corpus == "words" else instruction_lines(), trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:], chat_template=CHAT_TEMPLATE,
@@ -125,7 +137,7 @@ def build_config(arch: dict, family, tokenizer):
         "intermediate_size": arch["intermediate_size"], "num_hidden_layers": arch["num_layers"],
         "num_attention_heads": arch["num_heads"], "num_key_value_heads": arch["num_kv_heads"],
         "max_position_embeddings": 32768, "tie_word_embeddings": False,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+        "rope_parameters": {"rope_type": "default", "rope_theta": arch.get("rope_theta", 10000.0),
                             "mrope_section": _mrope_section(head_dim)},
         "bos_token_id": None, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id,
     }
@@ -162,7 +174,7 @@ def build_tiny(arch: dict, family, destination: str) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(os.path.join(destination, "config.json")):
             return
-        tokenizer = train_tokenizer(arch["vocab_size"])
+        tokenizer = train_tokenizer(arch["vocab_size"], arch.get("tokenizer", "words"))
         processor = build_processor(arch, family, tokenizer)
         config = build_config(arch, family, tokenizer)
         torch.manual_seed(arch["seed"])

@@ -57,19 +57,29 @@ def title(rng: random.Random, lang: str = "en", words: tuple[int, int] = (2, 6))
     return " ".join(w[0].upper() + w[1:] for w in picked)
 
 
+MARKUP = [
+    "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
+    "is_table: False\nis_diagram: False\n---\n",
+    "<table><thead><tr><th>Name</th><th>Value</th></tr></thead><tbody><tr><td>a</td><td>1.5</td></tr>"
+    "<tr><td rowspan=\"2\" colspan=\"2\">b</td></tr></tbody></table>",
+    "# Heading\n## Section 2.1\n**bold** *italic* - item 1\n- item 2\n1. first\n",
+    "\\[ E = mc^{2} \\] \\( \\frac{a}{b} + \\sqrt{x} \\) \\alpha \\beta \\gamma \\sum_{i=1}^{n} x_i \\int_0^1 f(x)\\,dx",
+    "![Figure 1: chart](page_72_100_300_200.png) 0123456789 %$&@#()[]{}<>=+-*/\\|_^~'\",.;:!?",
+    "RAW_TEXT_START RAW_TEXT_END Page dimensions: 612.0x792.0 [72x700]",
+]
+
+
 def corpus_lines() -> list[str]:
     """Text the tiny tokenizer is trained on: every word bank, markup and LaTeX the targets use."""
     rng = random.Random(0)
     lines = [" ".join(words) for words in WORDS.values()]
     lines += [paragraph(rng, lang) for lang in LANGUAGES for _ in range(40)]
-    lines += [
-        "---\nprimary_language: en\nis_rotation_valid: True\nrotation_correction: 0\n"
-        "is_table: False\nis_diagram: False\n---\n",
-        "<table><thead><tr><th>Name</th><th>Value</th></tr></thead><tbody><tr><td>a</td><td>1.5</td></tr>"
-        "<tr><td rowspan=\"2\" colspan=\"2\">b</td></tr></tbody></table>",
-        "# Heading\n## Section 2.1\n**bold** *italic* - item 1\n- item 2\n1. first\n",
-        "\\[ E = mc^{2} \\] \\( \\frac{a}{b} + \\sqrt{x} \\) \\alpha \\beta \\gamma \\sum_{i=1}^{n} x_i \\int_0^1 f(x)\\,dx",
-        "![Figure 1: chart](page_72_100_300_200.png) 0123456789 %$&@#()[]{}<>=+-*/\\|_^~'\",.;:!?",
-        "RAW_TEXT_START RAW_TEXT_END Page dimensions: 612.0x792.0 [72x700]",
-    ]
-    return lines
+    return lines + MARKUP
+
+
+def instruction_lines() -> list[str]:
+    """What a model is told and the markup it writes, without a word of the banks: the prompts, front matter,
+    markup and LaTeX. A tokenizer trained on these spells page text in letters and short pieces."""
+    from olmocr.formats.prompts import PROMPT_VERSIONS, build_prompt
+
+    return [build_prompt(version, "") for version in PROMPT_VERSIONS] + MARKUP
