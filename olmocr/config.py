@@ -274,6 +274,8 @@ class PathsConfig:
     olmocr_mix_0225: str = "${paths.datasets}/olmOCR-mix-0225"
     olmocr_bench: str = "${oc.env:OLMOCR_BENCH_DIR,${paths.datasets}/olmOCR-bench}"
     synthmix: str = "${oc.env:OLMOCR_SYNTHMIX_DIR,${paths.datasets}/olmOCR-synthmix-1025}"
+    # Reading pages (python -m olmocr.synth reading=…; scripts/reader.sh makes them): train/ and heldout/.
+    reading: str = "${oc.env:OLMOCR_READING_DIR,outputs/reading}"
     # Where a pipeline run without workspace= converts the bundled eval PDFs; stats, export and the viewer
     # read it by default.
     sample_workspace: str = "outputs/pipeline/sample"

@@ -1,6 +1,7 @@
 """Benchmark scripts run end to end (with small sizes), so they do not rot between measurements: as commands forked
 from the warm interpreter (tests/warm_python.py), or in this process."""
 
+import json
 import os
 import re
 import runpy
@@ -131,3 +132,20 @@ def test_bench_eval_cost_runs(monkeypatch, capsys):
     lowest = 100 * (1 - (without + 0.005) / (with_eval - 0.005)) - 0.05
     highest = 100 * (1 - (without - 0.005) / (with_eval + 0.005)) + 0.05
     assert lowest <= share <= highest, out
+
+
+@pytest.mark.slow
+def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
+    """The reading benchmark's chain at toy sizes: pages, the untrained reader through the pipeline, SFT and its blind
+    control, each scored here on what it wrote itself (the figures mean nothing at 5 steps; the chain must run)."""
+    out = in_process("learning_to_read.py", ["--out", str(tmp_path), "--steps", "5", "--train-pages", "24",
+                                             "--heldout-pages", "3", "--rows", "untrained", "sft", "blind"],
+                     monkeypatch, capsys)
+    rows = dict(re.findall(r"^(untrained|sft|blind) +(\d+\.\d)% +\d+\.\d% +\d+/3 +\d\.\d{3} +\d+$", out, re.M))
+    assert set(rows) == {"untrained", "sft", "blind"}, out
+    assert re.search(r"^sft: step, held-out loss, strict present pass rate at each eval\n +1 +\d\.\d{4} +\d+\.\d%$", out,
+                     re.M), out
+    assert re.search(r"^SFT - blind control: [+-]\d+\.\d points of strict present-test pass rate$", out, re.M), out
+    assert re.search(r"^  (met   |missed) SFT - blind >= 20: [+-]\d+\.\d$", out, re.M), out
+    scores = json.load(open(tmp_path / "learning_to_read.json"))
+    assert set(scores["scores"]) == {"untrained", "sft", "blind"} and scores["seconds"]["sft"] > 0
