@@ -194,6 +194,10 @@ def report(f: Factory, candidates: dict[str, str]) -> None:
         seconds = f.times.get(stage_of.get(row, row))
         print(f"{row:<24}{100 * s['present']:>8.1f}%{100 * s['tests']:>10.1f}%{s['answered']:>5}/{s['pages']:<4}"
               f"{s['cer']:>7.3f}{'' if seconds is None else f'{seconds:9.0f}'}")
+    types = sorted({t for s in table.values() for t in s["by_type"]})
+    print("\nstrict pass rate by test type: " + ", ".join(types))
+    for row, s in table.items():
+        print(f"{row:<24}" + "".join(f"{100 * s['by_type'].get(t, 0.0):>9.1f}%" for t in types))
     for row in ("sft", "blind"):
         if row in table:
             print(f"\n{row}: step, held-out loss, strict present pass rate at each eval")

@@ -143,6 +143,7 @@ def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
                      monkeypatch, capsys)
     rows = dict(re.findall(r"^(untrained|sft|blind) +(\d+\.\d)% +\d+\.\d% +\d+/3 +\d\.\d{3} +\d+$", out, re.M))
     assert set(rows) == {"untrained", "sft", "blind"}, out
+    assert re.search(r"^strict pass rate by test type: baseline, present\nuntrained +\d+\.\d% +\d+\.\d%$", out, re.M), out
     assert re.search(r"^sft: step, held-out loss, strict present pass rate at each eval\n +1 +\d\.\d{4} +\d+\.\d%$", out,
                      re.M), out
     assert re.search(r"^SFT - blind control: [+-]\d+\.\d points of strict present-test pass rate$", out, re.M), out

@@ -11,7 +11,9 @@ import json
 import os
 import shutil
 import tempfile
+from typing import Annotated
 
+from olmocr.config import OneOf, Range
 from olmocr.models.families import transformers_class
 from olmocr.models.source import Attention, Dtype, FamilyName, ModelSource
 
@@ -36,6 +38,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+TOKENIZERS = ("words", "letters")  # what the tokenizer's merges are learnt from (train_tokenizer)
+
 # Bump when the builder changes what it writes, so stale caches are rebuilt rather than reused.
 BUILDER_VERSION = 2
 
@@ -47,11 +51,10 @@ class TinyModel(ModelSource):
                  vocab_size: int = 1024, seed: int = 0, cache_dir: str = "~/.cache/olmocr/models",
                  dtype: Dtype = "float32", attn_implementation: Attention = "sdpa",
                  image_min_pixels: int | None = 56 * 56, image_max_pixels: int | None = 256 * 256,
-                 rope_theta: float = 10000.0, tokenizer: str = "words"):
+                 rope_theta: Annotated[float, Range(above=0)] = 10000.0,
+                 tokenizer: Annotated[str, OneOf(*TOKENIZERS)] = "words"):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
         head_dim = hidden_size // num_heads
-        if tokenizer not in TOKENIZERS:
-            raise ValueError(f"model.tokenizer: expected one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
         if hidden_size % num_heads or head_dim % 2:
             raise ValueError(f"model.hidden_size {hidden_size} must split into {num_heads} heads of even size")
         self.arch = {
@@ -80,9 +83,6 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, half * 3 // 8, half * 3 // 8]
 
 
-TOKENIZERS = ("words", "letters")
-
-
 def train_tokenizer(vocab_size: int, corpus: str = "words"):
     """``words``: byte-level BPE over the synthetic word banks and markup, a word of the banks mostly one token.
     ``letters``: the same over the prompts and markup alone, so the text of a page is spelled in letters and
@@ -100,7 +100,7 @@ def train_tokenizer(vocab_size: int, corpus: str = "words"):
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tok.train_from_iterator(corpus_lines() if corpus == "words" else instruction_lines(), trainer)
+    tok.train_from_iterator({"words": corpus_lines, "letters": instruction_lines}[corpus](), trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:], chat_template=CHAT_TEMPLATE,
