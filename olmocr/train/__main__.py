@@ -41,7 +41,8 @@ def check(cfg: DictConfig) -> None:
     if cfg.algo.name not in RECIPES:
         raise ValueError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
     check_trainer(cfg.trainer)
-    check_finetune(cfg.finetune.freeze_vision, cfg.finetune.freeze_language, cfg.finetune.lora)
+    check_finetune(cfg.finetune.freeze_vision, cfg.finetune.freeze_language, cfg.finetune.lora,
+                   cfg.finetune.centre_projector, cfg.algo.name)
     if cfg.optimizer._target_ == f"{optim.muon.__module__}.{optim.muon.__name__}":
         optim.check_muon(sharded=cfg.trainer.strategy == "fsdp", lora=cfg.finetune.lora is not None)
     algos.check(cfg)

@@ -90,6 +90,9 @@ class FinetuneConfig:
     freeze_vision: bool = False
     freeze_language: bool = False
     lora: LoraConfig | None = None
+    # SFT from a projector at random weights: before the first step, its output is centred and scaled on this
+    # many training pages (olmocr.models.projector), so image tokens differ by what they show.
+    centre_projector: Annotated[int | None, Range(at_least=1, null="off")] = None
 
 
 @dataclass

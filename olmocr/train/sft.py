@@ -41,11 +41,24 @@ class SFT(Recipe):
         finetune = self.resolved["finetune"]
         model = load_trainable(self.source, self.dist.device, finetune["freeze_vision"], finetune["freeze_language"],
                                finetune["lora"], os.path.join(self.resume_from, "model") if self.resume_from else None)
+        if finetune["centre_projector"] is not None and self.resume_from is None:
+            self.centre_projector(model, finetune["centre_projector"])
         if self.settings.activation_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if finetune["lora"] is not None:
                 model.enable_input_require_grads()
         return model
+
+    def centre_projector(self, model, pages: int) -> None:
+        """On the first ``pages`` training samples, the same on every rank (a resumed run has it in its weights)."""
+        from olmocr.models.projector import centre_projector
+
+        samples = (self.train_data[i] for i in range(min(pages, len(self.train_data))))
+        stats = centre_projector(model, ((s["pixel_values"], s["image_grid_thw"]) for s in samples if s is not None))
+        log.info("projector centred on %d training pages (%d image tokens): the feature they all shared was %.0f%% "
+                 "of a token's%s", stats.images, stats.tokens, 100 * stats.shared,
+                 ", what is left now has norm 1" if stats.scaled else "; every token was alike (blank images?), "
+                 "left unscaled")
 
     def datasets(self) -> tuple:
         from olmocr.data.dataset import build_datasets, sources
