@@ -40,6 +40,21 @@ BLIND = "+data.steps.blind={_target_: olmocr.data.steps.BlankImage, _after_: ren
 GREEDY = ["convert.temperatures=[0]", "convert.max_tokens=192", "convert.concurrency=8", "progress=false"]
 
 
+def reader_render() -> int:
+    """The size the reader trains at (+experiment=read_tiny's data steps), at which every later stage must render
+    a page: at the pipeline's own 1288 pixels the image holds other tokens than any it learnt from, and it
+    writes nothing that parses."""
+    from olmocr.config import compose
+
+    return int(compose("train", ["+experiment=read_tiny"]).data.steps.render.longest_side)
+
+
+def convert_args(sampled: bool = False) -> list[str]:
+    """How a stage that converts pages does: the reader's render size; greedy, or (``sampled``, mining DPO pairs)
+    at convert=tiny's temperatures."""
+    return ["convert=tiny", *([] if sampled else GREEDY), f"convert.steps.render.longest_side={reader_render()}"]
+
+
 def folder_model(path: str) -> list[str]:
     """A saved reader as any checkpoint folder is served and trained: its family and its image size."""
     return ["model=olmocr2_7b", "model.dtype=float32", "model.image_min_pixels=3136", "model.image_max_pixels=200704",
@@ -97,7 +112,7 @@ class Factory:
     def convert(self, row: str, model: list[str], server: str = "transformers") -> str:
         candidates = self.path("candidates", row)
         self.stage(row, "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={self.path('pages', 'heldout')}",
-                                                  f"candidates={candidates}", "convert=tiny", *GREEDY,
+                                                  f"candidates={candidates}", *convert_args(),
                                                   f"hydra.run.dir={self.path('runs', 'bench_mode_' + row)}"])
         return candidates
 
@@ -152,7 +167,7 @@ def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
     if not rows & {"grpo", "dpo", "soup", "fp8", "pipeline"}:
         return candidates
     sft = f.release("sft", [f.path("sft")])
-    tuned = [*folder_model(sft), "eval=reading_bench", "finetune.freeze_vision=true", "data.steps.render.longest_side=448",
+    tuned = [*folder_model(sft), "eval=reading_bench", "finetune.freeze_vision=true", f"data.steps.render.longest_side={reader_render()}",
              "trainer.keep_best=null"]
     if rows & {"grpo", "soup", "fp8"}:
         candidates["grpo"] = f.train("grpo", [*f.grpo(1), *tuned])
@@ -160,7 +175,7 @@ def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
         pairs = f.path("pairs")
         if not os.path.exists(os.path.join(pairs, "pairs.jsonl")):
             f.stage("dpo", "olmocr.pairs", [*folder_model(sft), f"bench_dir={f.path('pages', 'pairs')}", "run_name=read",
-                                            "convert=tiny", "convert.max_tokens=96", "progress=false",
+                                            *convert_args(sampled=True), "convert.max_tokens=96", "progress=false",
                                             f"hydra.run.dir={pairs}"])
         candidates["dpo"] = f.train("dpo", ["+experiment=dpo_tiny", *tuned, "run_name=read_dpo",
                                             f"data.train=[{pairs}/pairs.jsonl]", "trainer.max_duration.value=40",
@@ -172,8 +187,8 @@ def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
     if "fp8" in rows:
         fp8 = f.path("release", "fp8")
         if not os.path.exists(fp8):
-            f.stage("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}", "steps.render.longest_side=448",
-                                               f"calibration.root={f.path('pages', 'heldout')}",
+            f.stage("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}", f"steps.render.longest_side={reader_render()}",
+                                               f"calibration.root={f.path('pages', 'pairs')}",
                                                f"hydra.run.dir={f.path('runs', 'compress')}"])
         candidates["fp8"] = f.convert("fp8", folder_model(fp8))
     if "pipeline" in rows:

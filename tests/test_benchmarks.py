@@ -24,6 +24,20 @@ def in_process(script: str, args: list[str], monkeypatch, capsys) -> str:
     return capsys.readouterr().out
 
 
+def test_the_reading_benchmark_converts_pages_as_the_reader_saw_them_in_training():
+    """Its pipeline rows render and prompt a page as +experiment=read_tiny's data steps do (at the pipeline's
+    own render size the reader answered no page)."""
+    from olmocr.config import compose
+
+    bench = runpy.run_path(os.path.join(PROJECT_ROOT, "benchmarks", "learning_to_read.py"))
+    convert = compose("pipeline_bench", ["model=reader", "bench_dir=x", "candidates=y", *bench["convert_args"]()]).convert
+    train = compose("train", ["+experiment=read_tiny"]).data
+    assert convert.steps.render == train.steps.render and convert.steps.prompt == train.steps.prompt
+    assert convert.temperatures == [0]
+    pairs = compose("pairs", ["model=reader", *bench["convert_args"](sampled=True)]).convert
+    assert pairs.steps.render == train.steps.render and len(pairs.temperatures) > 1
+
+
 def test_bench_throughput_runs(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/bench_throughput.py", "--pages", "12", "--repeats", "1",
                            "--group", "6"], capture_output=True, text=True, timeout=300)
