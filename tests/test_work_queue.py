@@ -19,7 +19,7 @@ import pytest
 
 from conftest import SAMPLE, write_encrypted_pdf, write_pdf
 from olmocr.pipeline.inputs import expand
-from olmocr.pipeline.queue import WorkQueue
+from olmocr.pipeline.queue import WorkQueue, anything_left
 from olmocr.pipeline.stats import workspace_stats
 from olmocr.pipeline.store import open_store
 from olmocr.pipeline.worker import run_workers
@@ -151,13 +151,16 @@ def test_a_failed_item_waits_before_its_next_attempt_and_only_its_own_failures_g
         assert claim is not None and time.time() >= claim_body["retry_at"]  # nobody takes it before its wait is over
         return claim
 
+    assert anything_left(ws)  # unclaimed
     body = fail(a, a.claim_next(), transient=False)
     assert (body["failures"], body["given_up"]) == (1, False) and waits_between(body, 0.5, 1.0)
+    assert anything_left(ws)  # waiting to be tried again
     body = fail(b, after_wait(b, body), transient=True)  # from outside the item: not counted, the wait doubles
     assert (body["failures"], body["transient_failures"]) == (1, 1) and waits_between(body, 1.0, 2.0)
     body = fail(a, after_wait(a, body), transient=False)
     assert body["failures"] == 2 and body["given_up"] and body["error"] == "RuntimeError: cannot convert"
     assert b.claim_next() is None and workspace_stats(ws)["given_up"] == 1
+    assert not anything_left(ws)  # no server is started for it
 
 
 def test_adding_groups_by_sampled_pages_and_is_idempotent(root, tmp_path):
@@ -326,6 +329,12 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
     again = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "added 0 PDFs (10 already queued)" in again.stdout and "finished 0 items" in again.stdout
     assert json.loads(ws.store.read(ws.done_name(item.id)).data) == done
+    # Conversion on a workspace with nothing left to do starts no model server (vLLM's takes minutes with a 7B).
+    served = subprocess.run([sys.executable, "-m", "olmocr.pipeline", "work=ocr", "server=vllm"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert "every item is done or given up, nothing to convert; no model server started" in served.stdout
+    assert "serve (pid" not in served.stdout + served.stderr and "finished 0 items" in served.stdout
     # The stats read the sample workspace when none is named, as the run wrote it.
     stats = subprocess.run([sys.executable, "-m", "olmocr.pipeline.stats"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)

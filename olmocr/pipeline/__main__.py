@@ -98,8 +98,9 @@ def check(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork
+    from olmocr.pipeline.queue import anything_left
     from olmocr.faults import named, store_errors
-    from olmocr.pipeline.worker import Breaker, run_workers, when_answering
+    from olmocr.pipeline.worker import Breaker, WorkReport, run_workers, when_answering
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
     from olmocr.utils.runinfo import write_run_info
@@ -125,13 +126,20 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             q = cfg.queue
             when_answering(lambda: workspace.check(writable=True),
                            Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s), "the workspace")
-            # Work that needs a model server starts it here and stops it at the end, whatever happens.
-            with work if hasattr(work, "__enter__") else contextlib.nullcontext():
-                report = run_workers(workspace, work, workers=cfg.workers, replica=cfg.replica, lease_s=q.lease_s,
-                                     max_failures=q.max_failures, retry_wait_s=q.retry_wait_s,
-                                     retry_wait_max_s=q.retry_wait_max_s, pause_after=q.pause_after,
-                                     give_up_after_s=q.give_up_after_s, linger=q.linger, poll_s=q.poll_s,
-                                     progress=cfg.progress)
+            # Work that needs a model server starts it here and stops it at the end, whatever happens; not for a
+            # workspace with nothing left to do (a 7B takes minutes to load, per replica).
+            serves = hasattr(work, "__enter__")
+            if serves and not when_answering(lambda: anything_left(workspace), Breaker(
+                    q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s), "the workspace"):
+                log.info("%s: every item is done or given up, nothing to convert; no model server started", root)
+                report = WorkReport()
+            else:
+                with work if serves else contextlib.nullcontext():
+                    report = run_workers(workspace, work, workers=cfg.workers, replica=cfg.replica, lease_s=q.lease_s,
+                                         max_failures=q.max_failures, retry_wait_s=q.retry_wait_s,
+                                         retry_wait_max_s=q.retry_wait_max_s, pause_after=q.pause_after,
+                                         give_up_after_s=q.give_up_after_s, linger=q.linger, poll_s=q.poll_s,
+                                         progress=cfg.progress)
             summary["work"] = {**{k: v for k, v in vars(report).items() if k != "counts"},
                                "counts": dict(report.counts)}
             if hasattr(work, "converter"):

@@ -52,6 +52,19 @@ def _ids(names: list[str]) -> set[str]:
     return {n[:-5] for n in names if n.endswith(".json")}
 
 
+def anything_left(workspace: Workspace) -> bool:
+    """Is any item of ``workspace`` neither done nor given up (work for a worker now or once a claim expires)?
+    Stops at the first: one listing and a read on a workspace with work left; a finished one costs the listing."""
+    done = _ids(workspace.store.list(DONE))
+    for item in workspace.items():
+        if item.id in done:
+            continue
+        claim = workspace.store.read(workspace.claim_name(item.id))
+        if claim is None or not json.loads(claim.data).get("given_up"):
+            return True
+    return False
+
+
 @dataclass
 class Claim:
     item: Item
