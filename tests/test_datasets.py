@@ -314,18 +314,29 @@ def test_the_hub_as_source(tmp_path, monkeypatch):
     bench = prepare(tmp_path, "dataset=olmocr_bench", f"out={bench_out}")
     assert bench["parts"]["synth"]["pages"] == 8 and "bench_data/pdfs/synth_s0_01000.pdf" in fetched
 
-    def unreachable(*args, **kwargs):
+    def unreachable(*args, error="[Errno -3] Temporary failure in name resolution", **kwargs):
         import httpx
 
-        raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution")
+        raise httpx.ConnectError(error)
 
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", unreachable)
     # Finished folders need no Hub: re-runs are no-ops offline.
     assert prepare(tmp_path, f"out={out}", "subsets=[02_loc_transcripts]", "splits=[train]", "limit=1") == summary
     assert prepare(tmp_path, "dataset=olmocr_bench", f"out={bench_out}") == bench
+    # A name that does not resolve is no outage: said at once, with the default wait, and no empty folder left
+    # to read later as a dataset without files.
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub cannot be reached from this "
+                                         r"machine \(Temporary failure in name resolution: offline, or no DNS\); "
+                                         r"give source="):
+        prepare(tmp_path, f"out={tmp_path / 'other'}")
+    assert time.monotonic() - start < 10 and not (tmp_path / "other").exists()
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info",
+                        lambda *a, **k: unreachable(error="[Errno 111] Connection refused"))
     with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub did not answer for 0 s "
                                          r"\(ConnectError: .*source="):
         prepare(tmp_path, f"out={tmp_path / 'other'}", "storage_wait_s=0")
+    assert not (tmp_path / "other").exists()
 
 
 def test_a_hub_that_stops_answering_is_waited_out_and_a_refusal_is_said_at_once(tmp_path, monkeypatch, caplog):

@@ -12,9 +12,11 @@ listed in ``<out>/.prepare/rejected.jsonl``; ``<out>/prepared.json`` says what t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 
 from omegaconf import DictConfig
 
@@ -23,6 +25,18 @@ from olmocr.cli import stage
 from olmocr.config import build
 
 log = logging.getLogger("olmocr.datasets")
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(folders: list[str]):
+    """On a failure, each of ``folders`` that holds no file (empty folders aside) is removed."""
+    try:
+        yield
+    except BaseException:
+        for folder in folders:
+            if not any(names for _, _, names in os.walk(folder)):
+                shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 @stage("datasets")
@@ -37,15 +51,20 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                          "train with data.local_cache")
     release = build(cfg.dataset)
     out = os.path.abspath(os.path.expanduser(cfg.out))
+    download_dir = os.path.abspath(cfg.download_dir)
+    # Folders this run makes and leaves empty when it fails are removed: an empty one would later read as a
+    # dataset with no files ("no test files in …") instead of one never fetched.
+    made = [folder for folder in (out, download_dir) if not os.path.exists(folder)]
     os.makedirs(out, exist_ok=True)
     state = State(out)
     if state.clear_partial():
         log.info("removed the half-written files of a killed run; its unfinished work is redone")
     try:
-        source = Source(cfg.source, release.repo_id, release.revision, os.path.abspath(cfg.download_dir),
-                        Access(**cfg.source_access), cfg.storage_wait_s)
-        parts = release.prepare(source, out, list(cfg.subsets) if cfg.subsets else None,
-                                list(cfg.splits) if cfg.splits else None, cfg.limit, cfg.workers)
+        with removed_if_left_empty(made):
+            source = Source(cfg.source, release.repo_id, release.revision, download_dir,
+                            Access(**cfg.source_access), cfg.storage_wait_s)
+            parts = release.prepare(source, out, list(cfg.subsets) if cfg.subsets else None,
+                                    list(cfg.splits) if cfg.splits else None, cfg.limit, cfg.workers)
     except Unreachable as exc:  # a source silent past storage_wait_s, or refusing the credentials
         raise ValueError(f"source {cfg.source or release.repo_id} → {out}: {exc}; finished parts are kept, "
                          "run again to continue") from None

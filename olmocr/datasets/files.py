@@ -6,11 +6,13 @@ rejections beside it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import io
 import json
 import logging
 import os
+import socket
 import threading
 from collections import Counter
 
@@ -82,6 +84,10 @@ def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: st
             return snapshot_download(repo_id=repo_id, repo_type="dataset", revision=commit,
                                      allow_patterns=patterns, local_dir=local_dir), commit
         except Exception as exc:
+            unroutable = no_route(exc)
+            if unroutable is not None:  # not an outage: waiting ten minutes would not mend it
+                raise ValueError(f"dataset {repo_id}: the Hub cannot be reached from this machine ({unroutable}: "
+                                 "offline, or no DNS); give source=<a local snapshot folder or s3:// prefix>") from None
             silent = _hub_silent(exc)
             if silent is not None:
                 raise silent from None  # what `patiently` waits out
@@ -122,6 +128,27 @@ def _hub_refusal(repo_id: str, revision: str, exc: Exception) -> Exception:
         return ValueError(f"dataset {repo_id}: the Hub cannot be reached ({gist(exc)}); give source=<a local "
                           "snapshot folder or s3:// prefix>")
     return exc
+
+
+# The host's name does not resolve, or no network leads to it: this machine is offline (or has no DNS), which
+# waiting does not end. (A name server that times out is EAI_AGAIN, "Temporary failure": also not an outage of
+# the Hub's.)
+NO_ROUTE_ERRNOS = {socket.EAI_NONAME, socket.EAI_AGAIN, getattr(socket, "EAI_NODATA", -5), errno.ENETUNREACH,
+                   errno.EHOSTUNREACH}
+NO_ROUTE_TEXT = ("Name or service not known", "Temporary failure in name resolution", "nodename nor servname",
+                 "No address associated with hostname", "Network is unreachable", "No route to host")
+
+
+def no_route(exc: BaseException) -> str | None:
+    """What in ``exc`` (or what led to it) says the host cannot be reached from here at all, or None."""
+    for seen in causes(exc):
+        if isinstance(seen, OSError) and seen.errno in NO_ROUTE_ERRNOS:
+            return f"{type(seen).__name__}: {seen.strerror or seen}"
+        text = str(seen)
+        for phrase in NO_ROUTE_TEXT:
+            if phrase in text:
+                return phrase
+    return None
 
 
 def _hub_silent(exc: BaseException) -> BaseException | None:
