@@ -95,6 +95,27 @@ def test_bench_html_shows_every_page_and_failed_test(tmp_path, browser, outputs)
     assert os.path.getsize(os.path.join(out, "report.png")) > 10_000
 
 
+def test_the_bench_report_draws_a_pages_list_numbers_and_heading_levels_as_written(tmp_path, browser, outputs):
+    """A page whose text has a list that starts at 7 and headings of three levels: the report draws "7." and
+    "8." (not "1." and "2."), and each heading level smaller than the one above it and larger than the text."""
+    written = tmp_path / "written"
+    shutil.copytree(outputs[0], written)
+    page = next(iter(sorted(glob.glob(str(written / "*.md")))))
+    with open(page, "a") as fh:
+        fh.write("\n\n# Part one\n\n## Section seven\n\n### Rules\n\n7. seventh rule\n8. eighth rule\n")
+    out = bench(tmp_path, "report", f"candidates={written}")
+    assert open_page(browser, os.path.join(out, "report.html"), os.path.join(out, "report.png")) == []
+    [box] = [b for b in browser.find_elements("css selector", ".markdown") if "seventh rule" in b.text]
+    numbers = browser.execute_script(
+        "const ol = [...arguments[0].querySelectorAll('ol')].pop(); return [ol.start, ...Array.from(ol.children,"
+        " li => getComputedStyle(li).display)];", box)
+    assert numbers == [7, "list-item", "list-item"]  # drawn from 7 on
+    sizes = {tag: float(browser.execute_script(f"return parseFloat(getComputedStyle(arguments[0].querySelector("
+                                                f"'{tag}')).fontSize)", box)) for tag in ("h1", "h2", "h3", "li")}
+    assert sizes["h1"] > sizes["h2"] > sizes["h3"] > sizes["li"], sizes
+    assert [h.text for h in box.find_elements("css selector", "h1, h2, h3")] == ["Part one", "Section seven", "Rules"]
+
+
 def test_two_candidates_compared_list_exactly_the_flipped_tests(tmp_path, browser, outputs):
     out = bench(tmp_path, "two", f"candidates=[{outputs[0]},{outputs[1]}]")
     compare = json.load(open(os.path.join(out, "compare.json")))

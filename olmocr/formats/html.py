@@ -15,6 +15,8 @@ ALLOWED_TAGS = {"table", "thead", "tbody", "tfoot", "tr", "td", "th", "caption",
                 "strong", "i", "em", "u", "sub", "sup", "span", "div", "ul", "ol", "li", "h1", "h2", "h3", "h4",
                 "h5", "h6", "code", "pre", "blockquote", "hr", "s", "del", "mark"}
 ALLOWED_ATTRS = {"rowspan", "colspan"}
+# and on a list that does not start at 1 ("7. …" on a page), its first number: without it the page is drawn "1."
+LIST_ATTRS = {"ol": {"start"}, "li": {"value"}}
 _MATH = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 # Private-use characters mark highlighted spans through markdown rendering; no page text contains them.
 MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
@@ -26,6 +28,8 @@ table.data td,table.data th{border:1px solid #ccc;padding:2px 8px;text-align:lef
 .pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em;border-top:2px solid #888;
 padding:1em 0}.pair img{max-width:100%;border:1px solid #ccc}
 .markdown{overflow-x:auto;border:1px solid #ddd;padding:.5em 1em;background:#fafafa}
+.markdown h1{font-size:1.6em;margin:.6em 0 .3em}.markdown h2{font-size:1.4em;margin:.6em 0 .3em}
+.markdown h3{font-size:1.2em}.markdown h4{font-size:1.05em}.markdown h5{font-size:.95em}.markdown h6{font-size:.85em}
 .markdown table{border-collapse:collapse}.markdown td,.markdown th{border:1px solid #bbb;padding:2px 6px}
 .pass{color:#176117}.fail{color:#a11}.badge{font-weight:bold;font-family:monospace}
 mark{background:#ffd54f}.muted{color:#777}.fallback{background:#fff3e0}
@@ -79,7 +83,8 @@ class _Sanitizer(HTMLParser):
             alt = dict(attrs).get("alt") or ""
             self.out.append(f'<span class="muted">[figure: {esc(alt)}]</span>')
         elif tag in ALLOWED_TAGS:
-            kept = "".join(f' {k}="{esc(v)}"' for k, v in attrs if k in ALLOWED_ATTRS and v and v.isdigit())
+            allowed = ALLOWED_ATTRS | LIST_ATTRS.get(tag, set())
+            kept = "".join(f' {k}="{esc(v)}"' for k, v in attrs if k in allowed and v and v.isdigit())
             self.out.append(f"<{tag}{kept}>")
         else:
             self.out.append(esc(self.get_starttag_text()))
