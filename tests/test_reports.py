@@ -168,7 +168,7 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
         key = pixels_key(request.image)
         if key == bad:
             return UNPARSEABLE
-        return answers.get(key, good("<table><tr><td>cell</td></tr></table>"))
+        return answers.get(key, good("## Results\n\n7. seventh\n8. eighth\n\n<table><tr><td>cell</td></tr></table>"))
 
     workspace = str(tmp_path / "ws")
     with ChatServer(script=script) as server:
@@ -208,6 +208,11 @@ def test_pipeline_viewer_shows_each_page_beside_its_text_with_fallback_pages_mar
     assert "is_table False" in pages[0].text
     browser.get(links[one])
     assert browser.find_elements("css selector", "div.markdown table td")  # tables as tables
+    # and the page's list numbers and heading level as written
+    [box] = browser.find_elements("css selector", "div.markdown")
+    assert browser.execute_script("const ol = arguments[0].querySelector('ol'); return [ol.start, ol.children.length]",
+                                  box) == [7, 2]
+    assert [h.text for h in box.find_elements("css selector", "h2")] == ["Results"]
     assert os.path.getsize(os.path.join(out, "document.png")) > 10_000
     assert len(os.listdir(os.path.join(out, "pages"))) == 4
     # Run again into the same dir: the pages written are kept, a missing one is written again.
