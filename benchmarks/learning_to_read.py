@@ -25,6 +25,7 @@ answered, mean character error rate, and the wall time of the stage.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -40,6 +41,7 @@ BLIND = "+data.steps.blind={_target_: olmocr.data.steps.BlankImage, _after_: ren
 GREEDY = ["convert.temperatures=[0]", "convert.max_tokens=192", "convert.concurrency=8", "progress=false"]
 
 
+@functools.cache
 def reader_render() -> int:
     """The size the reader trains at (+experiment=read_tiny's data steps), at which every later stage must render
     a page: at the pipeline's own 1288 pixels the image holds other tokens than any it learnt from, and it

@@ -57,10 +57,8 @@ def centre_projector(model: nn.Module, images: Iterable[tuple[torch.Tensor, torc
     if layer.bias is None:
         raise ValueError("finetune.centre_projector: the projector's last layer has no bias to centre")
     device = layer.weight.device
-    feats, count = [], 0
-    for pixel_values, grid_thw in images:
-        feats.append(image_features(model, pixel_values.to(device), grid_thw.to(device)).float())
-        count += 1
+    feats = [image_features(model, pixel_values.to(device), grid_thw.to(device)).float()
+             for pixel_values, grid_thw in images]
     if not feats:
         raise ValueError("finetune.centre_projector: no training sample loaded to centre the projector on")
     every = torch.cat(feats)
@@ -71,4 +69,4 @@ def centre_projector(model: nn.Module, images: Iterable[tuple[torch.Tensor, torc
     scale = norm / spread if scaled else 1.0
     layer.bias.sub_(mean.to(layer.bias.dtype)).mul_(scale)
     layer.weight.mul_(scale)
-    return ProjectorStats(count, len(every), float(mean.norm()) / max(typical, 1e-12), spread, scaled)
+    return ProjectorStats(len(feats), len(every), float(mean.norm()) / max(typical, 1e-12), spread, scaled)

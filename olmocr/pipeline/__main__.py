@@ -124,13 +124,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         if work is not None:
             # Before a server starts or an item is claimed; a workspace that does not answer is waited for.
             q = cfg.queue
-            when_answering(lambda: workspace.check(writable=True),
-                           Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s), "the workspace")
+            breaker = Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s)
+            when_answering(lambda: workspace.check(writable=True), breaker, "the workspace")
             # Work that needs a model server starts it here and stops it at the end, whatever happens; not for a
             # workspace with nothing left to do (a 7B takes minutes to load, per replica).
             serves = hasattr(work, "__enter__")
-            if serves and not when_answering(lambda: anything_left(workspace), Breaker(
-                    q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s), "the workspace"):
+            if serves and not when_answering(lambda: anything_left(workspace), breaker, "the workspace"):
                 log.info("%s: every item is done or given up, nothing to convert; no model server started", root)
                 report = WorkReport()
             else:

@@ -54,7 +54,7 @@ def _ids(names: list[str]) -> set[str]:
 
 def anything_left(workspace: Workspace) -> bool:
     """Is any item of ``workspace`` neither done nor given up (work for a worker now or once a claim expires)?
-    Stops at the first: one listing and a read on a workspace with work left; a finished one costs the listing."""
+    Reads the index and lists the done markers, then stops at the first open item that is not given up."""
     done = _ids(workspace.store.list(DONE))
     for item in workspace.items():
         if item.id in done:

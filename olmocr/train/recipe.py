@@ -57,8 +57,8 @@ def check_trainer(t) -> None:
         raise ValueError(f"trainer.max_duration.value: required, the run's length in {t.max_duration.unit}")
 
 
-def check_finetune(freeze_vision: bool, freeze_language: bool, lora, centre_projector: int | None = None,
-                   algo: str = "sft") -> None:
+def check_finetune(freeze_vision: bool, freeze_language: bool, lora, centre_projector: int | None,
+                   algo: str) -> None:
     if centre_projector is not None and algo != "sft":
         raise ValueError(f"finetune.centre_projector: SFT's, from a projector at random weights; {algo} starts from "
                          "a trained model, whose projector it would undo (set it to null)")
