@@ -43,6 +43,23 @@ class Sidecar:
     host_key: str  # the stage's config key that is told where the server listens
 
 
+# Keys of every stage's config (olmocr.config.StageConfig) that say what a cluster launcher does with a job, not
+# what the job does: left out of the job's own command.
+LAUNCH_KEYS = ("dry_run", "wait")
+
+
+def launch_mode(configs: Sequence[DictConfig], params: dict) -> tuple[bool, bool]:
+    """``(dry_run, wait)`` of a launch: ``dry_run=true``/``wait=true`` in any of its jobs' configs (the command
+    line, an experiment file) or the launcher's own ``hydra.launcher.dry_run``/``wait``."""
+    return tuple(bool(params.get(key)) or any(bool(c.get(key)) for c in configs) for key in LAUNCH_KEYS)
+
+
+def shown(overrides: Sequence[str]) -> str:
+    """A job's overrides as a line about it shows them: what the job does, not where or how it is launched."""
+    return " ".join(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "cluster=", *(
+        f"{key}=" for key in LAUNCH_KEYS)))) or "(no overrides)"
+
+
 @dataclass(frozen=True)
 class Launch:
     """What a stage asks of a cluster job."""
@@ -67,8 +84,8 @@ class Launch:
     check_world: Callable[[int], None] | None = None
 
     def job_overrides(self, overrides: list[str]) -> list[str]:
-        """``overrides`` without those :attr:`prepare` took care of."""
-        return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in self.prepared]
+        """``overrides`` without those :attr:`prepare` took care of and without :data:`LAUNCH_KEYS`."""
+        return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in (*self.prepared, *LAUNCH_KEYS)]
 
 
 class Stage:
@@ -80,7 +97,7 @@ class Stage:
                  check: Callable[[DictConfig], None] | None = None,
                  paths: Callable[[DictConfig], None] | None = None):
         self.run, self.config, self._launch, self.succeeded, self._check = run, config, launch, succeeded, check
-        self.check_paths = paths or (lambda cfg: None)
+        self._paths = paths
         self.module = _module_of(run)
         self.doc = (sys.modules[run.__module__].__doc__ or "").strip()
         self.task = self._task_function()
@@ -96,23 +113,24 @@ class Stage:
             self._check(cfg)
         return cfg
 
+    def check_paths(self, cfg: DictConfig) -> None:
+        """The stage's checks of the local paths the run reads (ValueError: what is missing)."""
+        if self._paths is not None:
+            self._paths(cfg)
+
     def check_job(self, job_config: DictConfig) -> None:
         """:meth:`check` of a job a launcher composed (its ``hydra`` node included), as the job will see it."""
-        import copy
-
-        from hydra.core.hydra_config import HydraConfig
-        from omegaconf import open_dict, read_write
-
-        task_config = copy.deepcopy(job_config)
-        with read_write(task_config), open_dict(task_config):
-            del task_config["hydra"]
-        hydra = HydraConfig.instance()
-        launching = hydra.cfg
-        hydra.set_config(job_config)  # ${hydra:…} interpolations resolve to the job's values
-        try:
+        with _as_job(job_config) as task_config:
             self.check(task_config)
-        finally:
-            hydra.cfg = launching
+
+    def missing_paths(self, job_config: DictConfig) -> str | None:
+        """What :meth:`check_paths` says of a job a launcher composed, checked on this machine, or None."""
+        with _as_job(job_config) as task_config:
+            try:
+                self.check_paths(task_config)
+            except ValueError as exc:
+                return str(exc)
+        return None
 
     def __repr__(self) -> str:
         return f"Stage({self.module}, config={self.config})"
@@ -187,6 +205,27 @@ class Stage:
         return out
 
 
+@contextlib.contextmanager
+def _as_job(job_config: DictConfig) -> Iterator[DictConfig]:
+    """A launcher's composed job config without its ``hydra`` node, with ``${hydra:…}`` resolving to the job's
+    values while it is used."""
+    import copy
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict, read_write
+
+    task_config = copy.deepcopy(job_config)
+    with read_write(task_config), open_dict(task_config):
+        del task_config["hydra"]
+    hydra = HydraConfig.instance()
+    launching = hydra.cfg
+    hydra.set_config(job_config)
+    try:
+        yield task_config
+    finally:
+        hydra.cfg = launching
+
+
 REGISTRY: dict[str, Stage] = {}
 # How a module declares a stage; stages() imports only the modules whose source has it.
 DECLARATION = re.compile(r"^@stage\(", re.M)
@@ -202,7 +241,8 @@ def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Laun
     its config's values that need nothing loaded or reached (ValueError naming the key), run after
     :func:`olmocr.config.validate` by a run, a dry run and a launcher before it submits; ``paths``, its checks
     of the local paths the run reads (a model folder, a bench folder), run where the run runs, before its run
-    dir is made (not by a dry run or a launcher: the paths may exist only where the job will run)."""
+    dir is made, by a dry run too, and by a launcher whose jobs share this machine's files (SLURM), where a path
+    missing here is said as a warning (the nodes may mount what the login node does not)."""
     if not os.path.isfile(os.path.join(CONF_DIR, f"{config}.yaml")):
         raise ValueError(f"stage config {config!r}: conf/{config}.yaml does not exist")
 
@@ -443,8 +483,7 @@ def run_dir_faults_named():
         try:
             if stage is not None:  # a config error leaves no run dir behind (Hydra makes it next)
                 stage.check_job(config)
-                if not OmegaConf.select(config, "dry_run", default=False):
-                    stage.check_paths(config)
+                stage.check_paths(config)  # a dry run too: what the run would stop for at once
             if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
                 check_free(folder)
         except ValueError as exc:
@@ -542,12 +581,29 @@ def counted(jobs: Sequence, every_s: float = 10.0) -> Iterator:
 
 
 def submit_on_cluster(argv: list[str]) -> list[str]:
-    """``cluster=<name>`` (other than local) on the command line goes through Hydra's launcher, which
-    only a multirun uses: add ``--multirun``, so one command submits one job."""
-    clusters = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("cluster=")]
-    if clusters and clusters[-1] != "local" and not {"-m", "--multirun"} & set(argv):
-        return [argv[0], "--multirun", *argv[1:]]
-    return argv
+    """``cluster=<name>`` (other than local) on the command line goes through Hydra's launcher, which only a
+    multirun uses: add ``--multirun``, so one command submits one job. A command that sweeps nothing (no ``-m``,
+    no ``a,b`` values) is one run: its job runs in the run dir the same command has here (``hydra.run.dir``), so a
+    run started here goes on there from where it stopped, and the other way round; a sweep's jobs get the stage's
+    sweep dirs."""
+    args = argv[1:]
+    clusters = [a.split("=", 1)[1] for a in args if a.startswith("cluster=")]
+    if not clusters or clusters[-1] == "local" or {"-m", "--multirun"} & set(args):
+        return argv
+    if not _sweeps(args):
+        args = ["hydra.sweep.dir=${hydra.run.dir}", "hydra.sweep.subdir=.", *args]  # the command's own win
+    return [argv[0], "--multirun", *args]
+
+
+def _sweeps(args: list[str]) -> bool:
+    """Whether the overrides sweep (``seed=1,2``, ``range(4)``, ``glob(…)``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(
+            [a for a in args if not a.startswith("-")]))
+    except Exception:  # noqa: BLE001 - a malformed override: Hydra says what is wrong with it next
+        return False
 
 
 def _fault(exc: BaseException, cfg: DictConfig, run_dir: str) -> str | None:
@@ -641,6 +697,12 @@ def say_error(message: str) -> None:
     """``error: <message>`` on stderr in one write: the ranks of a distributed run share one stderr, and a line
     written in pieces (an unbuffered stream writes print's end apart) comes out tangled with another rank's."""
     sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+
+
+def say_warning(message: str) -> None:
+    """``warning: <message>`` on stderr in one write (as :func:`say_error`)."""
+    sys.stderr.write(f"warning: {message}\n")
     sys.stderr.flush()
 
 

@@ -293,10 +293,13 @@ class AccessConfig:
 
 @dataclass
 class StageConfig:
-    """What every stage's config has: shared paths, and ``dry_run`` (validate, print, do nothing)."""
+    """What every stage's config has: shared paths, ``dry_run`` (validate, print, do nothing; with a cluster: write
+    the job's script or spec and submit nothing) and ``wait`` (a job submitted to a cluster: wait for it to end;
+    otherwise the command returns once it is submitted)."""
 
     paths: PathsConfig = field(default_factory=PathsConfig)
     dry_run: bool = False
+    wait: bool = False
 
 
 def store(name: str, node, group: str | None = None) -> None:

@@ -5,11 +5,12 @@ when any failed or a link leads nowhere (tests/test_docs.py runs it, and a docto
 A command line in a ```bash block that runs ``python -m olmocr.<module>`` (also after ``torchrun …``,
 ``sudo``, or ``VAR=value``) runs in this one process as ``python -m`` would, with ``dry_run=true``: Hydra
 composes the stage's config with the line's overrides (a renamed key or config group fails), and the
-stage validates it and prints it; nothing is loaded. Submitting lines (``cluster=<name>``) also get the
-launcher's own dry run, which writes the job script or spec and submits nothing. Modules that are tools,
+stage validates it and prints it; nothing is loaded, and the local paths a line reads (a dataset an
+earlier line fetches) are not checked. On a submitting line (``cluster=<name>``) that is the
+launcher's dry run, which writes the job script or spec and submits nothing. Modules that are tools,
 not stages, answer ``--help``. ``export`` lines set the environment of the lines after them; ``mkdir``
-and ``printf`` lines run (in a scratch directory, the command's working directory), so a cluster file a
-block writes is there for the line that uses it. Other lines (setup, pip, scripts) are not run.
+and ``printf`` lines run (in a scratch directory, the command's working directory and ``$HOME``), so a
+cluster file a block writes is there for the line that uses it. Other lines (setup, pip, scripts) are not run.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def commands(path: str, workdir: str) -> list[Command]:
                 env.update(w.split("=", 1) for w in words[1:] if "=" in w)
                 continue
             if words[0] in RUN_AS_IS:
-                subprocess.run(part, shell=True, cwd=workdir, check=False)
+                subprocess.run(part, shell=True, cwd=workdir, check=False, env={**os.environ, "HOME": workdir})
                 continue
             local = dict(env)
             while words and (words[0] == "sudo" or re.match(r"^[A-Z_][A-Z0-9_]*=", words[0])):
@@ -96,7 +97,7 @@ def commands(path: str, workdir: str) -> list[Command]:
             at = words.index("-m")
             if at + 1 >= len(words) or not words[at + 1].startswith("olmocr"):
                 continue
-            args = [os.path.expandvars(a.replace("$PWD", workdir)) for a in words[at + 2:]]
+            args = [os.path.expandvars(a.replace("$PWD", workdir).replace("$HOME", workdir)) for a in words[at + 2:]]
             out.append(Command(f"{rel}:{number}", part.strip(), words[at + 1], args, local))
     return out
 
@@ -129,16 +130,16 @@ def dry_run(command: Command) -> str | None:
     """None when the command's dry run succeeds, else the last lines it printed."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from olmocr.cli import stages
+    from olmocr.cli import Stage, stages
 
     stage = command.module in stages()
-    args = [*command.args, "dry_run=true"] if stage else ["--help"]
-    if stage and any(a.startswith("cluster=") and a != "cluster=local" for a in args):
-        args.append("hydra.launcher.dry_run=true")
+    args = [*command.args, "dry_run=true"] if stage else ["--help"]  # with cluster=: the launcher's dry run
     saved_env, saved_argv = dict(os.environ), sys.argv
     os.environ.update({**CLUSTER_ENV, **command.env})
     sys.argv = [command.module, *args]
     out, code = io.StringIO(), 0
+    checks_paths = Stage.check_paths
+    Stage.check_paths = lambda self, cfg: None  # the data a line reads is fetched by a line before it, not here
     try:
         GlobalHydra.instance().clear()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -148,6 +149,7 @@ def dry_run(command: Command) -> str | None:
     except Exception as exc:  # noqa: BLE001 - any failure of a documented command is the finding
         code, _ = 1, out.write(f"{type(exc).__name__}: {exc}")
     finally:
+        Stage.check_paths = checks_paths
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv = saved_argv

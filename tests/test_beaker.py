@@ -264,19 +264,19 @@ def test_grpo_groups_must_split_over_the_processes_the_layout_gives(monkeypatch,
 
 def test_follow_reports_the_exit_code(monkeypatch, tmp_path, capfd):
     """A followed job's log is streamed; one that fails ends the command in one line with the job's own error."""
-    launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true"], FakeBeaker(exit_code=0))
+    launch(monkeypatch, tmp_path, ["wait=true"], FakeBeaker(exit_code=0))
     out = capfd.readouterr().out
     assert "submitted: https://beaker.org/ex/01EXP1" in out and "step 1/2 loss 6.9" in out  # the job's log, streamed
 
     with pytest.raises(SystemExit) as code:
-        launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true"], FakeBeaker(exit_code=1))
+        launch(monkeypatch, tmp_path, ["wait=true"], FakeBeaker(exit_code=1))
     assert code.value.code == 2
     assert capfd.readouterr().err.splitlines()[-1] == ("error: Beaker job 01EXP1 exited with code 1; "
                                                        "https://beaker.org/ex/01EXP1")
     (tmp_path / "a_file").write_text("")
     out_dir = tmp_path / "a_file" / "pages"
     with pytest.raises(SystemExit) as code:  # the job really runs here, and fails
-        launch(monkeypatch, tmp_path, ["hydra.launcher.follow=true", f"out_dir={out_dir}"], FakeBeaker(run=True))
+        launch(monkeypatch, tmp_path, ["wait=true", f"out_dir={out_dir}"], FakeBeaker(run=True))
     err = capfd.readouterr().err
     assert code.value.code == 2 and err.splitlines()[-1] == (
         f"error: Beaker job 01EXP1 exited with code 2: out_dir={out_dir}: not a directory: {out_dir}; "
@@ -317,7 +317,64 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_pytho
     monkeypatch.chdir(repo)
     with pytest.raises(SystemExit):
         launch(monkeypatch, tmp_path, ["hydra.launcher.require_clean_git=true"], fake)
-    assert "the git tree has uncommitted changes" in capfd.readouterr().err and fake.created == []
+    assert ("the git tree has uncommitted changes, which the job's image would not have: untracked.txt; commit them"
+            in capfd.readouterr().err) and fake.created == []
+
+
+def test_every_problem_before_submitting_is_said_at_once(monkeypatch, tmp_path, capfd):
+    """Three problems (a setting missing, a file not committed, a preemptible training job that would start over)
+    were three tries: one line each, in one try, nothing written or submitted."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "notes.txt").write_text("x")
+    monkeypatch.chdir(repo)
+    fake = FakeBeaker()
+    with pytest.raises(SystemExit) as code:
+        launch(monkeypatch, tmp_path, ["hydra.launcher.budget=null", "hydra.launcher.require_clean_git=true"], fake,
+               module="olmocr.train")
+    assert code.value.code == 2 and fake.created == []
+    assert capfd.readouterr().err.splitlines() == [
+        "error: hydra.launcher.budget: required to submit to Beaker",
+        "error: the git tree has uncommitted changes, which the job's image would not have: notes.txt; commit them "
+        "(or set hydra.launcher.require_clean_git=false)",
+        "error: a preemptible olmocr.train job would start over when preempted: set hydra.launcher.sync_to=s3://… "
+        "(checkpoints pushed as they are written) or hydra.launcher.run_root=<a mounted Weka path>, or "
+        "hydra.launcher.preemptible=false"]
+    assert not specs(tmp_path)
+
+
+def test_dry_run_true_is_the_launchers_dry_run(monkeypatch, tmp_path, capfd):
+    """The stage's dry_run=true with a cluster writes the spec of the job as it would run (not a job that dry-runs
+    the stage) and submits nothing; a run made here in the job dir is said to stay here."""
+    (tmp_path / "sweep" / "checkpoints").mkdir(parents=True)  # a run made here, in the job's dir
+    fake = FakeBeaker()
+    launch(monkeypatch, tmp_path, ["dry_run=true", "hydra.launcher.sync_to=s3://b/r", "hydra.sweep.subdir=."], fake,
+           module="olmocr.train")
+    assert fake.created == []
+    (spec,) = specs(tmp_path).values()
+    script = spec["tasks"][0]["command"][2]
+    assert "\npython -m olmocr.train cluster=local hydra.run.dir=/results/run\n" in script
+    out, err = capfd.readouterr()
+    assert f"dry run: #0 (no overrides): its spec {tmp_path / 'sweep' / 'beaker_spec.yaml'}; nothing submitted" in out
+    key = (tmp_path / "sweep").as_posix().lstrip("/")
+    assert err == (f"warning: {tmp_path / 'sweep'} holds a run made here, which the Beaker job cannot see: it goes on "
+                   f"from what s3://b/r/{key} holds, or starts over\n")
+
+
+def test_ctrl_c_while_following_leaves_the_job_and_says_where_it_is(monkeypatch, tmp_path, capfd):
+    fake = FakeBeaker()
+
+    def logs(job, **_):
+        yield pb.JobLog(message=b"step 1/2 loss 6.9\n")
+        raise KeyboardInterrupt
+
+    fake.job.logs = logs
+    with pytest.raises(SystemExit) as code:
+        launch(monkeypatch, tmp_path, ["wait=true"], fake)
+    assert code.value.code == 130 and len(fake.created) == 1
+    out, err = capfd.readouterr()
+    assert "step 1/2 loss 6.9" in out
+    assert err == "error: stopped following; Beaker experiment 01EXP1 goes on: https://beaker.org/ex/01EXP1\n"
 
 
 def test_a_refused_token_or_an_absent_service_is_one_line_before_anything_is_prepared(tmp_path, warm_python):
@@ -361,7 +418,7 @@ def test_a_sweep_that_beaker_stops_part_way_says_what_was_submitted(monkeypatch,
     with pytest.raises(SystemExit):
         launch(monkeypatch, tmp_path, ["seed=1,2"], fake)
     (name, _), = fake.created
-    assert capfd.readouterr().err == (f"error: job #1 (cluster=beaker seed=2) was not submitted: Beaker at beaker.org:443 failed: "
+    assert capfd.readouterr().err == (f"error: job #1 (seed=2) was not submitted: Beaker at beaker.org:443 failed: "
                                       f"workspace quota reached; submitted before it: {name}\n")
 
 

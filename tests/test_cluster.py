@@ -39,17 +39,41 @@ def test_frontier_script_follows_olcf_guidance(tmp_path, warm_python):
 
 
 def test_one_command_submits_without_minus_m(tmp_path, warm_python):
-    assert submit_on_cluster(["x", "cluster=slurm", "seed=1"]) == ["x", "--multirun", "cluster=slurm", "seed=1"]
+    # One run: its job runs in the run dir the command has here; a sweep's jobs in the stage's sweep dirs.
+    one_run = ["hydra.sweep.dir=${hydra.run.dir}", "hydra.sweep.subdir=."]
+    assert submit_on_cluster(["x", "cluster=slurm", "seed=1"]) == ["x", "--multirun", *one_run, "cluster=slurm", "seed=1"]
+    assert submit_on_cluster(["x", "cluster=slurm", "seed=1,2"]) == ["x", "--multirun", "cluster=slurm", "seed=1,2"]
+    assert submit_on_cluster(["x", "cluster=slurm", "replica=range(3)"])[2] == "cluster=slurm"
     assert submit_on_cluster(["x", "cluster=local"]) == ["x", "cluster=local"]
     assert submit_on_cluster(["x", "-m", "cluster=slurm"]) == ["x", "-m", "cluster=slurm"]
-    proc = stage(warm_python, ["cluster=slurm", "hydra.launcher.dry_run=true", "hydra.launcher.account=p1",
+    # dry_run=true is the launcher's dry run: the script written, nothing submitted (no sbatch needed)
+    proc = stage(warm_python, ["cluster=slurm", "dry_run=true", "hydra.launcher.account=p1",
                                "hydra.launcher.srun_args=['--cpu-bind=cores']",
-                               "+hydra.launcher.additional_parameters.mail-type=END"], tmp_path, module="olmocr.train")
+                               "+hydra.launcher.additional_parameters.mail-type=END"], tmp_path, module="olmocr.train",
+                 env={"PATH": os.path.dirname(sys.executable)})
     assert proc.returncode == 0, proc.stderr
+    assert f"dry run: #0 (no overrides): its sbatch script {tmp_path / 'sweep' / 'sbatch_0.sh'}" in proc.stdout
+    assert not (tmp_path / "sweep" / ".submitit").exists()
     script = (tmp_path / "sweep" / "sbatch_0.sh").read_text()
     assert "#SBATCH --account=p1" in script and "#SBATCH --mail-type=END" in script
     assert "#SBATCH --ntasks-per-node=8" in script and "#SBATCH --gpus-per-task=1" in script
     assert "--cpu-bind=cores" in next(line for line in script.splitlines() if line.startswith("srun "))
+
+
+def test_a_dry_run_checks_the_paths_the_run_reads(tmp_path, warm_python):
+    """The run stops at once for a bench folder that is not there: so does its dry run (one line, no run dir). A
+    SLURM job reads the same files as a rule, but its nodes may mount what this machine does not: a warning."""
+    missing = tmp_path / "no_bench"
+    proc = stage(warm_python, ["dry_run=true", f"eval.bench.root={missing}"], tmp_path, module="olmocr.train")
+    assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), proc.stderr
+    assert proc.stderr.startswith(f"error: eval.bench.root: {missing} is not a folder")
+    assert not (tmp_path / "run").exists()
+    proc = stage(warm_python, ["cluster=slurm", "dry_run=true", "hydra.launcher.account=p1", f"eval.bench.root={missing}"],
+                 tmp_path, module="olmocr.train", env={"PATH": os.path.dirname(sys.executable)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith(f"warning: eval.bench.root: {missing} is not a folder")
+    assert proc.stderr.rstrip().endswith("(here; the job stops at once if its nodes lack it too)")
+    assert "nothing submitted; not checked by a scheduler (no sbatch here)" in proc.stdout
 
 
 def test_a_stage_that_is_not_distributed_gets_one_task_with_the_nodes_gpus(tmp_path, warm_python):

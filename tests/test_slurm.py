@@ -9,12 +9,13 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from conftest import TWO_RANKS, stored_losses
+from conftest import STORED_RUN, TWO_RANKS, stored_losses
 
 from olmocr.config import PROJECT_ROOT
 from olmocr.train.distributed import job_port
@@ -44,22 +45,23 @@ def cluster_file(tmp_path, base: str = "slurm", extra: str = "") -> str:
     return f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
 
 
-def submit(slurm, tmp_path, module: str, args: list[str], env: dict | None = None, wait: bool = True,
-           base: str = "slurm", extra: str = ""):
-    """The stage's command line with the user's cluster file, as a user on the login node types it."""
+def submit(slurm, tmp_path, module: str, args: list[str], env: dict | None = None, block: bool = True,
+           base: str = "slurm", extra: str = "", wait: bool = True, sweep_dir: bool = True):
+    """The stage's command line with the user's cluster file, as a user on the login node types it: with
+    ``wait=true`` (the command waits for the job to end), the job (one run) in the sweep dir given."""
     command = [sys.executable, "-m", module, cluster_file(tmp_path, base, extra), "cluster=mylab", *args,
-               f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+               *(["wait=true"] if wait else []), *([f"hydra.sweep.dir={tmp_path / 'sweep'}"] if sweep_dir else [])]
     full_env = {**os.environ, **slurm.environment(), "SLURM_ACCOUNT": "lab", "OMP_NUM_THREADS": "1", **(env or {})}
-    if not wait:
+    if not block:
         return subprocess.Popen(command, cwd=PROJECT_ROOT, env=full_env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     return subprocess.run(command, cwd=PROJECT_ROOT, env=full_env, capture_output=True, text=True, timeout=600)
 
 
 def job_dir(tmp_path) -> str:
-    jobs = [d for d in os.listdir(tmp_path / "sweep") if not d.startswith(".") and d != "multirun.yaml"]
-    assert len(jobs) == 1, jobs
-    return str(tmp_path / "sweep" / jobs[0])
+    """The run dir of a test's one job: a command that sweeps nothing runs its job in the run dir it has (here
+    the sweep dir given), not in a subdir."""
+    return str(tmp_path / "sweep")
 
 
 def train_losses(run: str) -> dict[int, float]:
@@ -118,7 +120,6 @@ def test_two_tasks_of_one_node_train_data_parallel_to_the_stored_losses(slurm, t
                   env={"OLMOCR_CACHE": cache_dir})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = job_dir(tmp_path)
-    assert "cluster" not in os.path.basename(run)  # the job dir does not depend on where it ran
     # The rendezvous port comes from the job id, below the ephemeral ports a client connection may hold.
     job = submitted(tmp_path)
     log = open(os.path.join(run, "train.log")).read()
@@ -148,7 +149,7 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
                   [*TWO_RANKS, "trainer.save_interval=2", "trainer.eval_interval=1",
                    "eval.bench=null",
                    "trainer.num_workers=1", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1"],
-                  env={"OLMOCR_CACHE": cache_dir}, wait=False)
+                  env={"OLMOCR_CACHE": cache_dir}, block=False)
     from olmocr.train.checkpoint import complete_checkpoints
 
     def restarts(job: str) -> int:
@@ -157,8 +158,8 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
         return int(fields["Restarts"]) if fields["JobState"] == "RUNNING" else -1
 
     def newest() -> int:
-        roots = glob.glob(str(tmp_path / "sweep" / "*" / "checkpoints"))
-        return max(complete_checkpoints(roots[0]), default=0) if roots else 0
+        root = os.path.join(job_dir(tmp_path), "checkpoints")
+        return max(complete_checkpoints(root), default=0) if os.path.isdir(root) else 0
 
     try:
         job = submitted(tmp_path)
@@ -219,11 +220,11 @@ def test_a_pipeline_job_array_converts_a_workspace_exactly_once(slurm, tmp_path)
 def test_a_cancelled_job_leaves_no_process_and_says_so(slurm, tmp_path, cache_dir):
     proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.max_duration.value=100000",
                                                     "trainer.save_interval=null"],
-                  env={"OLMOCR_CACHE": cache_dir}, wait=False)
+                  env={"OLMOCR_CACHE": cache_dir}, block=False)
     folder = str(tmp_path / "sweep" / ".submitit")
     try:
         job = submitted(tmp_path)
-        wait_for(lambda: glob.glob(str(tmp_path / "sweep" / "*" / "metrics.jsonl")), 120, "training steps", proc, tmp_path)
+        wait_for(lambda: os.path.exists(tmp_path / "sweep" / "metrics.jsonl"), 120, "training steps", proc, tmp_path)
         scheduler(slurm, "scancel", job)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -239,6 +240,83 @@ def test_a_cancelled_job_leaves_no_process_and_says_so(slurm, tmp_path, cache_di
 
     wait_for(lambda: not ours(), 30, f"no process of the job left: {ours()}")
     assert "CANCELLED" in scheduler(slurm, "sacct", "-n", "-X", "-j", job, "-o", "State")
+
+
+def test_a_submission_says_where_its_job_is_returns_and_the_job_resumes_a_run_started_here(slurm, tmp_path,
+                                                                                          cache_dir):
+    """A training run stopped here (its hard stop, a checkpoint at step 4), then the same command with cluster=:
+    the command says the job's id, run dir and log and returns while the job waits or runs; the job runs in the
+    run dir the command has here (the cluster shares the files) and goes on from step 4 to the stored losses."""
+    run = tmp_path / "run"
+    common = [*STORED_RUN, "trainer.save_interval=2", f"hydra.run.dir={run}"]
+    env = {**os.environ, "OLMOCR_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
+    here = subprocess.run([sys.executable, "-m", "olmocr.train", *common, "trainer.hard_stop.value=4"], cwd=PROJECT_ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert here.returncode == 0, here.stderr[-3000:]
+    proc = submit(slurm, tmp_path, "olmocr.train", [*common, "hydra.launcher.tasks_per_node=1"],
+                  env={"OLMOCR_CACHE": cache_dir}, wait=False, sweep_dir=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = re.fullmatch(rf"#0 (.*): SLURM job (\d+) submitted; run dir {re.escape(str(run))}; its log (\S+) "
+                        r"\(follow: tail -f \3; cancel: scancel \2\)", proc.stdout.strip().splitlines()[-1])
+    assert said, proc.stdout
+    job, log_path = said[2], said[3]
+    assert log_path == f"{run}/.submitit/{job}/{job}_0_log.err"
+    # The command returned with the job still queued or running.
+    assert scheduler(slurm, "squeue", "-h", "-j", job, "-o", "%T") in ("PENDING", "CONFIGURING", "RUNNING")
+    wait_for(lambda: scheduler(slurm, "sacct", "-n", "-X", "-j", job, "-o", "State").split() == ["COMPLETED"], 300,
+             "the job COMPLETED", tmp_path=tmp_path)
+    assert os.path.exists(log_path)
+    log = open(run / "train.log").read()
+    assert f"resuming from {run}/checkpoints/step_000004" in log
+    got, want = train_losses(str(run)), stored_losses()
+    assert list(got) == list(range(1, 31))
+    assert all(got[s] == pytest.approx(want[s], abs=1e-4) for s in got)
+
+
+def test_ctrl_c_while_waiting_leaves_the_job_running_and_says_its_id(slurm, tmp_path, cache_dir):
+    proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.max_duration.value=100000",
+                                                    "trainer.save_interval=null", "hydra.launcher.tasks_per_node=1"],
+                  env={"OLMOCR_CACHE": cache_dir}, block=False)
+    try:
+        job = submitted(tmp_path)
+        wait_for(lambda: scheduler(slurm, "squeue", "-h", "-j", job, "-o", "%T") == "RUNNING", 120, "the job runs",
+                 proc, tmp_path)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130
+        assert err.strip().splitlines()[-1] == (
+            f"error: stopped waiting; the SLURM job {job} goes on (its log: {tmp_path}/sweep/.submitit/{job}/"
+            f"{job}_0_log.err; cancel: scancel {job})"), err[-2000:]
+        assert "Traceback" not in err
+        time.sleep(2)
+        assert scheduler(slurm, "squeue", "-h", "-j", job, "-o", "%T") == "RUNNING"  # the job goes on
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["scancel", job], env={**os.environ, **slurm.environment()}, timeout=60)
+
+
+def test_a_dry_run_submits_nothing_and_the_scheduler_checks_its_script(slurm, tmp_path):
+    """dry_run=true with a cluster is the launcher's dry run: the sbatch script written and checked by the
+    scheduler (a partition it does not have: one line), no job in the queue or the accounting database, and the
+    stage prepares nothing (the pipeline's queue)."""
+    name = f"dry-{os.getpid()}-{time.monotonic_ns()}"
+    workspace = tmp_path / "workspace"
+    args = ["dry_run=true", f"hydra.launcher.name={name}", "hydra.launcher.tasks_per_node=1", f"workspace={workspace}",
+            f"pdfs=[{PROJECT_ROOT}/data/sample/train/pdfs]"]
+    proc = submit(slurm, tmp_path, "olmocr.pipeline", [*args, "hydra.launcher.partition=gpu"], wait=False)
+    assert (proc.returncode, proc.stderr) == (2, "error: sbatch refused the job (hydra.launcher.partition=gpu): "
+                                                 "Invalid partition name specified\n")
+    proc = submit(slurm, tmp_path, "olmocr.pipeline", args, wait=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    script = tmp_path / "sweep" / "sbatch_0.sh"
+    # The job's own overrides: the PDFs are queued here before a real submission, not by the job.
+    assert proc.stdout.strip().splitlines()[-1] == (f"dry run: #0 workspace={workspace}: its sbatch script {script}, "
+                                                    f"run dir {tmp_path / 'sweep'}; nothing submitted")
+    assert f"#SBATCH --job-name={name}" in script.read_text()
+    assert not (tmp_path / "sweep" / ".submitit").exists() and not workspace.exists()
+    assert scheduler(slurm, "squeue", "-h", "-n", name) == ""
+    assert scheduler(slurm, "sacct", "-n", "-X", "-a", f"--name={name}", "-S", "2000-01-01") == ""
 
 
 @pytest.mark.parametrize("option, value", [("partition", "gpu"), ("account", "nobody"), ("nodes", "3"),

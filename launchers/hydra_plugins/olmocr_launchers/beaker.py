@@ -4,13 +4,16 @@ Each experiment's task re-runs the same stage (``python -m <stage>``) with the j
 ``cluster=local`` inside the container, wrapped by :mod:`.task_script` in what the stage declares it needs
 (:class:`olmocr.cli.Launch`: one distributed job over GPUs and replicas or independent workers, a server
 beside it, a run dir that outlives the task). Secrets are passed by name (Beaker
-secrets mapped to environment variables), never by value. ``dry_run`` writes each spec to its job
-dir and submits nothing; ``follow`` waits for each job and reports its exit code.
+secrets mapped to environment variables), never by value. A dry run (the stage's ``dry_run=true``) writes
+each spec to its job dir and submits nothing; ``wait=true`` follows each job's log until it ends and reports
+its exit code. Every problem seen before submitting (settings, the git tree, each job's config, Beaker's
+answers) is reported together, one line each.
 """
 
 import datetime
 import functools
 import logging
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -28,7 +31,7 @@ from hydra_plugins.olmocr_launchers import beaker_job
 from hydra_plugins.olmocr_launchers.task_script import processes, stage_command, task_script
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from olmocr.cli import Launch, counted, fail
+from olmocr.cli import Launch, counted, fail, launch_mode, say_error, say_warning, shown
 from olmocr.config import OneOf, Positive, Range, check_constraints
 
 log = logging.getLogger(__name__)
@@ -66,10 +69,10 @@ class BeakerLauncherConf:
     sync_to: str | None = None
     sync_every: Annotated[int, Range(at_least=1)] = 60
     rendezvous_port: Annotated[int, Range(at_least=1, at_most=65535)] = 29400
-    follow: bool = False
+    wait: bool = False  # as the stage's wait=true: follow each job's log until it ends
     # How long submitting waits for Beaker to answer (a brownout, a network hiccup) before it stops in one line
     unreachable_s: Positive = 300.0
-    dry_run: bool = False
+    dry_run: bool = False  # as the stage's dry_run=true: write each job's spec, submit nothing
 
 
 def _git(*args: str) -> str | None:
@@ -135,31 +138,44 @@ class BeakerLauncher(Launcher):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
-    def _check(self) -> str | None:
-        """The launcher's own settings and the git tree; the commit the job's image holds."""
+    def _check(self, problems: list[str]) -> str | None:
+        """The launcher's own settings and the git tree, each problem added to ``problems``; the commit the job's
+        image holds."""
         p = self.params
         for key in ("workspace", "budget"):
             if not p[key]:
-                raise ValueError(f"hydra.launcher.{key}: required to submit to Beaker")
+                problems.append(f"hydra.launcher.{key}: required to submit to Beaker")
         if bool(p["image"]) == bool(p["docker_image"]):
-            raise ValueError("hydra.launcher.image or hydra.launcher.docker_image: set exactly one")
-        check_constraints(p, BeakerLauncherConf, "hydra.launcher")
+            problems.append("hydra.launcher.image or hydra.launcher.docker_image: set exactly one")
+        try:
+            check_constraints(p, BeakerLauncherConf, "hydra.launcher")
+        except ValueError as exc:
+            problems.append(str(exc))
         commit = _git("rev-parse", "HEAD")
-        if p["require_clean_git"] and _git("status", "--porcelain"):
-            raise ValueError("the git tree has uncommitted changes, which the job's image would not have: commit "
-                             "them (or set hydra.launcher.require_clean_git=false)")
+        changed = (_git("status", "--porcelain") or "").splitlines() if p["require_clean_git"] else []
+        if changed:
+            names = [line[3:] for line in changed]
+            problems.append(f"the git tree has uncommitted changes, which the job's image would not have: "
+                            f"{', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}; commit "
+                            "them (or set hydra.launcher.require_clean_git=false)")
         return commit
 
-    def _check_needs(self, module: str, needs: Launch) -> None:
-        """What the stage needs against what the job gives it."""
-        p = self.params
+    def _check_needs(self, module: str, needs: Launch) -> list[str]:
+        """What the stage needs against what the job gives it: the problems."""
+        p, problems = self.params, []
         if needs.resumes and p["preemptible"] and not (p["sync_to"] or p["run_root"]):
-            raise ValueError(f"a preemptible {module} job would start over when preempted: set "
-                             "hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
-                             "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false")
+            problems.append(f"a preemptible {module} job would start over when preempted: set "
+                            "hydra.launcher.sync_to=s3://… (checkpoints pushed as they are written) or "
+                            "hydra.launcher.run_root=<a mounted Weka path>, or hydra.launcher.preemptible=false")
         if needs.replica_state and p["replicas"] > 1 and p["sync_to"] and not p["run_root"]:
-            raise ValueError(f"{needs.replica_state}, and sync_to keeps the leader's: with several replicas use "
-                             "hydra.launcher.run_root=<a shared mounted path> instead")
+            problems.append(f"{needs.replica_state}, and sync_to keeps the leader's: with several replicas use "
+                            "hydra.launcher.run_root=<a shared mounted path> instead")
+        if needs.distributed and needs.check_world is not None:
+            try:
+                needs.check_world(processes(p["gpus"], p["replicas"], needs.sidecar))
+            except ValueError as exc:
+                problems.append(str(exc))
+        return problems
 
     def _client(self):
         """A client whose token, workspace and secrets Beaker has answered for, before anything is prepared or
@@ -176,12 +192,15 @@ class BeakerLauncher(Launcher):
             self._wait_for(client)
             client.user.get()
             client.workspace.get(workspace)
+            missing = []
             for env_name, secret in self.params["secrets"].items():
                 try:
                     client.secret.get(secret)
                 except BeakerSecretNotFound:
-                    raise ValueError(f"hydra.launcher.secrets.{env_name}: Beaker secret {secret!r} does not exist "
-                                     f"in workspace {workspace}") from None
+                    missing.append(f"hydra.launcher.secrets.{env_name}: Beaker secret {secret!r} does not exist in "
+                                   f"workspace {workspace}")
+            if missing:
+                raise ValueError("\n".join(missing))
         except BeakerWorkspaceNotFound:
             raise ValueError(f"hydra.launcher.workspace: Beaker has no workspace {workspace!r} (or this token "
                              "cannot see it)") from None
@@ -245,12 +264,30 @@ class BeakerLauncher(Launcher):
         stage = getattr(self.task_function, "stage", None)
         if stage is None:
             log.info("the task function is no declared stage: it is shipped with each job")
-        try:  # every job is checked and its spec written, then Beaker asked, before anything is submitted
-            commit = self._check()
-            jobs = [self._job(stage, list(overrides), idx, commit)
-                    for idx, overrides in enumerate(counted(job_overrides), start=initial_job_idx)]
-            client = None if self.params["dry_run"] else self._client()
-            for *_, prepare in jobs:
+        # Every job is checked and its spec written, then Beaker asked, before anything is submitted; every
+        # problem found on the way is said together, one line each, so one try finds them all.
+        problems: list[str] = []
+        try:
+            commit = self._check(problems)
+            composed = [self._compose(list(overrides), idx)
+                        for idx, overrides in enumerate(counted(job_overrides), start=initial_job_idx)]
+            dry_run, wait = launch_mode([config for config, _ in composed], self.params)
+            jobs = [job for job in (self._job(stage, config, job_dir, list(overrides), idx, commit, dry_run, problems)
+                                    for idx, ((config, job_dir), overrides)
+                                    in enumerate(zip(composed, job_overrides), start=initial_job_idx)) if job]
+            client = None
+            if not dry_run:
+                try:
+                    client = self._client()
+                except ValueError as exc:
+                    problems.extend(str(exc).splitlines())
+            if problems:
+                for problem in dict.fromkeys(problems):
+                    say_error(problem)
+                raise SystemExit(2)
+            for _, spec, spec_path, _, prepare in jobs:
+                spec_path.parent.mkdir(parents=True, exist_ok=True)
+                spec.to_file(spec_path)
                 if prepare is not None:
                     prepare()
         except ValueError as exc:  # a user error: one line, not Hydra's trace
@@ -259,9 +296,9 @@ class BeakerLauncher(Launcher):
             HydraConfig.instance().set_config(self.config)  # the launching process's own config again
         returns = []
         for idx, (ret, spec, spec_path, name, _) in enumerate(jobs, start=initial_job_idx):
-            overrides = " ".join(ret.overrides)
+            overrides = shown(ret.overrides)
             if client is None:
-                log.info("dry run: #%d %s -> %s", idx, overrides, spec_path)
+                print(f"dry run: #{idx} {overrides}: its spec {spec_path}; nothing submitted", flush=True)
                 ret.return_value = {"spec": str(spec_path)}
             else:
                 try:
@@ -271,51 +308,73 @@ class BeakerLauncher(Launcher):
                     done = ", ".join(r.return_value["name"] for r in returns) or "none"
                     fail(f"job #{idx} ({overrides}) was not submitted: {fault}; submitted before it: {done}")
                 url = client.experiment.url(workload)
-                log.info("#%d %s submitted: %s", idx, overrides, url)
+                print(f"#{idx} {overrides}: Beaker experiment {workload.experiment.id} submitted: {url} (follow and "
+                      "stop it there)", flush=True)
                 ret.return_value = {"workload": workload.experiment.id, "name": name, "url": url}
-                if self.params["follow"]:
-                    ret = self._follow(client, workload, ret)
+                if wait:
+                    try:
+                        ret = self._follow(client, workload, ret)
+                    except KeyboardInterrupt:  # Ctrl-C stops the wait, not the job
+                        say_error(f"stopped following; Beaker experiment {workload.experiment.id} goes on: {url}")
+                        raise SystemExit(128 + signal.SIGINT) from None
             returns.append(ret)
         failed = [r._return_value for r in returns if isinstance(r._return_value, JobFailed)]
         if failed:  # followed jobs that ended badly: one line, not a trace of this launcher
             fail(str(failed[0]) + (f" (and {len(failed) - 1} more job(s) failed)" if len(failed) > 1 else ""))
         return returns
 
-    def _job(self, stage, overrides: list[str], idx: int, commit: str | None):
-        """One job's JobReturn (to be completed), its spec (also written to its job dir), its name and the work its
-        stage does before it is submitted (None: none)."""
+    def _compose(self, overrides: list[str], idx: int) -> tuple[DictConfig, Path]:
+        """A job's config, as the job will have it, and its job dir here."""
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = f"beaker_{self._stamp}_{idx}"
             sweep_config.hydra.job.num = idx
         HydraConfig.instance().set_config(sweep_config)
-        job_dir = Path(str(self.config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
-        job_dir.mkdir(parents=True, exist_ok=True)
+        return sweep_config, Path(str(self.config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+
+    def _job(self, stage, sweep_config: DictConfig, job_dir: Path, overrides: list[str], idx: int, commit: str | None,
+             dry_run: bool, problems: list[str]):
+        """One job's JobReturn (to be completed), its spec (also written to its job dir), its name and the work its
+        stage does before it is submitted (None: none); None, with what stops it added to ``problems``, when the
+        job cannot be built."""
+        HydraConfig.instance().set_config(sweep_config)
         key = job_dir.as_posix().lstrip("/")  # the run's place: the same for the same command
         task_overrides = [o for o in overrides if not o.startswith("hydra.")]
         module = stage.module if stage is not None else "(shipped job)"
-        if stage is not None:  # checked as the job will check it, before anything is submitted
-            stage.check_job(sweep_config)
-        # Each job's own config decides what it needs (a sweep over algo=…, say).
-        needs = stage.launch(sweep_config) if stage is not None else Launch()
-        self._check_needs(module, needs)
-        if needs.distributed and needs.check_world is not None:
-            needs.check_world(processes(self.params["gpus"], self.params["replicas"], needs.sidecar))
+        try:
+            if stage is not None:  # checked as the job will check it, before anything is submitted
+                stage.check_job(sweep_config)
+            # Each job's own config decides what it needs (a sweep over algo=…, say).
+            needs = stage.launch(sweep_config) if stage is not None else Launch()
+        except ValueError as exc:
+            problems.append(str(exc))
+            return None
+        problems.extend(self._check_needs(module, needs))
+        if needs.resumes and _holds_a_run(job_dir):  # a run started here: the job does not share these files
+            kept = self._place(key) if self.params["run_root"] or self.params["sync_to"] else None
+            say_warning(f"{job_dir} holds a run made here, which the Beaker job cannot see: "
+                        + (f"it goes on from what {kept} holds, or starts over" if kept else "it starts over"))
         # Run once Beaker has answered for the token (launch): a refused token must not leave PDFs queued.
-        prepare = (functools.partial(needs.prepare, sweep_config)
-                   if needs.prepare is not None and not self.params["dry_run"] else None)
+        prepare = (functools.partial(needs.prepare, sweep_config) if needs.prepare is not None and not dry_run else None)
         task_overrides = needs.job_overrides(task_overrides)
         shown = [o for o in filter_overrides(task_overrides) if not o.startswith("cluster=")]
-        spec = build_spec(script=self._script(self._command(stage, task_overrides, sweep_config, key), needs, key),
-                          params=self.params, git_commit=commit, distributed=needs.distributed,
-                          description=self.params["description"] or " ".join(["python -m", module, *shown]))
-        spec_path = job_dir / "beaker_spec.yaml"
-        spec.to_file(spec_path)
+        try:
+            spec = build_spec(script=self._script(self._command(stage, task_overrides, sweep_config, key), needs, key),
+                              params=self.params, git_commit=commit, distributed=needs.distributed,
+                              description=self.params["description"] or " ".join(["python -m", module, *shown]))
+        except (ValueError, KeyError) as exc:  # settings a spec cannot be built from, said above
+            if not problems:
+                raise
+            return None
+        spec_path = job_dir / "beaker_spec.yaml"  # written once every job is checked
         task_cfg = OmegaConf.masked_copy(sweep_config, [k for k in sweep_config if k != "hydra"])
         ret = JobReturn(overrides=overrides, cfg=task_cfg, hydra_cfg=sweep_config, working_dir=str(job_dir),
                         task_name=sweep_config.hydra.job.name, status=JobStatus.COMPLETED)
         name = f"olmocr-{sweep_config.hydra.job.config_name}-{self._stamp}-{idx}".replace("_", "-")
         return ret, spec, spec_path, name, prepare
+
+    def _place(self, key: str) -> str:
+        return self.run_dir(key) if self.params["run_root"] else f"{self.params['sync_to'].rstrip('/')}/{key}"
 
     def _follow(self, client, workload, ret: JobReturn) -> JobReturn:
         """Stream the job's logs until it ends. A shipped job's own JobReturn comes back from the result
@@ -345,6 +404,12 @@ class BeakerLauncher(Launcher):
             ret.return_value = JobFailed(f"Beaker job {job.id} exited with code {code}" + (f": {said}" if said else "")
                                          + f"; {submitted['url']}")
         return ret
+
+
+def _holds_a_run(job_dir: Path) -> bool:
+    """Whether a job dir here holds more than what launching writes there (a run made here)."""
+    launching = {".hydra", ".submitit", "beaker_spec.yaml", "multirun.yaml"}
+    return job_dir.is_dir() and any(entry.name not in launching for entry in job_dir.iterdir())
 
 
 class JobFailed(RuntimeError):

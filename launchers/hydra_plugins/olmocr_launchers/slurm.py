@@ -2,14 +2,16 @@
 
 Added: ``srun_args`` (extra arguments of the srun line in the sbatch script; submitit supports them,
 the upstream config has no field for them), a check of the account and of ``sbatch`` before anything
-is submitted, ``dry_run``, which writes each job's sbatch script to the sweep dir and submits nothing,
-and one task per node for stages that are not distributed (:class:`olmocr.cli.Launch`): the node's GPUs
-and cores all go to that task. Everything else (job arrays for ``-m`` sweeps, requeue on timeout,
-results) is upstream's.
+is submitted, a dry run (the stage's ``dry_run=true``), which writes each job's sbatch script to the sweep
+dir and submits nothing, one task per node for stages that are not distributed (:class:`olmocr.cli.Launch`):
+the node's GPUs and cores all go to that task, and a submission that says where each job is (its id, run dir
+and log) and returns, unless the stage's ``wait=true`` asks it to wait for the jobs' results. Job arrays for
+``-m`` sweeps and requeue on timeout are upstream's (submitit's).
 """
 
 
 import logging
+import os
 import re
 import shutil
 import signal
@@ -19,11 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
 
-from olmocr.cli import counted, fail
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from olmocr.cli import counted, fail, launch_mode, say_error, say_warning, shown
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +37,8 @@ log = logging.getLogger(__name__)
 class OlmocrSlurmConf(SlurmQueueConf):
     _target_: str = "hydra_plugins.olmocr_launchers.slurm.OlmocrSlurmLauncher"
     srun_args: list[str] = field(default_factory=list)
-    dry_run: bool = False
+    dry_run: bool = False  # as the stage's dry_run=true: write each job's sbatch script, submit nothing
+    wait: bool = False  # as the stage's wait=true: wait for the jobs to end (else return once they are submitted)
 
 
 def sbatch_script(params: dict, folder: str) -> str:
@@ -48,7 +54,8 @@ def sbatch_script(params: dict, folder: str) -> str:
     executor = ScriptOnly(folder)
     # Launcher keys use submitit's shared names where they exist (timeout_min, tasks_per_node, …).
     executor.update_parameters(**executor._convert_parameters({
-        k: v for k, v in params.items() if v is not None and k not in ("submitit_folder", "max_num_timeout", "dry_run")}))
+        k: v for k, v in params.items()
+        if v is not None and k not in ("submitit_folder", "max_num_timeout", "dry_run", "wait")}))
     return executor._make_submission_file_text(f"{executor.python} -u -m submitit.core._submit {folder}", "JOB")
 
 
@@ -89,10 +96,10 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
         SlurmJobEnvironment._requeue = requeue
         return super().__call__(*args, **kwargs)
 
-    def _prepared(self, stage, config, overrides: list[str]) -> list[str]:
+    def _prepared(self, stage, config, overrides: list[str], dry_run: bool) -> list[str]:
         """A job's overrides once what its stage prepares before submitting is done (not in a dry run)."""
         needs = stage.launch(config)
-        if needs.prepare is not None and not self.params.get("dry_run"):
+        if needs.prepare is not None and not dry_run:
             needs.prepare(config)
         return needs.job_overrides(overrides)
 
@@ -107,53 +114,118 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
         except ValueError as exc:
             fail(str(exc))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        dry_run = self.params.get("dry_run")
         configs = []
         if stage is not None:  # every job's config is checked as its job will check it, before anything else
             try:
-                for overrides in counted(job_overrides):
+                for num, overrides in enumerate(counted(job_overrides), start=initial_job_idx):
                     configs.append(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
+                    with open_dict(configs[-1].hydra.job):
+                        configs[-1].hydra.job.num = num  # as the job will have it (its run dir may name it)
                     stage.check_job(configs[-1])
                     needs = stage.launch(configs[-1])
                     if needs.distributed and needs.check_world is not None:  # one task per process
                         needs.check_world(self.params["nodes"] * self.params["tasks_per_node"])
             except ValueError as exc:
                 fail(str(exc))
-        if not dry_run:
-            if shutil.which("sbatch") is None:
+            # The nodes share this machine's files, as a rule: a path the job reads and this machine lacks is
+            # worth a word before the job waits in the queue (a node may mount what this machine does not).
+            for missing in dict.fromkeys(filter(None, map(stage.missing_paths, configs))):
+                say_warning(f"{missing} (here; the job stops at once if its nodes lack it too)")
+        dry_run, wait = launch_mode(configs, self.params)
+        unchecked = "not checked by a scheduler (no sbatch here)"
+        if shutil.which("sbatch") is None:
+            if not dry_run:
                 fail("cluster=slurm submits with sbatch, which is not on PATH here: submit from a login node, or "
-                     "use hydra.launcher.dry_run=true to see the scripts")
-            # The scheduler's own check of the job (partition, account, node count, resources), before
-            # the stage prepares anything and before a job exists.
+                     "use dry_run=true to see the scripts")
+        else:
+            # The scheduler's own check of the job (partition, account, node count, resources), before the stage
+            # prepares anything and before a job exists; a dry run's too, where a scheduler answers.
             check = subprocess.run(["sbatch", "--test-only"], input=sbatch_script(self.params, str(sweep_dir)),
                                    capture_output=True, text=True, timeout=120)
-            if check.returncode != 0:
-                fail(refusal(check.stderr + check.stdout, self.params))
+            said = check.stderr + check.stdout
+            if check.returncode != 0 and (not dry_run or refused_option(said)):
+                fail(refusal(said, self.params))
+            unchecked = (f"not checked by a scheduler ({said.strip().splitlines()[-1] if said.strip() else 'sbatch failed'})"
+                         if check.returncode != 0 else "")
         if stage is not None:
             try:
-                job_overrides = [self._prepared(stage, config, list(overrides))
+                job_overrides = [self._prepared(stage, config, list(overrides), dry_run)
                                  for config, overrides in zip(configs, job_overrides)]
             except ValueError as exc:
                 fail(str(exc))
+        job_dirs = [self._job_dir(config) for config in configs] or [sweep_dir] * len(job_overrides)
         if dry_run:
             sweep_dir.mkdir(parents=True, exist_ok=True)
             returns = []
             for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
                 path = sweep_dir / f"sbatch_{idx}.sh"
                 path.write_text(sbatch_script(self.params, str(sweep_dir / ".submitit")))
-                log.info("dry run: #%d %s -> %s", idx, " ".join(overrides), path)
+                print(f"dry run: #{idx} {shown(overrides)}: its sbatch script {path}, run dir "
+                      f"{job_dirs[idx - initial_job_idx]}; nothing submitted{'; ' + unchecked if unchecked else ''}",
+                      flush=True)
                 returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED,
                                          _return_value=str(path), working_dir=str(sweep_dir)))
             return returns
-        params = dict(self.params)
-        params.pop("dry_run")
-        self.params = params
+        jobs = self._submit(job_overrides, initial_job_idx, sweep_dir)
+        for idx, (job, overrides, job_dir) in enumerate(zip(jobs, job_overrides, job_dirs), start=initial_job_idx):
+            log_path = job.paths.stderr
+            print(f"#{idx} {shown(overrides)}: SLURM job {job.job_id} submitted; run dir "
+                  f"{job_dir}; its log {log_path} (follow: tail -f {log_path}; cancel: scancel {job.job_id})",
+                  flush=True)
+        if not wait:
+            return [JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, working_dir=str(job_dir),
+                              _return_value={"job_id": job.job_id, "log": str(job.paths.stderr)})
+                    for job, overrides, job_dir in zip(jobs, job_overrides, job_dirs)]
+        return self._wait(jobs)
+
+    def _job_dir(self, config: DictConfig) -> Path:
+        """Where a job runs: its sweep dir and subdir, as its own config resolves them."""
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra, launching = HydraConfig.instance(), HydraConfig.instance().cfg
+        hydra.set_config(config)
+        try:
+            return Path(os.path.abspath(os.path.join(str(config.hydra.sweep.dir), str(config.hydra.sweep.subdir))))
+        finally:
+            hydra.cfg = launching
+
+    def _submit(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path) -> list:
+        """Submit the jobs as one array (submitit's executor, with this launcher as the job's callable); their
+        submitit jobs, in order."""
+        import submitit
+        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+        executor = submitit.AutoExecutor(cluster="slurm", folder=self.params["submitit_folder"],
+                                         slurm_max_num_timeout=self.params["max_num_timeout"])
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())  # submitit's names for every executor
+        executor.update_parameters(**{
+            key if key in shared else f"slurm_{key}": value for key, value in self.params.items()
+            if key not in ("submitit_folder", "max_num_timeout", "dry_run", "wait")})
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        jobs = [(list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
+                for idx, overrides in enumerate(job_overrides, start=initial_job_idx)]
+        return executor.map_array(self, *zip(*jobs))
+
+    def _wait(self, jobs: list) -> list[JobReturn]:
+        """The jobs' results as they end (``wait=true``). Stopping the wait (Ctrl-C, SIGTERM) leaves the jobs
+        running and says how to cancel them, in one line."""
         from submitit.core.utils import UncompletedJobError
 
+        def stop(signum, frame):
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, stop)
         try:
-            return super().launch(job_overrides, initial_job_idx)
+            return [job.results()[0] for job in jobs]
+        except KeyboardInterrupt:
+            ids = " ".join(dict.fromkeys(job.job_id.split("_")[0] for job in jobs))
+            say_error(f"stopped waiting; the SLURM job {ids} goes on (its log: {jobs[0].paths.stderr}; cancel: "
+                      f"scancel {ids})")
+            raise SystemExit(128 + signal.SIGINT) from None
         except UncompletedJobError as exc:  # failed, cancelled, killed, or requeued too often
             fail(unfinished(str(exc)))
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def unfinished(account: str) -> str:
@@ -177,11 +249,17 @@ REFUSED = (("account", "account"), ("partition", "partition"), ("qos", "qos"), (
            ("processors", "cpus_per_task"), ("node configuration", "tasks_per_node"))
 
 
+def refused_option(stderr: str) -> str | None:
+    """The launcher option sbatch's refusal is about, or None (no refusal of the job's options: no scheduler)."""
+    said = stderr.lower()
+    return next((key for word, key in REFUSED if word in said), None)
+
+
 def refusal(stderr: str, params: dict) -> str:
     """sbatch's refusal in one line, naming the launcher option it is about."""
     lines = [line.removeprefix("sbatch: error: ").strip() for line in stderr.splitlines() if line.strip()]
     reason = lines[-1].removeprefix("allocation failure: ") if lines else "no reason given"
-    key = next((key for word, key in REFUSED if word in " ".join(lines).lower()), None)
+    key = refused_option(stderr)
     option = f"hydra.launcher.{key}={params.get(key)}" if key else "the job's options"
     return f"sbatch refused the job ({option}): {reason}"
 
