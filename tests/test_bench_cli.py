@@ -136,6 +136,25 @@ def test_perfect_outputs_score_100_and_parallel_equals_serial(bench):
     assert summary["overall_score"] == 1.0
 
 
+def test_overall_says_how_it_is_made_beside_the_plain_share(bench):
+    """A bench of one test file and the implicit baseline category (bench.split's): 6 of 10 tests of the file pass
+    and both baselines do, so overall is 80% while 8 of 12 tests (66.7%) pass: the line says both."""
+    from dataclasses import replace
+
+    from olmocr.bench.score import describe_overall
+
+    bench_dir, cand, _, _ = bench
+    loaded = load_bench(str(bench_dir))
+    some = run_tests(loaded, str(cand), workers=1)[:12]
+    results = ([replace(r, category="mydocs", passed=r.repeats if i < 6 else 0) for i, r in enumerate(some[:10])]
+               + [replace(r, category="baseline", passed=r.repeats) for r in some[10:]])
+    summary = summarize(results)
+    assert summary["overall"] == pytest.approx(0.8) and summary["share"] == pytest.approx(8 / 12)
+    assert describe_overall(summary) == (
+        "overall 80.0% is the mean of 2 categories' pass rates, each weighing 1/2 whatever its number of tests "
+        "(baseline 100.0% of 2, mydocs 60.0% of 10); the plain share of tests passed is 66.7% (8 of 12)")
+
+
 def test_bootstrap_interval_is_stratified_and_seeded():
     groups = [np.array([1.0] * 50 + [0.0] * 50), np.array([1.0] * 10)]
     low, high = bootstrap_interval(groups, 2000, 0.95, seed=0)

@@ -57,7 +57,7 @@ def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir, 
         assert os.path.exists(out / "candidates" / name / "answers.jsonl")  # which outputs the model wrote
     scores = json.load(open(out / "bench" / "results.json"))
     assert scores["tests"] > bench and scores["missing_pages"] == []
-    assert json.load(open(out / "bench" / "compare.json"))["b"] == str(out / "candidates" / "soup")
+    assert json.load(open(out / "bench" / "compare.json"))["comparisons"][0]["b"] == str(out / "candidates" / "soup")
     assert os.path.getsize(out / "bench" / "report.html") > 0
     # Again: nothing is made twice.
     made = {p: os.path.getmtime(p) for p in (out / "pages/train/synth.jsonl", out / "release/soup/model.safetensors",

@@ -1,5 +1,5 @@
 """Reports people look at, opened in a real headless browser (Debian's chromium through Selenium):
-the bench's report.html for one candidate and for two compared."""
+the bench's report.html for one candidate and for three compared."""
 
 from __future__ import annotations
 
@@ -116,24 +116,46 @@ def test_the_bench_report_draws_a_pages_list_numbers_and_heading_levels_as_writt
     assert [h.text for h in box.find_elements("css selector", "h1, h2, h3")] == ["Part one", "Section seven", "Rules"]
 
 
-def test_two_candidates_compared_list_exactly_the_flipped_tests(tmp_path, browser, outputs):
-    out = bench(tmp_path, "two", f"candidates=[{outputs[0]},{outputs[1]}]")
-    compare = json.load(open(os.path.join(out, "compare.json")))
-    flipped = {(f["id"], f["a"], f["b"]) for f in compare["flipped"]}
+def test_three_candidates_in_one_report_with_their_counts_and_the_tests_whose_verdicts_differ(tmp_path, browser,
+                                                                                              outputs):
+    """A, B (one absent test fail → pass, one present test pass → fail) and C (A's outputs again, in another
+    folder): one report, each compared with A, every figure with its test count."""
+    a, b = outputs
+    c = str(tmp_path / "c")
+    shutil.copytree(a, c)
+    out = bench(tmp_path, "three", f"candidates=[{a},{b},{c}]")
+    ab, ac = json.load(open(os.path.join(out, "compare.json")))["comparisons"]
+    assert (ab["b"], ac["b"]) == (b, c)
+    flipped = {(f["id"], f["a"], f["b"]) for f in ab["flipped"]}
     assert ("synth_s0_01000_absent_04", False, True) in flipped
     assert ("synth_s0_01000_present_00", True, False) in flipped
+    assert ac["flipped"] == [] and ac["overall"]["delta"] == 0
     # The same verdicts read from each candidate's own results.
-    a = {r["id"]: r["passed"] for r in json.load(open(os.path.join(out, "results.json")))["results"]}
-    b = {r["id"]: r["passed"] for r in json.load(open(os.path.join(out, "results_b.json")))["results"]}
-    assert flipped == {(t, a[t], b[t]) for t in a if a[t] != b[t]}
-    assert compare["categories"]["synth"]["delta"] == pytest.approx(compare["overall"]["delta"])
-    errors = open_page(browser, os.path.join(out, "report.html"), os.path.join(out, "report.png"))
-    assert errors == []
-    rows = browser.find_elements("css selector", "#flips tr.flipped")
-    assert {r.get_attribute("data-test-id") for r in rows} == {f[0] for f in flipped}
+    verdicts = [{r["id"]: r["passed"] for r in json.load(open(os.path.join(out, name)))["results"]}
+                for name in ("results.json", "results_b.json", "results_c.json")]
+    assert flipped == {(t, verdicts[0][t], verdicts[1][t]) for t in verdicts[0] if verdicts[0][t] != verdicts[1][t]}
+    assert ab["categories"]["synth"]["delta"] == pytest.approx(ab["overall"]["delta"])
+    assert open_page(browser, os.path.join(out, "report.html"), os.path.join(out, "report.png")) == []
+    overview = browser.find_elements("css selector", "#overview tr[data-candidate]")
+    assert [r.get_attribute("data-candidate") for r in overview] == [a, b, c]
+    rows = {r.get_attribute("data-test-id"): [td.text for td in r.find_elements("css selector", "td")][3:6]
+            for r in browser.find_elements("css selector", "#flips tr.flipped")}
+    assert set(rows) == {f[0] for f in flipped}
+    assert rows["synth_s0_01000_absent_04"] == ["fail", "pass", "fail"]
     first = browser.find_elements("css selector", "section.page")[0]
-    assert first.get_attribute("data-pdf") == "synth_s0_01000.pdf"  # the page with flipped tests first
-    assert len(first.find_elements("css selector", "div.markdown")) == 2  # both outputs side by side
+    assert first.get_attribute("data-pdf") == "synth_s0_01000.pdf"  # the page whose verdicts differ first
+    assert len(first.find_elements("css selector", "div.markdown")) == 3  # every output side by side
+    # Each figure with its count, and how overall is made beside the plain share of tests passed.
+    summary = json.load(open(os.path.join(out, "results.json")))
+    synth = summary["categories"]["synth"]
+    section = browser.find_elements("css selector", "section.candidate")[0]
+    rates = [t.text for t in section.find_elements("css selector", "svg.bars text.rate")]
+    assert f"{100 * synth['pass_rate']:.1f}% ({round(synth['pass_rate'] * synth['tests'])}/{synth['tests']} tests)" in rates
+    made = section.find_element("css selector", "p.overall-made").text
+    assert f"synth {100 * synth['pass_rate']:.1f}% of {synth['tests']}" in made
+    assert f"the plain share of tests passed is {100 * summary['share']:.1f}% ({summary['passed']} of " \
+           f"{summary['tests']})" in made
+    assert summary["share"] == pytest.approx(summary["passed"] / summary["tests"])
 
 
 # Training runs' plots: tests/test_bench_eval.py (SFT), tests/test_grpo.py (GRPO).

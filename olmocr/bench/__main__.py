@@ -3,8 +3,9 @@
 Writes results.json and report.md to the run dir: per-category and per-type pass rates, the overall
 score with a bootstrap confidence interval, missing outputs, malformed test lines and every failed test
 with the reason it failed; and report.html, which shows them with each page beside its output.
-``candidates=[a,b]`` scores two folders (results_b.json, report_b.md for the second) and compares them:
-compare.json and report.html give per-category deltas and the tests that flipped.
+``candidates=[a,b,…]`` scores any number of folders (results_b.json, report_b.md for the second, _c for the
+third, …) and compares each with the first: compare.json and report.html give per-category deltas and the
+tests whose verdicts differ, and report.html shows every output of a page side by side.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ log = logging.getLogger("olmocr.bench")
 @stage("bench")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
-    from olmocr.bench.html import flipped_tests, write_html
+    from olmocr.bench.html import flipped_tests, letter, write_html
     from olmocr.bench.report import write_reports
-    from olmocr.bench.score import check_options, describe_makeup, load_bench, run_tests, summarize
+    from olmocr.bench.score import check_options, describe_makeup, describe_overall, load_bench, run_tests, summarize
     from olmocr.utils.runinfo import write_run_info
 
     check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
     folders = [cfg.candidates] if isinstance(cfg.candidates, str) else list(cfg.candidates)
-    if not 1 <= len(folders) <= 2 or not all(isinstance(f, str) for f in folders):
-        raise ValueError(f"candidates: expected a folder or [a, b], got {cfg.candidates}")
+    if not folders or not all(isinstance(f, str) for f in folders):
+        raise ValueError(f"candidates: expected a folder or a list of folders [a, b, …], got {cfg.candidates}")
     for folder in folders:
         if not os.path.isdir(folder):
             raise ValueError(f"candidates: {folder} is not a folder")
@@ -57,34 +58,35 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     if unanswered:
         log.warning("%s", unanswered)
     runs = []
-    for (folder, summary, results), suffix in zip(scored, ("", "_b")):
+    for i, (folder, summary, results) in enumerate(scored):
+        suffix = "" if i == 0 else f"_{letter(i).lower().lstrip('#')}"
         paths = write_reports(output_dir, summary, results, bench, bench_dir=cfg.bench_dir, candidates=folder,
                               max_failures_listed=cfg.max_failures_listed, suffix=suffix, notice=unanswered)
         runs.append((folder, summary, results, paths))
     folder, summary, results, (json_path, md_path) = runs[0]
     reports = [md_path, json_path]
-    if len(runs) == 2:
-        reports.append(write_comparison(os.path.join(output_dir, "compare.json"), runs[0], runs[1]))
+    if len(runs) > 1:
+        reports.append(write_comparison(os.path.join(output_dir, "compare.json"), runs))
     if cfg.html:
         reports.append(write_html(os.path.join(output_dir, "report.html"), cfg.bench_dir, scored, cfg.html_max_pages,
                                   notice=unanswered))
-    write_run_info(output_dir, summary={k: summary[k] for k in ("overall", "ci", "overall_score", "tests",
+    write_run_info(output_dir, summary={k: summary[k] for k in ("overall", "ci", "overall_score", "share", "tests",
                                                                  "passed", "tests_per_second")})
     ci = summary["ci"]
     for name, row in summary["categories"].items():
         log.info("%-24s %5d tests  %5.1f%%", name, row["tests"], 100 * row["pass_rate"])
     log.info("%s scoring; %s", cfg.scoring, describe_makeup(summary["makeup"]))
-    log.info("overall %.1f%% (%d%% CI %.1f-%.1f), overall_score %.1f%%, over %d tests (%d implicit baselines); "
-             "%d pages missing, %d outputs unreadable, %d malformed lines, %d warnings; %.0f tests/s",
+    log.info("overall %.1f%% (%d%% CI %.1f-%.1f), plain share %.1f%% (%d of %d tests), overall_score %.1f%%, %d "
+             "implicit baselines; %d pages missing, %d outputs unreadable, %d malformed lines, %d warnings; %.0f tests/s",
              100 * summary["overall"], round(100 * ci["confidence"]), 100 * ci["low"], 100 * ci["high"],
-             100 * summary["overall_score"], len(results), bench.implicit_baselines, len(summary["missing_pages"]),
-             len(summary["unreadable_outputs"]), len(bench.malformed),
-             len(bench.warnings), summary["tests_per_second"])
-    if len(runs) == 2:
-        other = runs[1][1]
-        log.info("%s: overall %.1f%% (%+.1f points); %d tests flipped; %s", runs[1][0], 100 * other["overall"],
-                 100 * (other["overall"] - summary["overall"]), len(flipped_tests(results, runs[1][2])),
-                 describe_makeup(other["makeup"]))
+             100 * summary["share"], summary["passed"], len(results), 100 * summary["overall_score"],
+             bench.implicit_baselines, len(summary["missing_pages"]), len(summary["unreadable_outputs"]),
+             len(bench.malformed), len(bench.warnings), summary["tests_per_second"])
+    log.info("%s", describe_overall(summary, each=False))
+    for folder, other, other_results, _ in runs[1:]:
+        log.info("%s: overall %.1f%% (%+.1f points), plain share %.1f%%; %d tests flipped; %s", folder,
+                 100 * other["overall"], 100 * (other["overall"] - summary["overall"]), 100 * other["share"],
+                 len(flipped_tests(results, other_results)), describe_makeup(other["makeup"]))
     log.info("reports: %s", ", ".join(reports))
     return summary
 
@@ -101,14 +103,18 @@ def unanswered_line(runs: list[tuple[str, dict, list]]) -> str | None:
             "(every page there fell back to the text layer, was empty or missing)")
 
 
-def write_comparison(path: str, a: tuple, b: tuple) -> str:
+def write_comparison(path: str, runs: list[tuple]) -> str:
+    """compare.json: each candidate after the first against the first (``a``): overall and per-category deltas
+    and the tests whose verdicts flipped, with both reasons."""
     import json
 
     from olmocr.bench.html import category_deltas, flipped_tests
 
-    payload = {"a": a[0], "b": b[0], "overall": {"a": a[1]["overall"], "b": b[1]["overall"],
-                                                 "delta": b[1]["overall"] - a[1]["overall"]},
-               "categories": category_deltas(a[1], b[1]), "flipped": flipped_tests(a[2], b[2])}
+    a = runs[0]
+    payload = {"a": a[0], "comparisons": [
+        {"b": b[0], "overall": {"a": a[1]["overall"], "b": b[1]["overall"], "delta": b[1]["overall"] - a[1]["overall"]},
+         "share": {"a": a[1]["share"], "b": b[1]["share"], "delta": b[1]["share"] - a[1]["share"]},
+         "categories": category_deltas(a[1], b[1]), "flipped": flipped_tests(a[2], b[2])} for b in runs[1:]]}
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(payload, fh, indent=2, ensure_ascii=False)
     return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from olmocr.bench.score import Bench, TestResult, describe_makeup, verdict
+from olmocr.bench.score import Bench, TestResult, describe_makeup, describe_overall, verdict
 
 
 def _pct(x: float) -> str:
@@ -42,10 +42,11 @@ def write_reports(output_dir: str, summary: dict, results: list[TestResult], ben
         lines += [f"**{notice}.**", ""]
     lines += [
         f"**Overall {_pct(summary['overall'])}** ({round(100 * ci['confidence'])}% CI {_pct(ci['low'])}–"
-        f"{_pct(ci['high'])}, {ci['bootstrap_samples']} bootstrap samples), the mean over "
-        f"{len(summary['categories'])} categories ({rule}); overall_score (mean repeat average over all "
-        f"tests) {_pct(summary['overall_score'])}. {summary['passed']} of {summary['tests']} tests passed. "
-        f"Bench: `{bench_dir}`; {summary['scoring']} scoring.",
+        f"{_pct(ci['high'])}, {ci['bootstrap_samples']} bootstrap samples; {rule}); plain share of tests passed "
+        f"**{_pct(summary['share'])}** ({summary['passed']} of {summary['tests']}); overall_score (mean repeat "
+        f"average over all tests) {_pct(summary['overall_score'])}. Bench: `{bench_dir}`; {summary['scoring']} scoring.",
+        "",
+        f"How overall is made: {describe_overall(summary)}.",
         "",
         f"What it is made of: {describe_makeup(summary['makeup'])}.",
         "",

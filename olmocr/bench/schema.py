@@ -13,7 +13,7 @@ from olmocr.config import OneOf, Range, StageConfig, store
 @dataclass
 class BenchConfig(StageConfig):
     bench_dir: str = MISSING  # test files (*.jsonl, one category each) and pdfs/
-    # A folder of <pdf path without .pdf>_pg<page>_repeat<n>.md files, or [a, b] to compare two
+    # A folder of <pdf path without .pdf>_pg<page>_repeat<n>.md files, or a list [a, b, …] compared with the first
     candidates: Any = MISSING
     # categories: one per test file (olmOCR-bench), or one per test type
     group_by: Annotated[str, OneOf("file", "type")] = "file"

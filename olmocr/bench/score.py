@@ -332,6 +332,21 @@ def describe_makeup(m: dict) -> str:
     return line
 
 
+def describe_overall(summary: dict, each: bool = True) -> str:
+    """How ``overall`` is made, in one line, with the plain share of tests passed beside it: a category of 5
+    tests weighs as much as one of 500 (a bench of one category and the implicit ``baseline`` one: baseline is
+    half the figure). ``each``: every category's tests and rate too."""
+    categories = summary["categories"]
+    line = (f"overall {100 * summary['overall']:.1f}% is the mean of {len(categories)} categories' pass rates, each "
+            f"weighing 1/{len(categories)} whatever its number of tests" if len(categories) > 1 else
+            f"overall {100 * summary['overall']:.1f}% is the pass rate of the one category")
+    if each:
+        line += " (" + ", ".join(f"{name} {100 * row['pass_rate']:.1f}% of {row['tests']}"
+                                 for name, row in categories.items()) + ")"
+    return line + (f"; the plain share of tests passed is {100 * summary['share']:.1f}% ({summary['passed']} of "
+                   f"{summary['tests']})")
+
+
 def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: str = "majority",
               samples: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict:
     """Per-category rates (tests scored by ``repeat_rule``), overall = their mean with a bootstrap
@@ -367,6 +382,8 @@ def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: st
         "types": table(by_type),
         "tests": len(results),
         "passed": int(sum(verdict(r, "majority") for r in results)),
+        # the plain share of tests passed, beside overall (each category weighs the same there)
+        "share": float(np.mean([verdict(r, "majority") for r in results])),
         "missing_pages": sorted({f"{r.test.pdf} page {r.test.page}" for r in results if r.repeats == 0}),
         "unreadable_outputs": sorted({u for r in results for u in r.unreadable}),
     }

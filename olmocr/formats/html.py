@@ -156,18 +156,20 @@ def markdown_html(text: str, marks: list[str] = ()) -> str:
     return rendered.replace(MARK_OPEN, "<mark>").replace(MARK_CLOSE, "</mark>")
 
 
-def bars_svg(rows: list[tuple[str, float, float | None, float | None]], width: int = 420) -> str:
-    """Horizontal bars of rates in [0, 1] with optional intervals: rows of (label, value, low, high)."""
-    height, label_w, bar_w = 22, 170, width - 230
+def bars_svg(rows: list[tuple], width: int = 480) -> str:
+    """Horizontal bars of rates in [0, 1] with optional intervals: rows of (label, value, low, high) or (label,
+    value, low, high, note), the note (what the rate is of: "9/20 tests") written after the rate."""
+    height, label_w, bar_w = 22, 170, width - 290
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * len(rows) + 6}" '
              f'role="img" class="bars">']
-    for i, (label, value, low, high) in enumerate(rows):
+    for i, (label, value, low, high, *note) in enumerate(rows):
         y = 3 + i * height
+        said = f"{100 * value:.1f}%" + (f" ({note[0]})" if note else "")
         parts.append(f'<text x="0" y="{y + 15}" font-size="12">{esc(label[:28])}</text>'
                      f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{bar_w * value:.1f}" height="{height - 8}">'
-                     f"<title>{esc(label)}: {100 * value:.1f}%</title></rect>")
+                     f"<title>{esc(label)}: {esc(said)}</title></rect>")
         if low is not None and high is not None:
             x1, x2, mid = label_w + bar_w * low, label_w + bar_w * high, y + height / 2
             parts.append(f'<line class="whisker" x1="{x1:.1f}" x2="{x2:.1f}" y1="{mid:.1f}" y2="{mid:.1f}"/>')
-        parts.append(f'<text x="{label_w + bar_w + 6}" y="{y + 15}" font-size="12">{100 * value:.1f}%</text>')
+        parts.append(f'<text x="{label_w + bar_w + 6}" y="{y + 15}" font-size="12" class="rate">{esc(said)}</text>')
     return "".join(parts) + "</svg>"
