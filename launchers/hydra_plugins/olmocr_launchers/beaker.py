@@ -362,7 +362,7 @@ class BeakerLauncher(Launcher):
             spec = build_spec(script=self._script(self._command(stage, task_overrides, sweep_config, key), needs, key),
                               params=self.params, git_commit=commit, distributed=needs.distributed,
                               description=self.params["description"] or " ".join(["python -m", module, *shown]))
-        except (ValueError, KeyError) as exc:  # settings a spec cannot be built from, said above
+        except (ValueError, KeyError):  # settings a spec cannot be built from, said above
             if not problems:
                 raise
             return None
