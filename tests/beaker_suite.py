@@ -16,7 +16,7 @@ from test_beaker import FakeBeaker
 RESULTS = os.path.abspath("beaker-results")
 os.makedirs(RESULTS, exist_ok=True)
 OVERRIDES = ["hydra.launcher.workspace=ai2/olmocr", "hydra.launcher.budget=ai2/oe-base",
-             "hydra.launcher.image=me/olmocr", "hydra.launcher.require_clean_git=false", "wait=true",
+             "hydra.launcher.image=me/olmocr", "hydra.launcher.require_clean_git=false", "hydra.launcher.wait=true",
              f"hydra.launcher.result_path={RESULTS}"]
 
 
