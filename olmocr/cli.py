@@ -123,7 +123,7 @@ class Stage:
         with _as_job(job_config) as task_config:
             self.check(task_config)
 
-    def missing_paths(self, job_config: DictConfig) -> str | None:
+    def path_problems(self, job_config: DictConfig) -> str | None:
         """What :meth:`check_paths` says of a job a launcher composed, checked on this machine, or None."""
         with _as_job(job_config) as task_config:
             try:

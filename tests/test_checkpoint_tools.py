@@ -77,6 +77,10 @@ def test_soup_of_two_grpo_seeds_is_the_fp32_mean(grpo_runs, tmp_path):
     files = set(os.listdir(out))
     assert not files & {"optimizer.pt", "scheduler.pt", "trainer_state.json", "rng_state.pth", "training_args.bin"}
     assert {"config.json", "generation_config.json", "processor_config.json", "tokenizer.json"} <= files
+    # How the seeds' pages were presented, kept for the stages that serve the soup.
+    trained = json.load(open(os.path.join(grpo_runs[0], "checkpoints", "checkpoint-2", "olmocr_pages.json")))
+    assert json.loads((out / "olmocr_pages.json").read_text()) == trained
+    assert trained["steps"]["olmocr.data.steps.BuildPrompt"] == {"version": "v4"}
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance == record and provenance["operation"] == "soup"
     assert [s["step"] for s in provenance["sources"]] == [2, 2]
@@ -107,6 +111,8 @@ def test_merged_lora_gives_the_adapter_models_logits(lora_run, tiny, tmp_path):
     out = tmp_path / "merged"
     record = stage("prepare", [f"sources=[{lora_run}]", f"output={out}"], tmp_path)
     assert record["operation"] == "merge" and record["sources"][0]["kind"] == "adapter"
+    presented = json.loads((out / "olmocr_pages.json").read_text())["steps"]  # the adapter's training pages
+    assert presented["olmocr.data.steps.RenderPage"] == {"longest_side": 256}
     assert record["sources"][0]["base"]["weights_sha256"] and record["sources"][0]["adapter_weights_sha256"]
     assert not (out / "adapter_config.json").exists()
     merged = AutoModelForImageTextToText.from_pretrained(out).eval()
@@ -234,6 +240,34 @@ def test_processor_files_come_from_processor_when_a_checkpoint_has_none(grpo_run
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (bare / "model.safetensors").read_bytes()
 
 
+def test_a_model_served_on_other_pages_than_it_was_trained_on_is_refused_before_any_page(lora_run, tmp_path,
+                                                                                         warm_python):
+    """The merged adapter was trained on pages rendered at 256 px: the pipeline's production steps (1288 px) are
+    refused in one line naming the setting, for the pipeline and its bench mode; its own size passes, and so
+    does convert.match_model=false. Training from it at another size is a warning, not an error."""
+    out = tmp_path / "released"
+    stage("prepare", [f"sources=[{lora_run}]", f"output={out}"], tmp_path)
+    served = ["model=qwen25_vl_7b", f"model.name_or_path={out}", "server=vllm", "convert=default", "dry_run=true"]
+
+    def command(module, *args):
+        return subprocess.run([warm_python, "-m", module, *args, f"hydra.run.dir={tmp_path / 'runs' / module}"],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+
+    for module in ("olmocr.pipeline", "olmocr.pipeline.bench"):
+        proc = command(module, *served)
+        assert (proc.returncode, proc.stderr) == (2, (
+            f"error: convert.steps.render.longest_side=1288 (trained with 256): model.name_or_path={out} was "
+            "trained on pages presented otherwise (its olmocr_pages.json); present them as it was trained, or set "
+            "convert.match_model=false\n")), proc.stderr
+    for fix in ("convert.steps.render.longest_side=256", "convert.match_model=false"):
+        proc = command("olmocr.pipeline", *served, fix)
+        assert proc.returncode == 0, proc.stderr
+    proc = command("olmocr.train", "model=qwen25_vl_7b", f"model.name_or_path={out}", "dry_run=true")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == (f"warning: data.steps.render.longest_side=512 (trained with 256): model.name_or_path={out} "
+                           "was trained on pages presented otherwise (its olmocr_pages.json); this run teaches it these\n")
+
+
 def test_fp8_quantizes_language_linears_only(grpo_runs, fp8):
     from transformers import AutoModelForImageTextToText
 
@@ -247,6 +281,8 @@ def test_fp8_quantizes_language_linears_only(grpo_runs, fp8):
     config = json.load(open(os.path.join(fp8, "config.json")))
     ignore = config["quantization_config"]["ignore"]
     assert "visual.blocks.0.attn.qkv" in ignore and "model.visual.blocks.0.attn.qkv" in ignore
+    assert json.load(open(os.path.join(fp8, "olmocr_pages.json"))) == json.load(open(os.path.join(
+        grpo_runs[0], "checkpoints", "checkpoint-3", "olmocr_pages.json")))  # the pages it reads, kept
     provenance = json.load(open(os.path.join(fp8, "provenance.json")))
     assert provenance["scheme"] == "FP8_DYNAMIC" and provenance["weights_bytes"]["after"] < \
         provenance["weights_bytes"]["before"]

@@ -72,7 +72,7 @@ def test_a_dry_run_checks_the_paths_the_run_reads(tmp_path, warm_python):
                  tmp_path, module="olmocr.train", env={"PATH": os.path.dirname(sys.executable)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith(f"warning: eval.bench.root: {missing} is not a folder")
-    assert proc.stderr.rstrip().endswith("(here; the job stops at once if its nodes lack it too)")
+    assert proc.stderr.rstrip().endswith("(checked here; the job stops for it at once where its nodes see the same files)")
     assert "nothing submitted; not checked by a scheduler (no sbatch here)" in proc.stdout
 
 

@@ -390,3 +390,27 @@ def test_the_blind_control_sees_a_white_page_of_the_same_size_and_learns_from_th
     assert torch.equal(blind["input_ids"], seen["input_ids"]) and torch.equal(blind["labels"], seen["labels"])
     assert torch.equal(blind["image_grid_thw"], seen["image_grid_thw"])
     assert not torch.equal(blind["pixel_values"], seen["pixel_values"])
+
+
+def test_the_record_of_the_pages_a_model_reads_names_what_differs(tmp_path):
+    """olmocr.data.presented: only the steps that make what the model sees are recorded (not the checks, the
+    augmentations, the targets); a steps config that presents pages otherwise is told setting by setting."""
+    from omegaconf import OmegaConf
+
+    from olmocr.data.presented import RECORD, differences, read_record, write_record
+
+    steps = OmegaConf.to_container(compose("train", ["data.steps.render.longest_side=448"]).data.steps, resolve=True)
+    write_record(str(tmp_path), steps)
+    assert read_record(str(tmp_path)) == {"olmocr.data.steps.RenderPage": {"longest_side": 448},
+                                          "olmocr.data.steps.BuildPrompt": {"version": "v4"},
+                                          "olmocr.data.steps.BuildMessages": {"image_first": False}}
+    assert differences(str(tmp_path), steps, "convert.steps") == []
+    other = {**steps, "render": {**steps["render"], "longest_side": 1288}, "prompt": {**steps["prompt"], "version": "v1"}}
+    assert differences(str(tmp_path), other, "convert.steps") == [
+        "convert.steps.prompt.version=v1 (trained with v4)", "convert.steps.render.longest_side=1288 (trained with 448)"]
+    assert differences(str(tmp_path), {k: v for k, v in steps.items() if k != "messages"}, "s") == [
+        "s has no BuildMessages step (trained with {'image_first': False})"]
+    assert differences(str(tmp_path / "elsewhere"), other, "s") == []  # no record: a model trained elsewhere
+    (tmp_path / RECORD).write_text("[1, 2]")
+    with pytest.raises(ValueError, match=rf"^{tmp_path}/{RECORD}: not a record of the pages the model was trained on"):
+        read_record(str(tmp_path))

@@ -13,6 +13,8 @@ import logging
 import os
 import tempfile
 
+from olmocr.data.presented import copy_record
+
 log = logging.getLogger(__name__)
 
 
@@ -113,6 +115,7 @@ def compress(source: str, output: str, scheme: str = "FP8_DYNAMIC", ignore: list
             folder = os.path.join(work, "compressed")
             quantize(loader.load_model(), processor, folder, scheme, list(ignore),
                      calibration_loader(pages, processor) if calibrate else None)
+            copy_record(local.path, folder)  # how the model's pages are presented
             compressed = Checkpoint(output, folder, "full")
             size = {"before": sum(local.files()[f] for f in local.weight_files()),
                     "after": sum(compressed.files()[f] for f in compressed.weight_files())}

@@ -30,6 +30,7 @@ from olmocr.checkpoints.folders import (
     resolve,
 )
 from olmocr.checkpoints.tensors import DTYPES, SafetensorsFile, WeightsHash, to_bytes, to_tensor
+from olmocr.data.presented import copy_record
 from olmocr.utils.io import is_remote
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,7 @@ def merge_adapter(adapter: Checkpoint, base: str | None, work: str, key: str,
     merged = os.path.join(work, "merged")
     save_model(model, processor, merged)
     del model
+    copy_record(adapter_local.path, merged)  # how the adapter's pages were presented
     info = {"adapter_weights_sha256": file_hash(adapter_local),
             "base": {"given": base_given, "checkpoint": base_checkpoint.path, "weights_sha256": file_hash(base_local)}}
     return Checkpoint(adapter.given, merged, "full", adapter.step), info

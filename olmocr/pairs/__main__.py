@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 import olmocr.pairs.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
 from olmocr.config import build
+from olmocr.pipeline.served import check_model_pages
 
 log = logging.getLogger("olmocr.pairs")
 
@@ -67,7 +68,7 @@ def check(cfg: DictConfig) -> None:
         raise ValueError("rewards: give the rewards that rank the samples, e.g. rewards=olmocr2")
 
 
-@stage("pairs", check=check)
+@stage("pairs", check=check, paths=check_model_pages)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.rewards import build_rewards

@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import Launch, stage
 from olmocr.config import build
+from olmocr.pipeline.served import check_model_pages
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -94,7 +95,7 @@ def check(cfg: DictConfig) -> None:
     check_queue(cfg.queue.retry_wait_s, cfg.queue.retry_wait_max_s)
 
 
-@stage("pipeline", launch=LAUNCH, check=check)
+@stage("pipeline", launch=LAUNCH, check=check, paths=check_model_pages)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
 from olmocr.config import build
+from olmocr.pipeline.served import check_model_pages
 
 log = logging.getLogger("olmocr.pipeline.bench")
 
@@ -85,7 +86,7 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
     return totals
 
 
-@stage("pipeline_bench")
+@stage("pipeline_bench", paths=check_model_pages)
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.pipeline.failures import StopWork, Unavailable

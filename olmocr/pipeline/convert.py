@@ -210,7 +210,8 @@ class EventLoop:
 @runtime("server", "log_dir")
 class PageConverter:
     """Converts pages concurrently: at most ``concurrency`` pages are in flight (rendered image held,
-    request out); renders run on ``render_threads`` threads (null: one per core).
+    request out); renders run on ``render_threads`` threads (null: one per core). ``match_model``: whether the
+    stage checks its steps against the served model's record first (:func:`olmocr.pipeline.served.check_model_pages`).
 
     Used as a context manager: entering starts the server (its output in ``<log_dir>/server.log``) and
     the client; leaving stops both. :meth:`run` runs a coroutine on the converter's loop from any thread.
@@ -223,7 +224,7 @@ class PageConverter:
                  concurrency: Annotated[int, Range(at_least=1)] = 64,
                  timeout_s: Annotated[float, Range(above=0)] = 600.0, busy_s: Annotated[float, Range(above=0)] = 120.0,
                  render_threads: Annotated[int | None, Range(at_least=1, null="one per core")] = None,
-                 guided: bool = False, log_dir: str = "."):
+                 guided: bool = False, match_model: bool = True, log_dir: str = "."):
         if not temperatures:
             raise ValueError("convert.temperatures: give at least one (one attempt per temperature)")
         if guided and server.structured_outputs is False:

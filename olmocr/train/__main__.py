@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import functools
+import os
 
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.cli import Launch, Sidecar, stage
+from olmocr.cli import Launch, Sidecar, say_warning, stage
 from olmocr.config import locate
 from olmocr.train import algos, optim
 from olmocr.train.recipe import check_finetune, check_trainer
@@ -50,11 +51,19 @@ def check(cfg: DictConfig) -> None:
 
 def check_paths(cfg: DictConfig) -> None:
     """The local folders the run reads, before its run dir is made (a path a cluster job reads is checked there)."""
+    from olmocr.data.presented import RECORD, differences
     from olmocr.models.source import check_name_or_path
     from olmocr.train.bench_eval import check_root
 
-    if isinstance(cfg.model.get("name_or_path"), str):
-        check_name_or_path(cfg.model.name_or_path)
+    name = cfg.model.get("name_or_path")
+    if isinstance(name, str):
+        check_name_or_path(name)
+        # Training on other pages than the base model read is a choice (a new render size), not an error.
+        changed = differences(name, OmegaConf.to_container(cfg.data.steps, resolve=True), "data.steps") \
+            if os.path.isdir(os.path.expanduser(name)) else []
+        if changed:
+            say_warning(f"{'; '.join(changed)}: model.name_or_path={name} was trained on pages presented otherwise "
+                        f"(its {RECORD}); this run teaches it these")
     bench = cfg.eval.get("bench")
     if bench is not None and isinstance(bench.get("root"), str):
         check_root(bench.root)

@@ -3,7 +3,8 @@
 Layout of one checkpoint, written to a temporary name and renamed when complete:
 
     checkpoints/step_000040/
-        model/                    save_pretrained output (full weights, or the LoRA adapter) + processor
+        model/                    save_pretrained output (full weights, or the LoRA adapter) + processor, and
+                                  olmocr_pages.json: how its pages were rendered and prompted (olmocr.data.presented)
         trainer_state.pt          optimizer, scheduler, step, data position, RNG states
         best.json                 (trainer.keep_best) the best eval so far: metric, step, value
         run_config.yaml           the resolved config it was trained with (a resumed run says what changed)
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 import yaml
 
+from olmocr.data.presented import write_record
 from olmocr.faults import NoSpace, no_space
 from olmocr.models.source import save_model
 from olmocr.utils.sync import BEST, MARKERS
@@ -228,6 +230,7 @@ class CheckpointManager:
         staging, final = self.staging(step), self.path(step)
         try:
             save_model(model, processor, os.path.join(staging, "model"), model_state)
+            write_record(os.path.join(staging, "model"), ((self.config or {}).get("data") or {}).get("steps"))
             self.best.write(staging)
             write_run_config(staging, self.config)
             _save_state({**state, "rng": rng_state()}, os.path.join(staging, "trainer_state.pt"))

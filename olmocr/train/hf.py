@@ -29,6 +29,7 @@ class RunCheckpoints:
         pass
 
     def _save_checkpoint(self, model, trial):
+        from olmocr.data.presented import write_record
         from olmocr.train.checkpoint import complete_checkpoints, prune, unsaved, write_run_config
 
         keep_last, best, config = self.keep
@@ -40,6 +41,7 @@ class RunCheckpoints:
                 if best is not None:
                     best.write(folder)
                 write_run_config(folder, config)
+                write_record(folder, ((config or {}).get("data") or {}).get("steps"))  # the model's folder too
             super()._save_checkpoint(model, trial)
         except Exception as exc:
             full = unsaved(exc, folder, step, self.args.output_dir) if self.args.should_save else None

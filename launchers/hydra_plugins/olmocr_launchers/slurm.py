@@ -129,8 +129,8 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                 fail(str(exc))
             # The nodes share this machine's files, as a rule: a path the job reads and this machine lacks is
             # worth a word before the job waits in the queue (a node may mount what this machine does not).
-            for missing in dict.fromkeys(filter(None, map(stage.missing_paths, configs))):
-                say_warning(f"{missing} (here; the job stops at once if its nodes lack it too)")
+            for problem in dict.fromkeys(filter(None, map(stage.path_problems, configs))):
+                say_warning(f"{problem} (checked here; the job stops for it at once where its nodes see the same files)")
         dry_run, wait = launch_mode(configs, self.params)
         unchecked = "not checked by a scheduler (no sbatch here)"
         if shutil.which("sbatch") is None:
