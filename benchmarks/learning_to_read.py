@@ -1,6 +1,6 @@
 """The reader learns to read: each stage of the factory measured on the same held-out reading pages.
 
-    python benchmarks/learning_to_read.py [--out outputs/learning_to_read] [--steps 2500] [--rows …]
+    python benchmarks/learning_to_read.py [--out outputs/learning_to_read] [--steps 3000] [--rows …]
 
 Reading pages (python -m olmocr.synth reading=line): training pages of sentences from the word bank less one
 word in eight, held-out pages of another seed with every word. Then, each by its stage's own command (a run
@@ -249,7 +249,7 @@ def goals(p: dict[str, float]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "learning_to_read"))
-    parser.add_argument("--steps", type=int, default=2500, help="SFT steps of 8 pages")
+    parser.add_argument("--steps", type=int, default=3000, help="SFT steps of 8 pages")
     parser.add_argument("--train-pages", type=int, default=20000)
     parser.add_argument("--heldout-pages", type=int, default=64)
     parser.add_argument("--grpo-steps", type=int, default=40)
