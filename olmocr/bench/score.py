@@ -371,6 +371,7 @@ def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: st
             rows[name] = {"tests": len(values), "pass_rate": float(np.mean(values)), "low": low, "high": high}
         return rows
 
+    passed = int(sum(verdict(r, "majority") for r in results))
     return {
         "overall": float(np.mean([g.mean() for g in groups.values()])),
         "ci": {"low": low, "high": high, "confidence": confidence, "bootstrap_samples": samples},
@@ -381,9 +382,8 @@ def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: st
         "categories": table(by_category),
         "types": table(by_type),
         "tests": len(results),
-        "passed": int(sum(verdict(r, "majority") for r in results)),
-        # the plain share of tests passed, beside overall (each category weighs the same there)
-        "share": float(np.mean([verdict(r, "majority") for r in results])),
+        "passed": passed,
+        "share": passed / len(results),  # the plain share of tests passed, beside overall (categories weigh alike)
         "missing_pages": sorted({f"{r.test.pdf} page {r.test.page}" for r in results if r.repeats == 0}),
         "unreadable_outputs": sorted({u for r in results for u in r.unreadable}),
     }
