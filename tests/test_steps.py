@@ -1,5 +1,6 @@
 """Every per-sample step on real PDFs rendered with poppler."""
 
+import dataclasses
 import os
 import random
 import signal
@@ -92,6 +93,47 @@ def test_render_reject_on_corrupt_pdf(tmp_path):
     with pytest.raises(Reject) as info:
         RenderPage(256)({"pdf_path": str(bad)})
     assert info.value.reason == "render_failed" and "bad.pdf" in str(info.value)
+
+
+def test_a_kept_render_is_the_render_and_any_change_to_what_makes_the_pixels_renders_anew(tmp_path, monkeypatch):
+    """data.render_cache: the second read of a page is the first one's pixels, without poppler; another size,
+    page or edited PDF is rendered; a kept file that does not decode is rendered and written again; a cache
+    that cannot be written leaves the run its render."""
+    import olmocr.data.steps as steps
+
+    cache = tmp_path / "renders"
+    pdf = write_pdf(str(tmp_path / "p.pdf"), ["Page one", "Page two"])
+    check = CheckPdf(max_pages=None)
+    step = RenderPage(96, render_cache=str(cache))
+
+    def sample(page=1, path=pdf):
+        return check({"pdf_path": path, "page": page})
+
+    first = step(sample())["image"]
+    kept = sorted(cache.rglob("*.png"))
+    assert len(kept) == 1
+    renders = []
+    real = steps.render_page
+    monkeypatch.setattr(steps, "render_page", lambda *a, **k: renders.append(a) or real(*a, **k))
+    again = step(sample())["image"]
+    assert renders == [] and again.size == first.size and ImageChops.difference(again, first).getbbox() is None
+    step(sample(page=2))
+    RenderPage(128, render_cache=str(cache))(sample())
+    edited = write_pdf(str(tmp_path / "q.pdf"), ["Page one!", "Page two"])
+    step(sample(path=edited))
+    assert len(renders) == 3 and len(list(cache.rglob("*.png"))) == 4
+    kept[0].write_bytes(b"not a png")  # cut short by a full disk, say
+    assert ImageChops.difference(step(sample())["image"], first).getbbox() is None and len(renders) == 4
+    assert ImageChops.difference(step(sample())["image"], first).getbbox() is None and len(renders) == 4
+    # The setting is the stage's (data.render_cache), not the step's: the record of how a model reads pages
+    # and the steps' schema do not name it.
+    from olmocr.config import schema_for
+
+    assert "render_cache" not in {f.name for f in dataclasses.fields(schema_for(RenderPage))}
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a folder that cannot be made
+    out = RenderPage(96, render_cache=str(blocked / "renders"))(sample())["image"]
+    assert ImageChops.difference(out, first).getbbox() is None
 
 
 def signal_children(name: str, times: int, stop: threading.Event, sig=signal.SIGTERM) -> list[int]:

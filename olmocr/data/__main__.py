@@ -39,7 +39,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     train, evals, report = build_datasets(
         *sources(data), data["steps"], cache_dir=os.path.join(cfg.paths.cache, "index"),
         report_path=os.path.join(output_dir, "rejected.jsonl"), seed=cfg.seed, processor=processor,
-        storage_wait_s=data["storage_wait_s"],
+        storage_wait_s=data["storage_wait_s"], render_cache=data["render_cache"],
     )
     log.info("steps:\n%s", train.sources[next(iter(train.sources))][0].pipeline)
     summary: dict = {"sources": {}}

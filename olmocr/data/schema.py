@@ -35,6 +35,8 @@ class DataConfig:
     eval: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
+    # keep rendered pages here: every later read of a page (epochs, reruns) skips poppler (data/render_cache.py)
+    render_cache: Optional[str] = None
     storage_wait_s: NonNegative = STORAGE_WAIT_S
 
 
@@ -48,6 +50,8 @@ class FolderDataConfig:
     eval_fraction: float = 0.05
     steps: dict[str, Any] = field(default_factory=dict)
     local_cache: Optional[str] = None  # copy remote roots here once before indexing (olmocr/data/cache.py)
+    # keep rendered pages here: every later read of a page (epochs, reruns) skips poppler (data/render_cache.py)
+    render_cache: Optional[str] = None
     storage_wait_s: NonNegative = STORAGE_WAIT_S
 
 

@@ -122,20 +122,37 @@ class DropRotated(Step):
         return sample
 
 
+@runtime("render_cache")
 class RenderPage(Step):
-    def __init__(self, longest_side: Annotated[int, Range(at_least=16)] = 1288):
+    """The page as an image whose longest side is ``longest_side`` pixels. ``render_cache`` (training:
+    ``data.render_cache``) is a folder where renders are kept (:mod:`olmocr.data.render_cache`): a page whose
+    bytes were rendered at this size before is read from there, pixel for pixel what rendering it gives."""
+
+    def __init__(self, longest_side: Annotated[int, Range(at_least=16)] = 1288, render_cache: str | None = None):
+        from olmocr.data.render_cache import RenderCache
+
         self.longest_side = longest_side
+        self.cache = RenderCache(render_cache) if render_cache else None
 
     def __call__(self, sample):
+        page = sample.get("page", 1)
+        kept = None
+        if self.cache is not None and sample.get("pdf_bytes") is not None and sample.get("image_bytes") is None:
+            kept = self.cache.path(sample["pdf_bytes"], page, self.longest_side)
+            image = self.cache.get(kept)
+            if image is not None:
+                sample["image"] = image
+                return sample
         try:
             if sample.get("image_bytes") is not None:
-                sample["image"] = render_image(sample["pdf_path"], sample["image_bytes"], sample.get("page", 1),
-                                               self.longest_side)
+                sample["image"] = render_image(sample["pdf_path"], sample["image_bytes"], page, self.longest_side)
             else:
-                sample["image"] = render_page(sample["pdf_path"], sample.get("page", 1), self.longest_side,
-                                              sample.get("page_size"), sample.get("pdf_bytes"))
+                sample["image"] = render_page(sample["pdf_path"], page, self.longest_side, sample.get("page_size"),
+                                              sample.get("pdf_bytes"))
         except (RenderError, ImageError) as exc:
             raise Reject("render_failed", str(exc)) from None
+        if kept is not None:
+            self.cache.put(kept, sample["image"])
         return sample
 
 

@@ -67,7 +67,7 @@ class SFT(Recipe):
         train, evals, self.report = build_datasets(
             *sources(data), data["steps"], cache_dir=os.path.join(self.cfg.paths.cache, "index"),
             report_path=os.path.join(self.output_dir, "rejected.jsonl"), seed=self.cfg.seed, processor=self.processor,
-            storage_wait_s=data["storage_wait_s"])
+            storage_wait_s=data["storage_wait_s"], render_cache=data["render_cache"])
         return train, evals
 
     def tokens_per_sample(self) -> float:
