@@ -1,5 +1,6 @@
 import filecmp
 import random
+import glob
 import os
 
 import pytest
@@ -359,7 +360,7 @@ def test_reading_pages_of_random_letters_have_no_word_of_the_bank():
     gen = ReadingPageGenerator(0, "line", "letters")
     written = [w.strip(".").lower() for i in range(50) for b in gen.describe(i).blocks for s in b.sentences
                for w in s.split()]
-    assert all(2 <= len(w) <= 6 and w.isalpha() for w in written)
+    assert all(2 <= len(w) <= 11 and w.isalpha() for w in written) and max(map(len, written)) >= 8
     assert sum(w in bank for w in written) < 0.05 * len(written)  # a two-letter string may be a word by chance
     assert len(set(written)) > 0.9 * len(written)
 
@@ -374,3 +375,54 @@ def test_a_reading_word_is_not_found_in_another_word():
         (present,) = [t for t in gen.tests(page, random.Random(0)) if t.type == "present"]
         assert present.max_diffs == min(2, len(present.text) // 10)
         assert not present.run("Reported.")[0] or present.text == "Reported."
+
+
+def test_categories_of_reading_pages_share_a_folder_as_one_bench(tmp_path):
+    """A held-out bench of three categories in one folder: the bank's words, words no training page has, and
+    random letters; each category's pages, tests and record its own, and adding to one leaves the others."""
+    from olmocr.bench.score import load_bench
+    from olmocr.synth.reading import UNSEEN
+
+    out = str(tmp_path / "heldout")
+    generate(out, 6, seed=1, category="bank", reading="line", reading_words="all")
+    generate(out, 5, seed=1, category="unseen", reading="line", reading_words="unseen")
+    generate(out, 4, seed=1, category="letters", reading="line", reading_words="letters")
+    bench = load_bench(out)
+    present = {}
+    for category, test in bench.tests:
+        if test.type == "present":
+            present.setdefault(category, []).append(test)
+    assert {c: len(t) for c, t in present.items()} == {"bank": 6, "unseen": 5, "letters": 4}
+    assert all(t.pdf.startswith(f"{c}_s1_") for c, tests in present.items() for t in tests)
+    unseen_words = {w.strip(".").lower() for t in present["unseen"] for w in t.text.split()}
+    assert unseen_words and unseen_words <= UNSEEN
+    with open(os.path.join(out, "bank.jsonl")) as fh:
+        bank_before = fh.read()
+    generate(out, 3, seed=1, first_index=4, category="letters", reading="line", reading_words="letters")
+    with open(os.path.join(out, "bank.jsonl")) as fh:
+        assert fh.read() == bank_before
+    assert len(glob.glob(os.path.join(out, "pdfs", "letters_s1_*.pdf"))) == 7
+    with pytest.raises(ValueError, match='holds pages made with reading_words="letters"'):
+        generate(out, 2, seed=1, category="letters", reading="line", reading_words="all")
+    with pytest.raises(ValueError, match="category: expected letters, digits"):
+        generate(out, 2, category="../up", reading="line")
+
+
+def test_mixed_reading_pages_hold_training_words_changed_words_and_random_letters():
+    """reading_words=mixed: a word the reader knows is as likely to be misspelt or replaced by random letters as
+    to be itself, and never one of the held-out words."""
+    from olmocr.synth.reading import _BANK, UNSEEN, ReadingPageGenerator
+
+    seen = {w for w in _BANK if w not in UNSEEN}
+    gen = ReadingPageGenerator(0, "line", "mixed")
+    words = [w.strip(".").lower() for i in range(200) for b in gen.describe(i).blocks for s in b.sentences
+             for w in s.split()]
+    kept = sum(w in seen for w in words)
+    near = sum(w not in seen and any(len(w) == len(k) and 1 <= sum(a != b for a, b in zip(w, k)) <= 2 for k in seen)
+               for w in words)
+    assert not {w for w in words} & UNSEEN
+    assert 0.25 < kept / len(words) < 0.42 and 0.2 < near / len(words) < 0.4
+    # Long random words overflow a line often: a line page still always holds its sentence.
+    for words_from in ("mixed", "letters"):
+        gen = ReadingPageGenerator(5, "line", words_from)
+        assert all(gen.describe(i).blocks for i in range(1500))

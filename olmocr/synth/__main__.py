@@ -43,7 +43,7 @@ def check_output(out_dir: str, names: list[str], tests_file: str) -> dict:
 
 @stage("synth")
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from olmocr.synth.generator import generate, page_name
+    from olmocr.synth.generator import category_files, generate, page_name
     from olmocr.utils.runinfo import write_run_info
 
     out_dir = cfg.out_dir or os.path.join(output_dir, "pages")
@@ -51,14 +51,15 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     counts = generate(out_dir, cfg.num_pages, seed=cfg.seed, first_index=cfg.first_index,
                       layout_weights=OmegaConf.to_container(cfg.layout_weights) or None,
                       language_weights=OmegaConf.to_container(cfg.language_weights) or None,
-                      reading=cfg.reading, reading_words=cfg.reading_words)
+                      category=cfg.category, reading=cfg.reading, reading_words=cfg.reading_words)
     seconds = time.perf_counter() - start
     kept = counts.pop("kept", 0)
     summary = {"out_dir": out_dir, "counts": counts, "kept": kept, "seconds": round(seconds, 3),
                "pages_per_second": round((cfg.num_pages - kept) / max(seconds, 1e-9), 1)}
     if cfg.render_check:
-        names = [page_name(cfg.seed, index) for index in range(cfg.first_index, cfg.first_index + cfg.num_pages)]
-        summary["check"] = check = check_output(out_dir, names, "synth.jsonl")
+        names = [page_name(cfg.seed, index, cfg.category) for index in range(cfg.first_index,
+                                                                              cfg.first_index + cfg.num_pages)]
+        summary["check"] = check = check_output(out_dir, names, category_files(cfg.category)[0])
         log.info("checked: %d .md files parse, %d pages spread over the run render, %d tests parse",
                  check["pages"], check["rendered"], check["tests"])
     write_run_info(output_dir, summary=summary)

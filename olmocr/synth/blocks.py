@@ -106,8 +106,10 @@ class Page:
     gap: float = 0.8  # the space after a block, in body sizes
 
 
-def page_name(seed: int, index: int) -> str:
-    return f"synth_s{seed}_{index:05d}"
+def page_name(seed: int, index: int, category: str | None = None) -> str:
+    """``synth_s<seed>_<index>``, or with a category ``<category>_s<seed>_<index>``: pages of several categories
+    share a folder without one overwriting another's."""
+    return f"{category or 'synth'}_s{seed}_{index:05d}"
 
 
 def table_share(blocks: list[Block]) -> float:

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import random
+import re
 
 from reportlab.lib.pagesizes import A4, LETTER, landscape
 from tqdm import tqdm
@@ -44,8 +45,8 @@ EQUATIONS = [
 
 class PageGenerator:
     def __init__(self, seed: int, layout_weights: dict[str, float] | None = None,
-                 language_weights: dict[str, float] | None = None):
-        self.seed = seed
+                 language_weights: dict[str, float] | None = None, category: str | None = None):
+        self.seed, self.category = seed, category
         self.layout_weights = layout_weights or {name: 1.0 for name in LAYOUTS}
         unknown = set(self.layout_weights) - set(LAYOUTS)
         if unknown:
@@ -67,7 +68,7 @@ class PageGenerator:
         page_size = rng.choice([LETTER, A4])
         font = rng.choice(FONTS)
         body = rng.choice([9.0, 10.0, 11.0, 12.0])
-        name = page_name(self.seed, index)
+        name = page_name(self.seed, index, self.category)
         rotation = rng.choice([90, 180, 270]) if layout == "rotated" else 0
         columns = 2 if layout == "two_column" else 1
         if layout == "two_column" and page_size == LETTER and rng.random() < 0.3:
@@ -185,23 +186,34 @@ class PageGenerator:
 SETTINGS_FILE = "synth_settings.json"  # what out_dir's pages were made with, and which pages finished runs wrote
 PARTIAL = ".partial"
 READING_KEYS = ("reading", "reading_words")
+CATEGORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
-def make_generator(seed: int, settings: dict):
+def category_files(category: str | None) -> tuple[str, str]:
+    """(tests file, settings record) of a category's pages in out_dir: ``synth.jsonl`` and SETTINGS_FILE by
+    default; ``<category>.jsonl`` (a category of the bench the folder is) and ``<category>_settings.json``."""
+    name = category or "synth"
+    if not CATEGORY.fullmatch(name):
+        raise ValueError(f"category: expected letters, digits, '_' or '-' (a test file's name), got {category!r}")
+    return f"{name}.jsonl", SETTINGS_FILE if name == "synth" else f"{name}_settings.json"
+
+
+def make_generator(seed: int, settings: dict, category: str | None = None):
     """The page generator that ``settings`` (as recorded in SETTINGS_FILE) describe."""
     if settings.get("reading"):
         from olmocr.synth.reading import ReadingPageGenerator
 
-        return ReadingPageGenerator(seed, settings["reading"], settings["reading_words"])
-    return PageGenerator(seed, settings["layout_weights"], settings["language_weights"])
+        return ReadingPageGenerator(seed, settings["reading"], settings["reading_words"], category)
+    return PageGenerator(seed, settings["layout_weights"], settings["language_weights"], category)
 
 
 def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
              layout_weights: dict[str, float] | None = None,
-             language_weights: dict[str, float] | None = None, tests_file: str = "synth.jsonl",
+             language_weights: dict[str, float] | None = None, category: str | None = None,
              reading: str | None = None, reading_words: str = "all") -> dict:
     """Write pages ``first_index …`` as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md``, and the tests of every page
-    that finished runs wrote to ``out_dir`` as JSONL.
+    that finished runs wrote to ``out_dir`` as JSONL (``synth.jsonl``, or ``<category>.jsonl``: pages of
+    several categories, each made with settings of its own, share a folder as a bench's categories do).
 
     Returns counts by layout and test type, and how many pages an earlier run had written. The same arguments
     always give byte-identical files. Each file appears whole (written aside, then renamed), so a run that
@@ -212,16 +224,17 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
         raise ValueError(f"num_pages: must be at least 1, got {num_pages}")
     if first_index < 0:
         raise ValueError(f"first_index: must be 0 or more, got {first_index}")
+    tests_file, settings_file = category_files(category)
     if reading:  # reading pages (olmocr.synth.reading): the weights do not apply
         settings = {"layout_weights": {}, "language_weights": {}, "reading": reading, "reading_words": reading_words}
-        gen = make_generator(seed, settings)
+        gen = make_generator(seed, settings, category)
     else:
-        gen = PageGenerator(seed, layout_weights, language_weights)
+        gen = PageGenerator(seed, layout_weights, language_weights, category)
         settings = {"layout_weights": _floats(gen.layout_weights), "language_weights": _floats(gen.language_weights)}
     pdf_dir = os.path.join(out_dir, "pdfs")
     os.makedirs(pdf_dir, exist_ok=True)
     with run_dir_held(out_dir, advice="give this one another out_dir"):
-        resuming, ranges = _made_before(out_dir, settings)
+        resuming, ranges = _made_before(out_dir, settings, settings_file)
         for stray in glob.glob(os.path.join(glob.escape(pdf_dir), f"*{PARTIAL}")):
             os.remove(stray)  # cut short by a kill; no other run writes here while this one holds the folder
         counts: dict[str, int] = {}
@@ -242,8 +255,8 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
                 kind = "rotated" if page.rotation else ("blank" if not page.blocks else "page")
                 counts[kind] = counts.get(kind, 0) + 1
         ranges = _merged(ranges + [[seed, first_index, num_pages]])
-        _whole(os.path.join(out_dir, tests_file), _write_tests, settings, ranges)
-        _whole(os.path.join(out_dir, SETTINGS_FILE), _write_text, _record(settings, ranges))
+        _whole(os.path.join(out_dir, tests_file), _write_tests, settings, ranges, category)
+        _whole(os.path.join(out_dir, settings_file), _write_text, _record(settings, ranges))
     return counts
 
 
@@ -255,11 +268,11 @@ def _record(settings: dict, ranges: list[list[int]]) -> str:
     return json.dumps({**settings, "pages": ranges}) + "\n"
 
 
-def _made_before(out_dir: str, settings: dict) -> tuple[bool, list[list[int]]]:
+def _made_before(out_dir: str, settings: dict, settings_file: str = SETTINGS_FILE) -> tuple[bool, list[list[int]]]:
     """(whether out_dir's pages may be kept, the [seed, first, count] ranges that finished runs wrote). Pages made
     with other settings would pass for this run's, so such a folder is refused; a folder of pages with no
     record (made by hand, or before records were kept) is written over."""
-    path = os.path.join(out_dir, SETTINGS_FILE)
+    path = os.path.join(out_dir, settings_file)
     try:
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
@@ -310,11 +323,11 @@ def _write_text(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _write_tests(path: str, settings: dict, ranges: list[list[int]]) -> None:
+def _write_tests(path: str, settings: dict, ranges: list[list[int]], category: str | None = None) -> None:
     """Every page's tests, a line each, in page order; written as made, so memory does not grow with pages."""
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
         for seed, first, count in ranges:
-            gen = make_generator(seed, settings)
+            gen = make_generator(seed, settings, category)
             for index in range(first, first + count):
                 for test in gen.tests(gen.describe(index), random.Random(f"{seed}/{index}/tests")):
                     fh.write(json.dumps(test.to_dict(), ensure_ascii=False) + "\n")

@@ -14,8 +14,13 @@ through the production prompt and data steps.
 Reading is told apart from guessing by the words. ``words=seen`` draws from the English word bank less every
 eighth word (:data:`UNSEEN`); ``words=all`` draws from the whole bank. Train on ``seen`` pages and hold out
 ``all`` pages of another seed: held-out pages then have word orders training never saw (random sentences do
-not repeat) and about one word in eight that no training page had. ``words=letters`` writes words of two to
-six random letters, which no language model can guess: only a model that reads does better than chance.
+not repeat) and about one word in eight that no training page had. ``words=unseen`` draws only from those
+held-out words: a model that learnt the training words rather than their letters writes other words there.
+``words=letters`` writes words of random letters, each as long as a word drawn from the bank (two to eleven
+letters), which no language model can guess: only a model that reads does better than chance. ``words=mixed``
+(to train on) draws each word alike from three sources: a training word, a training word with one or two of
+its letters changed, random letters. A model that writes the word it expects after the first letters is wrong
+on two words in three there, so it learns to read each letter of a word it knows too.
 """
 
 from __future__ import annotations
@@ -31,14 +36,13 @@ from olmocr.synth import text as words
 from olmocr.synth.blocks import Page, Paragraph, page_name
 
 LEVELS = {"word": (1, 1), "line": (1, 1), "lines": (2, 4), "page": (8, 12)}  # text rows on a page
-WORD_CHOICES = ("seen", "all", "letters")
+WORD_CHOICES = ("seen", "all", "unseen", "letters", "mixed")
 ROW, CELL = 28.0, 14.0  # an image token's height and a patch's width, in pixels = points at 448 pixels
 WIDTH = 16 * ROW
 FONT = ("Courier", "Courier-Bold")
 SIZE = CELL / 0.6  # Courier advances 0.6 of its size
 MARGIN = CELL  # the layout adds 10 more above and below: the first line's glyphs sit inside the second row
 SENTENCE_WORDS = (3, 7)
-LETTERS = (2, 6)  # in a word of random letters
 
 _BANK = sorted(set(words.WORDS["en"]))
 UNSEEN = frozenset(_BANK[3::8])  # never on a words=seen page
@@ -47,18 +51,29 @@ UNSEEN = frozenset(_BANK[3::8])  # never on a words=seen page
 class ReadingPageGenerator:
     """Pages of one level, deterministic by seed and index, with :class:`PageGenerator`'s interface."""
 
-    def __init__(self, seed: int, level: str, words: str = "all"):
+    def __init__(self, seed: int, level: str, words: str = "all", category: str | None = None):
         if level not in LEVELS:
             raise ValueError(f"reading: expected one of {', '.join(LEVELS)}, got {level!r}")
         if words not in WORD_CHOICES:
             raise ValueError(f"reading_words: expected one of {', '.join(WORD_CHOICES)}, got {words!r}")
-        self.seed, self.level, self.words = seed, level, words
-        self.bank = [w for w in _BANK if w not in UNSEEN] if words == "seen" else list(_BANK)
+        self.seed, self.level, self.words, self.category = seed, level, words, category
+        self.bank = ([w for w in _BANK if w not in UNSEEN] if words in ("seen", "mixed")
+                     else sorted(UNSEEN) if words == "unseen" else list(_BANK))
 
     def word(self, rng: random.Random) -> str:
-        if self.words == "letters":
-            return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(*LETTERS)))
-        return rng.choice(self.bank)
+        kind = rng.choice(("seen", "changed", "letters")) if self.words == "mixed" else self.words
+        if kind not in ("letters", "changed"):
+            return rng.choice(self.bank)
+        while True:  # a string that happens to spell a held-out word ('it', 'to') is drawn again
+            if kind == "letters":  # as long as the words a model reads elsewhere, the long ones included
+                word = "".join(rng.choice(string.ascii_lowercase) for _ in range(len(rng.choice(_BANK))))
+            else:
+                letters = list(rng.choice(self.bank))
+                for at in rng.sample(range(len(letters)), min(len(letters), rng.randint(1, 2))):
+                    letters[at] = rng.choice(string.ascii_lowercase.replace(letters[at], ""))
+                word = "".join(letters)
+            if word not in UNSEEN:
+                return word
 
     def sentence(self, rng: random.Random) -> str:
         picked = [self.word(rng) for _ in range(1 if self.level == "word" else rng.randint(*SENTENCE_WORDS))]
@@ -78,7 +93,9 @@ class ReadingPageGenerator:
         wanted = rng.randint(low, high)
         paragraphs: list[list[str]] = [[]]
         misses = 0
-        while misses < 20:  # a sentence that would overflow is drawn again, a few times, then the page ends
+        # A sentence that would overflow is drawn again, a few times, then the page ends; a one-sentence page
+        # tries until one fits (long random words overflow a line often, and a blank page teaches nothing).
+        while misses < (1000 if self.level in ("word", "line") else 20):
             sentence = self.sentence(rng)
             trial = paragraphs[:-1] + [paragraphs[-1] + [sentence]]
             if self.rows_of(trial) > wanted:
@@ -92,7 +109,7 @@ class ReadingPageGenerator:
         paragraphs = [p for p in paragraphs if p]
         # A row above the text and one below it (the layout's margins), a blank row after each paragraph.
         height = ROW * (self.rows_of(paragraphs) + 2)
-        return Page(page_name(self.seed, index), PageMeta(primary_language="en"), [Paragraph(p) for p in paragraphs],
+        return Page(page_name(self.seed, index, self.category), PageMeta(primary_language="en"), [Paragraph(p) for p in paragraphs],
                     None, None, 1, (WIDTH, height), FONT, SIZE, 0, margin=MARGIN, leading=ROW / SIZE,
                     gap=ROW / SIZE)
 

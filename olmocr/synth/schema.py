@@ -17,10 +17,15 @@ class SynthConfig(StageConfig):
     layout_weights: dict[str, float] = field(default_factory=dict)
     language_weights: dict[str, float] = field(default_factory=dict)
     render_check: bool = True
+    # The pages' category: tests in <category>.jsonl, pages named <category>_s<seed>_<index>, so sets made with
+    # other settings share out_dir as the categories of one bench (null: synth.jsonl, synth_s<seed>_<index>)
+    category: str | None = None
     # Reading pages instead (olmocr.synth.reading): plain text a small model learns to read, by level of a
     # curriculum (line, lines, page); the weights above do not apply
     reading: Annotated[str | None, OneOf("word", "line", "lines", "page")] = None  # null: the layouts above
-    reading_words: Annotated[str, OneOf("seen", "all", "letters")] = "all"  # seen: never the held-out words (to train on); letters: random strings
+    # seen: never the held-out words (to train on); all: the whole bank; unseen: only the held-out words;
+    # letters: random strings; mixed: training words, training words with letters changed, random strings
+    reading_words: Annotated[str, OneOf("seen", "all", "unseen", "letters", "mixed")] = "all"
 
 
 store("synth_schema", SynthConfig)
