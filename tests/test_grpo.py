@@ -5,6 +5,7 @@ import glob
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -73,6 +74,10 @@ def test_rewards_see_real_generations_and_parameters_change(tmp_path, cache_dir,
                  "rectangular_tables", "recording"):
         assert all(f"train/rewards/{name}/mean" in row for row in rows.values()), name
     assert any(key.startswith("train/bench/") for key in rows[1])
+    # The signal GRPO learns from: how far each page's completions are apart, and how many pages have none.
+    for row in rows.values():
+        assert row["train/signal/group_std"] >= 0 and 0 <= row["train/signal/alike_groups"] <= 1
+    assert any(row["train/signal/group_std"] > 0 for row in rows.values())
     # The medoid and edit-distance rewards vary within a group, so the policy gets a gradient and moves.
     assert any(row["train/reward_std"] > 0 for row in rows.values())
     before, after = loaded(tiny), loaded(tiny, result["checkpoint"])
@@ -86,6 +91,45 @@ def test_rewards_see_real_generations_and_parameters_change(tmp_path, cache_dir,
 
     reloaded = AutoProcessor.from_pretrained(result["checkpoint"])
     assert reloaded.tokenizer.get_vocab() == processor.tokenizer.get_vocab()
+
+
+def test_the_control_sees_every_reward_of_its_batch_on_another_completion():
+    """algo.shuffle_rewards: one permutation of the batch for every reward function, so each completion gets
+    another completion's whole score; what a reward logs itself is the completions' own."""
+    from olmocr.train.grpo_signal import as_seen_by_grpo
+
+    logged: dict[str, list[float]] = {}
+
+    def log_metric(name, value):
+        logged.setdefault(name, []).append(value)
+
+    def length(completions, **_):
+        return [float(len(c)) for c in completions]
+
+    def parity(completions, log_metric=None, **_):
+        log_metric("parity/true", sum(len(c) % 2 for c in completions) / len(completions))
+        return [float(len(c) % 2) for c in completions]
+
+    completions = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff", "g" * 7, "h" * 8]
+    pages = ["p1"] * 4 + ["p2"] * 4
+    plain = as_seen_by_grpo([length, parity], [1.0, 0.5])
+    assert plain[0](completions, page_id=pages, log_metric=log_metric) == [1.0, 2, 3, 4, 5, 6, 7, 8]
+    plain[1](completions, page_id=pages, log_metric=log_metric)
+    totals = [n + 0.5 * (n % 2) for n in range(1, 9)]
+    assert logged["signal/group_std"] == [pytest.approx((np.std(totals[:4]) + np.std(totals[4:])) / 2)]
+    assert logged["signal/alike_groups"] == [0.0]
+    control = as_seen_by_grpo([length, parity], [1.0, 0.5], shuffle_seed=0)
+    orders = set()
+    for _ in range(3):  # a new permutation every batch
+        seen_length = control[0](completions, page_id=pages, log_metric=log_metric)
+        seen_parity = control[1](completions, page_id=pages, log_metric=log_metric)
+        assert sorted(seen_length) == [1.0, 2, 3, 4, 5, 6, 7, 8] and seen_length != [1.0, 2, 3, 4, 5, 6, 7, 8]
+        assert seen_parity == [n % 2 for n in seen_length]  # the same permutation for both
+        orders.add(tuple(seen_length))
+    assert len(orders) == 3 and logged["parity/true"] == [0.5] * 4
+    alike = as_seen_by_grpo([lambda completions, **_: [1.0] * len(completions)], [1.0])
+    alike[0](completions, page_id=pages, log_metric=log_metric)
+    assert logged["signal/alike_groups"][-1] == 1.0 and logged["signal/group_std"][-1] == 0.0
 
 
 def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir, caplog):

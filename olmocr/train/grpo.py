@@ -120,8 +120,11 @@ class GRPO(HFRecipe):
             from olmocr.utils.vllm_cpu import colocated_engine
 
             colocated_engine(str(self.model.dtype).removeprefix("torch."))
+        from olmocr.train.grpo_signal import as_seen_by_grpo
+
         rewards, weights = build_rewards(self.resolved["rewards"],
                                          eos_token_ids=eos_token_ids(self.processor, self.model))
+        rewards = as_seen_by_grpo(rewards, weights, self.cfg.seed if self.resolved["algo"]["shuffle_rewards"] else None)
         optimizer, scheduler = self.optimizer_and_scheduler(self.model)
         args = grpo_arguments(self.arguments(), self.resolved["algo"], reward_weights=weights,
                               image_token_id=getattr(self.model.config, "image_token_id", None))

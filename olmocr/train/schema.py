@@ -47,6 +47,9 @@ class GRPOAlgoConfig:
     # prompt + completion tokens vLLM makes room for
     vllm_max_model_length: Annotated[int | None, Range(at_least=1, null="the model's own")] = None
     log_completions: bool = False
+    # The control of a GRPO experiment: each batch's rewards permuted across its completions (the same values,
+    # nothing about which text earned them; olmocr/train/grpo_signal.py). Not for training a model.
+    shuffle_rewards: bool = False
     trl_args: dict[str, Any] = field(default_factory=dict)
 
 
