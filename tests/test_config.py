@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from olmocr.checkpoints.schema import SCHEMES
 from olmocr.cli import stages
-from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
+from olmocr.config import CONF_DIR, PROJECT_ROOT, build, compose
 from olmocr.data.dataset import sources
 from olmocr.data.pipeline import build_pipeline
 from olmocr.models import HubModel, TinyModel
@@ -30,7 +30,8 @@ DATA_REQUIRED = {"folder": [f"data.roots=[{SAMPLE_PAGES}]"]}
 
 
 def test_groups_have_the_promised_options():
-    assert options("model") == ["olmocr2_7b", "qwen25_vl_7b", "qwen2_vl_7b", "qwen3_vl_8b", "reader", "tiny"]
+    assert options("model") == ["olmocr2_7b", "qwen25_vl_7b", "qwen2_vl_7b", "qwen3_vl_8b", "reader", "reader_trained",
+                                "tiny"]
     assert {"sample", "olmocr_mix"} <= set(options("data"))
     assert {"v1", "v4", "v4_augmented"} <= set(options("data/steps"))
 
@@ -57,8 +58,14 @@ def test_a_required_value_left_out_is_named():
 
 
 @pytest.mark.parametrize("model", options("model"))
-def test_every_model_option_instantiates_without_downloading(model, cache_dir):
+def test_every_model_option_instantiates_without_downloading(model, cache_dir, tiny):
     cfg = compose("check_data", [f"model={model}"])
+    if cfg.model.get("name_or_path", "").startswith(cfg.paths.reading):  # a reader trained here: none in a test
+        with pytest.raises(ValueError, match=r"model.name_or_path: .*reader is not a folder"):
+            build(cfg.model)  # the user's mistake in one line, as the stages' build reports it
+        cfg = compose("check_data", [f"model={model}", f"model.name_or_path={tiny.path}"])
+        assert build(cfg.model).load_processor() is not None
+        return
     source = instantiate(cfg.model)
     assert isinstance(source, TinyModel if model in ("tiny", "reader") else HubModel)  # built here, or a Hub name
     if isinstance(source, HubModel):
@@ -66,7 +73,8 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir):
 
 
 # SFT data (page/target pairs) and GRPO data (bench pages) take different step lists.
-SFT_DATA, BENCH_DATA, PAIRS_DATA = ["folder", "olmocr_mix", "olmocr_mix_0225", "reading", "sample"], ["synth_bench", "synthmix"], ["pairs"]
+SFT_DATA, BENCH_DATA, PAIRS_DATA = (["folder", "olmocr_mix", "olmocr_mix_0225", "reading", "sample"],
+                                    ["reading_prompts", "synth_bench", "synthmix"], ["pairs"])
 SFT_STEPS, PROMPT_STEPS = ["v1", "v4", "v4_augmented"], ["prompt_v4"]
 
 
@@ -321,7 +329,8 @@ def test_an_override_that_cannot_apply_is_one_line_naming_the_key(override, erro
 @pytest.mark.parametrize("module, override, error", [
     ("olmocr.train", "+experiment=grpo_tin", "experiment=grpo_tin: no such option in conf/experiment/; did you mean "
                                              "grpo_tiny? (the options: dpo_qwen25, dpo_tiny, grpo_qwen25, grpo_tiny, "
-                                             "lora_olmocr2, pipeline_olmocr2, read_tiny, sft_muon, sft_qwen25)"),
+                                             "lora_olmocr2, pipeline_olmocr2, read_dpo, read_grpo, read_tiny, sft_muon, "
+                                             "sft_qwen25)"),
     ("olmocr.train", "optimizer=nosuch", "optimizer=nosuch: no such option in conf/optimizer/ (the options: adamw, muon)"),
     ("olmocr.pipeline", "server=nosuch", "server=nosuch: no such option in conf/server/ (the options: external, "
                                          "transformers, vllm)"),
@@ -481,7 +490,6 @@ EXTERNAL = ["server.url=http://h/v1", "server.model_name=m"]
                          + [[f"work={o}"] for o in options("work")] + [[f"convert={o}"] for o in options("convert")]
                          + [[f"server={o}", *(EXTERNAL if o == "external" else [])] for o in options("server")])
 def test_pipeline_options_compose_and_build(overrides, tmp_path):
-    from olmocr.config import build
     from olmocr.pipeline.convert import PageConverter
     from olmocr.pipeline.server import Server
 
@@ -494,9 +502,9 @@ def test_pipeline_options_compose_and_build(overrides, tmp_path):
 
 @pytest.mark.parametrize("experiment", [e for e in options("experiment") if e not in PIPELINE_EXPERIMENTS])
 def test_every_experiment_composes_and_instantiates(experiment, processor, tiny):
-    from olmocr.config import build
-
     cfg = compose("train", [f"+experiment={experiment}"])
+    if cfg.model.get("name_or_path", "").startswith(cfg.paths.reading):  # a reader trained here: none in a test
+        cfg = compose("train", [f"+experiment={experiment}", f"model.name_or_path={tiny.path}"])
     source = instantiate(cfg.model)
     assert isinstance(source, (HubModel, TinyModel))  # constructing a hub model downloads nothing
     model = tiny.load_model()
@@ -522,7 +530,9 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
         assert "tokenize" not in pipeline  # trl tokenises prompts and answers
         algos.check(cfg, world_size=1)
         args = algos.dpo_arguments(base, resolved["algo"])
-        assert (args.beta, args.loss_type) == (cfg.algo.beta, [cfg.algo.loss_type])
+        with_sft = [cfg.algo.loss_type, "sft"] if cfg.algo.sft_weight else [cfg.algo.loss_type]
+        assert (args.beta, args.loss_type) == (cfg.algo.beta, with_sft)
+        assert args.loss_weights == ([1.0, cfg.algo.sft_weight] if cfg.algo.sft_weight else None)
         return
     from olmocr.rewards import build_rewards
 

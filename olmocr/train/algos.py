@@ -59,7 +59,8 @@ def dpo_fields(base: dict, algo: dict) -> dict:
     """trl's DPOConfig fields: the Trainer's arguments (:func:`olmocr.train.hf.training_arguments`), then the
     algo keys (``algo.trl_args`` passed through last)."""
     args = dict(**base, per_device_eval_batch_size=base["per_device_train_batch_size"], beta=algo["beta"],
-                loss_type=[algo["loss_type"]],
+                loss_type=[algo["loss_type"], *(["sft"] if algo["sft_weight"] else [])],
+                loss_weights=[1.0, algo["sft_weight"]] if algo["sft_weight"] else None,
                 label_smoothing=algo["label_smoothing"], max_length=algo["max_length"])
     args.update(algo["trl_args"])
     return args

@@ -65,6 +65,10 @@ class DPOAlgoConfig:
     loss_type: Annotated[str, OneOf("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair",
                                     "sppo_hard", "aot", "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft",
                                     "sigmoid_norm")] = "sigmoid"
+    # The chosen answer's negative log-likelihood added to the loss with this weight (trl's loss_type [<loss_type>,
+    # sft]). Pairs of a page's own samples often differ by a letter; DPO alone then lowers both answers' likelihood
+    # and the model stops writing either (the reader lost 32 points of held-out pages in 100 steps; docs/reading.md).
+    sft_weight: Annotated[float, Range(at_least=0)] = 0.0
     # robust/cDPO: the share of pairs assumed mislabelled
     label_smoothing: Annotated[float, Range(at_least=0, below=0.5)] = 0.0
     # prompt + answer tokens; longer pairs are cut
