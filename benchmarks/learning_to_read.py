@@ -1,34 +1,40 @@
-"""The reader learns to read: each stage of the factory measured on the same held-out reading pages.
+"""The reader learns to read: each stage of the factory measured on the same held-out reading pages, with intervals.
 
-    python benchmarks/learning_to_read.py [--out outputs/learning_to_read] [--steps 3000] [--rows …]
+    python benchmarks/learning_to_read.py [--out outputs/learning_to_read] [--steps 3600] [--rows …]
 
-Reading pages (python -m olmocr.synth reading=line): training pages of sentences from the word bank less one
-word in eight, held-out pages of another seed with every word. Then, each by its stage's own command (a run
-dir under --out, resumed or skipped when done):
+Pages (scripts/reading_pages.sh): the recipe's training pages, and a held-out bench of another seed in four
+categories of 256 pages: ``bank`` (sentences of the word bank, one word in eight never on a training page),
+``unseen`` (only those words), ``letters`` (random strings no prior can guess) and ``lines`` (paragraphs of two to
+four lines). Then, each by its stage's own command (a run dir under --out, resumed or skipped when done):
 
-- untrained: the reader at its random weights (model=reader);
+- untrained: the reader at its random weights (model=reader), through the pipeline;
 - sft: +experiment=read_tiny, SFT from random weights;
 - blind: the same SFT with every image blanked (olmocr.data.steps.BlankImage): what the text alone teaches;
-- grpo: GRPO from the SFT checkpoint (olmOCR 2 rewards, strict), on training pages;
-- dpo: DPO from the SFT checkpoint on pairs mined from its own samples of other training pages;
-- soup: the mean of two GRPO seeds (python -m olmocr.prepare);
-- fp8: the soup compressed to FP8 (python -m olmocr.compress);
-- pipeline: the SFT checkpoint through the pipeline's page conversion, transformers serve and vLLM's CPU engine.
+- grpo, grpo2: +experiment=read_grpo from the SFT checkpoint, olmOCR 2 rewards, two seeds;
+- control: the same GRPO with each batch's rewards shuffled across its completions (algo.shuffle_rewards):
+  as many steps, no information about the page; a gain it shares is not the rewards';
+- soup: the mean of the two GRPO seeds (python -m olmocr.prepare), through the pipeline;
+- dpo: +experiment=read_dpo from the SFT checkpoint, on pairs mined from its own samples of other training pages
+  (python -m olmocr.pairs); the same samples give the SFT model's pass@1 and pass@k at the sampling temperature;
+- fp8: the soup compressed to FP8 (python -m olmocr.compress), through the pipeline;
+- pipeline: the SFT model served by vLLM's CPU engine instead of transformers serve.
 
-Every model greedy-decodes the held-out pages (the training runs' own bench eval at their last step; the pipeline
-rows by python -m olmocr.pipeline.bench convert.temperatures=[0]) and is scored here, strictly, on what it wrote
-itself: a page the pipeline gave its text layer, or an empty answer, passes nothing and has a character error
-rate of 1. Printed per row: strict pass rate of the present tests (one per sentence), of all tests, pages
-answered, mean character error rate, and the wall time of the stage.
+Every model is released (python -m olmocr.prepare) and greedy-decodes every held-out page through the pipeline
+(python -m olmocr.pipeline.bench, transformers serve; the pipeline row: vLLM's CPU engine), and is scored here,
+strictly, on what it wrote itself: a page the pipeline gave its text layer, or an empty answer, passes nothing
+and has a character error rate of 1. Per row and category:
+the strict pass rate of the present tests (one per sentence) and the mean character error rate, each with a 95%
+interval by bootstrap over pages; per stage, its difference from the row it started from on the same pages, with
+the paired interval. A gain is claimed only where that interval lies above 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -36,37 +42,37 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROWS = ("untrained", "sft", "blind", "grpo", "dpo", "soup", "fp8", "pipeline")
+sys.path.insert(0, ROOT)
+
+from olmocr.bench.intervals import Interval, bootstrap, paired  # noqa: E402
+
+ROWS = ("untrained", "sft", "blind", "grpo", "control", "soup", "dpo", "fp8", "pipeline")
+SETS = ("bank", "unseen", "letters", "lines")
+HELD_OUT = ("bank", "unseen", "letters")  # the line pages; "held-out" pools them
 BLIND = "+data.steps.blind={_target_: olmocr.data.steps.BlankImage, _after_: render}"
-GREEDY = ["convert.temperatures=[0]", "convert.max_tokens=192", "convert.concurrency=8", "progress=false"]
+GREEDY = ["convert.temperatures=[0]", "convert.concurrency=8", "progress=false"]
+# What each stage starts from: its difference from that row, page by page, is its gain.
+BASE = {"grpo": "sft", "grpo seed 2": "sft", "control": "sft", "dpo": "sft", "soup": "grpo", "fp8": "soup",
+        "pipeline, vLLM": "sft", "blind": "sft"}
 
 
-@functools.cache
-def reader_render() -> int:
-    """The size the reader trains at (+experiment=read_tiny's data steps), at which every later stage must render
-    a page: at the pipeline's own 1288 pixels the image holds other tokens than any it learnt from, and it
-    writes nothing that parses."""
+def reader_config():
     from olmocr.config import compose
 
-    return int(compose("train", ["+experiment=read_tiny"]).data.steps.render.longest_side)
+    return compose("train", ["+experiment=read_tiny"])
 
 
 def convert_args(sampled: bool = False) -> list[str]:
-    """How a stage that converts pages does: the reader's render size; greedy, or (``sampled``, mining DPO pairs)
-    at convert=tiny's temperatures."""
-    return ["convert=tiny", *([] if sampled else GREEDY), f"convert.steps.render.longest_side={reader_render()}"]
-
-
-def folder_model(path: str) -> list[str]:
-    """A saved reader as any checkpoint folder is served and trained: its family and its image size."""
-    return ["model=olmocr2_7b", "model.dtype=float32", "model.image_min_pixels=3136", "model.image_max_pixels=200704",
-            f"model.name_or_path={path}"]
+    """How a stage that converts pages does: the reader's render size and answer length; greedy, or (``sampled``,
+    mining DPO pairs) at convert=tiny's temperatures."""
+    cfg = reader_config()
+    return ["convert=tiny", *([] if sampled else GREEDY), f"convert.max_tokens={cfg.eval.bench.max_new_tokens}",
+            f"convert.steps.render.longest_side={cfg.data.steps.render.longest_side}"]
 
 
 class Factory:
-    def __init__(self, out: str, train_pages: int, heldout_pages: int, grpo_steps: int, dpo_pages: int):
-        self.out, self.grpo_steps = out, grpo_steps
-        self.train_pages, self.heldout_pages, self.dpo_pages = train_pages, heldout_pages, dpo_pages
+    def __init__(self, out: str, args: argparse.Namespace):
+        self.out, self.args = out, args
         # Seconds each stage ran, over every invocation: a resumed benchmark adds to what the first one spent.
         self.times_path = self.path("seconds.json")
         self.times: dict[str, float] = json.load(open(self.times_path)) if os.path.exists(self.times_path) else {}
@@ -75,188 +81,335 @@ class Factory:
     def path(self, *parts: str) -> str:
         return os.path.join(self.out, *parts)
 
-    def stage(self, row: str, module: str, args: list[str]) -> None:
-        print(f"\n== {row}: python -m {module} {' '.join(args)}", flush=True)
+    def stage(self, row: str, command: list[str]) -> None:
+        print(f"\n== {row}: {' '.join(command)}", flush=True)
         start = time.perf_counter()
-        subprocess.run([self.py, "-m", module, *args], cwd=ROOT, check=True)
+        subprocess.run(command, cwd=ROOT, check=True)
         self.times[row] = self.times.get(row, 0.0) + time.perf_counter() - start
         os.makedirs(self.out, exist_ok=True)
         with open(self.times_path, "w") as fh:
             json.dump(self.times, fh, indent=2)
 
+    def module(self, row: str, module: str, args: list[str]) -> None:
+        self.stage(row, [self.py, "-m", module, *args])
+
     def pages(self) -> None:
-        for name, args in (("train", [f"num_pages={self.train_pages}", "reading_words=seen"]),
-                           ("heldout", [f"num_pages={self.heldout_pages}", "reading_words=all", "seed=1"]),
-                           ("pairs", [f"num_pages={self.dpo_pages}", "reading_words=seen", "seed=2"])):
-            if not os.path.exists(self.path("pages", name, "synth.jsonl")):
-                self.stage("pages", "olmocr.synth", ["reading=line", *args, f"out_dir={self.path('pages', name)}",
-                                                      f"hydra.run.dir={self.path('runs', 'synth_' + name)}"])
+        a = self.args
+        env = {"TRAIN_PAGES": a.train_pages, "LINES_PAGES": max(1, a.train_pages // 2),
+               "HELDOUT_PAGES": a.heldout_pages, "PAIRS_PAGES": a.dpo_pages}
+        os.environ.update({k: str(v) for k, v in env.items()})
+        os.environ.setdefault("PYTHON", self.py)
+        if not os.path.exists(self.path("pages", "done")):
+            self.stage("pages", ["bash", "scripts/reading_pages.sh", self.path("pages")])
+            open(self.path("pages", "done"), "w").close()
 
     def train(self, row: str, args: list[str]) -> str:
         run = self.path(row)
-        self.stage(row, "olmocr.train", [f"paths.reading={self.path('pages')}", f"hydra.run.dir={run}", *args])
-        return last_candidates(run)
-
-    def grpo(self, seed: int) -> list[str]:
-        """GRPO from the SFT checkpoint on the training pages as a bench (their tests the rewards' unit tests)."""
-        return ["+experiment=grpo_tiny", f"seed={seed}", f"run_name=read_grpo{seed}",
-                f"data.train.synth.root={self.path('pages', 'train')}", "algo.max_completion_length=96",
-                f"trainer.max_duration.value={self.grpo_steps}", f"trainer.eval_interval={self.grpo_steps}",
-                f"trainer.save_interval={self.grpo_steps}"]
+        self.module(row, "olmocr.train", [f"paths.reading={self.path('pages')}", f"hydra.run.dir={run}", *args])
+        return run
 
     def release(self, row: str, sources: list[str]) -> str:
         out = self.path("release", row)
         if not os.path.exists(out):
-            self.stage(row, "olmocr.prepare", [f"sources=[{','.join(sources)}]", f"output={out}",
-                                               f"hydra.run.dir={self.path('runs', 'prepare_' + row)}"])
+            self.module(row, "olmocr.prepare", [f"sources=[{','.join(sources)}]", f"output={out}",
+                                                f"hydra.run.dir={self.path('runs', 'prepare_' + row)}"])
         return out
 
     def convert(self, row: str, model: list[str], server: str = "transformers") -> str:
         candidates = self.path("candidates", row)
-        self.stage(row, "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={self.path('pages', 'heldout')}",
-                                                  f"candidates={candidates}", *convert_args(),
-                                                  f"hydra.run.dir={self.path('runs', 'bench_mode_' + row)}"])
+        self.module(row, "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={self.path('pages', 'heldout')}",
+                                                   f"candidates={candidates}", *convert_args(),
+                                                   f"hydra.run.dir={self.path('runs', 'bench_mode_' + row)}"])
         return candidates
 
 
-def last_candidates(run: str) -> str:
-    steps = sorted(glob.glob(os.path.join(run, "bench_eval", "step_*", "candidates")))
-    if not steps:
-        raise RuntimeError(f"{run}: no bench eval candidates (bench_eval/step_*/candidates)")
-    return steps[-1]
-
-
-def curve(bench_dir: str, run: str) -> list[tuple[int, float | None, float]]:
-    """(step, held-out loss, strict present pass rate) at each eval of a training run."""
-    rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
-    losses = {r["step"]: v for r in rows if r["kind"] == "eval" for k, v in r.items() if k.endswith("/loss")}
-    points = []
-    for path in sorted(glob.glob(os.path.join(run, "bench_eval", "step_*", "candidates"))):
-        step = int(os.path.basename(os.path.dirname(path)).split("_")[1])
-        points.append((step, losses.get(step), score(bench_dir, path)["present"]))
-    return points
-
-
-def score(bench_dir: str, candidates: str) -> dict:
-    """Strict verdicts on what the model wrote itself: a page that fell back or came out empty passes nothing."""
+def page_scores(bench_dir: str, candidates: str) -> dict[str, dict[str, list[float]]]:
+    """Per category, per page: [present tests passed, present tests, character error rate], strictly, on what the
+    model wrote itself: a page that fell back, came out empty or was not decoded passes nothing and has CER 1."""
     from olmocr.bench.score import load_bench, run_tests
 
-    results = run_tests(load_bench(bench_dir), candidates, scoring="strict")
-    own = [(r, r.outputs is not None and r.outputs.answered == r.outputs.outputs > 0) for r in results]
-    by_type: dict[str, list[float]] = {}
-    for r, answered in own:
-        by_type.setdefault(r.test.type, []).append(r.score if answered else 0.0)
-    pages = {(r.test.pdf, r.test.page): r.outputs for r, _ in own}
-    cer = [min(p.cer, 1.0) if p is not None and p.answered and p.cer is not None else 1.0 for p in pages.values()]
-    return {"present": float(np.mean(by_type.get("present", [0.0]))), "tests": float(np.mean([s for v in by_type.values() for s in v])),
-            "by_type": {k: float(np.mean(v)) for k, v in by_type.items()},
-            "answered": sum(p is not None and p.answered > 0 for p in pages.values()), "pages": len(pages),
-            "cer": float(np.mean(cer))}
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in run_tests(load_bench(bench_dir), candidates, scoring="strict"):
+        if r.test.type == "baseline":
+            continue
+        page = out.setdefault(r.category, {}).setdefault(r.test.pdf, [0.0, 0.0, 1.0])
+        o = r.outputs
+        own = o is not None and o.answered == o.outputs > 0
+        if r.test.type == "present":
+            page[0] += r.score if own else 0.0
+            page[1] += 1
+        page[2] = min(o.cer, 1.0) if own and o.cer is not None else 1.0
+    return out
+
+
+def pooled(scores: dict, sets) -> dict[str, list[float]]:
+    return {f"{name}/{pdf}": page for name in sets for pdf, page in scores.get(name, {}).items()}
+
+
+def figures(pages: dict[str, list[float]]) -> dict[str, Interval]:
+    rows = np.array([pages[k] for k in sorted(pages)])
+    return {"present": bootstrap(rows[:, 0], rows[:, 1]).scaled(100), "cer": bootstrap(rows[:, 2])}
+
+
+def gains(base: dict[str, list[float]], row: dict[str, list[float]]) -> dict[str, Interval]:
+    """Row minus base on the same pages: present in points, CER (negative: fewer errors)."""
+    keys = sorted(base)
+    a, b = np.array([base[k] for k in keys]), np.array([row[k] for k in keys])
+    return {"present": paired(a[:, 0], b[:, 0], a[:, 1]).scaled(100), "cer": paired(a[:, 2], b[:, 2])}
 
 
 def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
-    """Run the stages the rows need, in order; the candidates folder each row is scored on."""
-    every = steps // 5 if steps % 5 == 0 else steps  # five evals, the last at the end
+    """Run the stages the rows need, in order; the candidates folder each row is scored on: every model released
+    (python -m olmocr.prepare) and converted by the pipeline, page by page as a user's would be."""
+    every = steps // 3 if steps % 3 == 0 else steps  # three evals of a sample of the bench, the last at the end
     sft_args = ["+experiment=read_tiny", f"trainer.max_duration.value={steps}", f"trainer.eval_interval={every}",
                 f"trainer.save_interval={every}"]
     candidates: dict[str, str] = {}
+
+    def trained(row: str, args: list[str]) -> str:
+        f.train(row, args)
+        return f.convert(row, ["model=reader_trained", f"model.name_or_path={f.release(row, [f.path(row)])}"])
+
     if "untrained" in rows:
         candidates["untrained"] = f.convert("untrained", ["model=reader"])
     if rows - {"untrained", "blind"}:
-        candidates["sft"] = f.train("sft", [*sft_args, "run_name=read_sft"])
+        candidates["sft"] = trained("sft", [*sft_args, "run_name=read_sft"])
     if "blind" in rows:
-        candidates["blind"] = f.train("blind", [*sft_args, "run_name=read_blind", BLIND])
-    if not rows & {"grpo", "dpo", "soup", "fp8", "pipeline"}:
+        candidates["blind"] = trained("blind", [*sft_args, "run_name=read_blind", BLIND])
+    if not rows & {"grpo", "control", "dpo", "soup", "fp8", "pipeline"}:
         return candidates
-    sft = f.release("sft", [f.path("sft")])
-    tuned = [*folder_model(sft), "eval=reading_bench", "finetune.freeze_vision=true", f"data.steps.render.longest_side={reader_render()}",
-             "trainer.keep_best=null"]
+    sft = f.path("release", "sft")
+    start = ["model=reader_trained", f"model.name_or_path={sft}", f"paths.reading={f.path('pages')}",
+             "trainer.eval_interval=null", "trainer.keep_best=null"]  # scored here, from its release
+    grpo = ["+experiment=read_grpo", *start, f"trainer.max_duration.value={f.args.grpo_steps}",
+            f"trainer.save_interval={f.args.grpo_steps}"]
     if rows & {"grpo", "soup", "fp8"}:
-        candidates["grpo"] = f.train("grpo", [*f.grpo(1), *tuned])
+        candidates["grpo"] = trained("grpo", [*grpo, "seed=1"])
+    if "control" in rows:
+        candidates["control"] = trained("control", [*grpo, "seed=1", "algo.shuffle_rewards=true",
+                                                    "run_name=read_grpo_control"])
     if "dpo" in rows:
         pairs = f.path("pairs")
         if not os.path.exists(os.path.join(pairs, "pairs.jsonl")):
-            f.stage("dpo", "olmocr.pairs", [*folder_model(sft), f"bench_dir={f.path('pages', 'pairs')}", "run_name=read",
-                                            *convert_args(sampled=True), "convert.max_tokens=96", "progress=false",
-                                            f"hydra.run.dir={pairs}"])
-        candidates["dpo"] = f.train("dpo", ["+experiment=dpo_tiny", *tuned, "run_name=read_dpo",
-                                            f"data.train=[{pairs}/pairs.jsonl]", "trainer.max_duration.value=40",
-                                            "trainer.eval_interval=40", "trainer.save_interval=40"])
+            f.module("dpo pairs", "olmocr.pairs", ["model=reader_trained", f"model.name_or_path={sft}",
+                                                   f"bench_dir={f.path('pages', 'pairs')}", "run_name=read",
+                                                   *convert_args(sampled=True), f"samples={f.args.samples}",
+                                                   f"temperature={f.args.temperature}", "progress=false",
+                                                   f"hydra.run.dir={pairs}"])
+        candidates["dpo"] = trained("dpo", ["+experiment=read_dpo", *start, f"data.train=[{pairs}/pairs.jsonl]"])
     if rows & {"soup", "fp8"}:
-        candidates["grpo seed 2"] = f.train("grpo2", [*f.grpo(2), *tuned])
+        candidates["grpo seed 2"] = trained("grpo2", [*grpo, "seed=2", "run_name=read_grpo2"])
         soup = f.release("soup", [f.path("grpo"), f.path("grpo2")])
-        candidates["soup"] = f.convert("soup", folder_model(soup))
+        candidates["soup"] = f.convert("soup", ["model=reader_trained", f"model.name_or_path={soup}"])
     if "fp8" in rows:
         fp8 = f.path("release", "fp8")
         if not os.path.exists(fp8):
-            f.stage("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}", f"steps.render.longest_side={reader_render()}",
-                                               f"calibration.root={f.path('pages', 'pairs')}",
-                                               f"hydra.run.dir={f.path('runs', 'compress')}"])
-        candidates["fp8"] = f.convert("fp8", folder_model(fp8))
+            size = reader_config().data.steps.render.longest_side
+            f.module("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}", f"steps.render.longest_side={size}",
+                                                f"calibration.root={f.path('pages', 'pairs')}",
+                                                f"hydra.run.dir={f.path('runs', 'compress')}"])
+        candidates["fp8"] = f.convert("fp8", ["model=reader_trained", f"model.name_or_path={fp8}"])
     if "pipeline" in rows:
-        candidates["pipeline, transformers"] = f.convert("pipeline_hf", folder_model(sft))
-        candidates["pipeline, vLLM"] = f.convert("pipeline_vllm", folder_model(sft), server="vllm")
+        candidates["pipeline, vLLM"] = f.convert("pipeline_vllm", ["model=reader_trained", f"model.name_or_path={sft}"],
+                                                 server="vllm")
     return candidates
 
 
-def report(f: Factory, candidates: dict[str, str]) -> None:
+STAGE_OF = {"grpo seed 2": "grpo2", "pipeline, vLLM": "pipeline_vllm"}
+RUN_OF = {"sft": "sft", "blind": "blind", "grpo": "grpo", "grpo seed 2": "grpo2", "control": "control", "dpo": "dpo"}
+
+
+def train_metrics(run: str) -> list[dict]:
+    path = os.path.join(run, "metrics.jsonl")
+    return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+def data_wait(run: str) -> float | None:
+    """The median share of a training run's logged steps spent waiting for data, in %."""
+    waits = [r["perf/data_wait_percent"] for r in train_metrics(run) if "perf/data_wait_percent" in r]
+    return statistics.median(waits) if waits else None
+
+
+def curve(f: Factory, run: str) -> list[dict]:
+    """At each eval of an SFT run: held-out loss, and strict present and CER per category."""
+    losses = {r["step"]: v for r in train_metrics(run) if r["kind"] == "eval" for k, v in r.items()
+              if k.endswith("/loss")}
+    points = []
+    for path in sorted(glob.glob(os.path.join(run, "bench_eval", "step_*", "candidates"))):
+        step = int(os.path.basename(os.path.dirname(path)).split("_")[1])
+        scores = page_scores(f.path("pages", "heldout"), path)
+        points.append({"step": step, "loss": losses.get(step),
+                       **{name: figures(scores[name]) for name in SETS if name in scores}})
+    return points
+
+
+def grpo_signal(run: str) -> list[dict]:
+    """What GRPO learnt from at each logged step: mean reward, its spread within a page's group, the share of
+    groups all alike, and the share of the completions' present tests passed."""
+    keys = {"reward": "train/reward", "group_std": "train/signal/group_std", "alike": "train/signal/alike_groups",
+            "present": "train/bench/present"}
+    return [{"step": r["step"], **{name: r.get(key) for name, key in keys.items()}} for r in train_metrics(run)
+            if r["kind"] == "train" and "train/reward" in r]
+
+
+def pass_at_k(pairs: str) -> dict | None:
+    """From the mined samples (pairs.jsonl): pass@1 (a sample passes all its page's tests) and pass@k (any of the
+    page's k samples does), over the pages sampled."""
+    path = os.path.join(pairs, "pairs.jsonl")
+    if not os.path.exists(path):
+        return None
+    per_page = []
+    for row in map(json.loads, open(path)):
+        passes = [s.get("rewards", {}).get("bench") == 1.0 for s in row.get("samples") or []]
+        if passes:
+            per_page.append(passes)
+    if not per_page:
+        return None
+    return {"k": max(map(len, per_page)), "pages": len(per_page),
+            "pass@1": bootstrap([np.mean(p) for p in per_page]).scaled(100),
+            "pass@k": bootstrap([float(any(p)) for p in per_page]).scaled(100),
+            "pairs": sum(1 for row in map(json.loads, open(path)) if row.get("chosen") is not None)}
+
+
+def fmt(i: Interval, digits: int = 1) -> str:
+    return f"{i.mean:.{digits}f} [{i.low:.{digits}f}, {i.high:.{digits}f}]"
+
+
+def report(f: Factory, candidates: dict[str, str]) -> dict:
     heldout = f.path("pages", "heldout")
-    table = {row: score(heldout, path) for row, path in candidates.items()}
-    with open(f.path("learning_to_read.json"), "w") as fh:
-        json.dump({"scores": table, "seconds": f.times, "candidates": candidates}, fh, indent=2)
-    print(f"\nheld-out reading pages ({heldout}), strict; a page that fell back or was empty passes nothing")
-    print(f"{'row':<24}{'present':>9}{'all tests':>11}{'answered':>10}{'CER':>7}{'stage s':>9}")
-    stage_of = {"grpo seed 2": "grpo2", "pipeline, transformers": "pipeline_hf", "pipeline, vLLM": "pipeline_vllm"}
-    for row, s in table.items():
-        seconds = f.times.get(stage_of.get(row, row))
-        print(f"{row:<24}{100 * s['present']:>8.1f}%{100 * s['tests']:>10.1f}%{s['answered']:>5}/{s['pages']:<4}"
-              f"{s['cer']:>7.3f}{'' if seconds is None else f'{seconds:9.0f}'}")
-    types = sorted({t for s in table.values() for t in s["by_type"]})
-    print("\nstrict pass rate by test type: " + ", ".join(types))
-    for row, s in table.items():
-        print(f"{row:<24}" + "".join(f"{100 * s['by_type'].get(t, 0.0):>9.1f}%" for t in types))
-    for row in ("sft", "blind"):
-        if row in table:
-            print(f"\n{row}: step, held-out loss, strict present pass rate at each eval")
-            for step, loss, present in curve(heldout, f.path(row)):
-                print(f"  {step:>6} {'' if loss is None else f'{loss:.4f}':>8} {100 * present:6.1f}%")
-    if "sft" in table and "blind" in table:
-        gap = 100 * (table["sft"]["present"] - table["blind"]["present"])
-        print(f"\nSFT - blind control: {gap:+.1f} points of strict present-test pass rate")
-    print("\ngoals (strict present-test pass rate, points)")
-    for line in goals({row: 100 * s["present"] for row, s in table.items()}):
+    scores = {row: page_scores(heldout, path) for row, path in candidates.items()}
+    sets = [s for s in SETS if any(s in sc for sc in scores.values())]
+    groups = {name: (name,) for name in sets} | {"held-out": tuple(s for s in HELD_OUT if s in sets)}
+    table = {row: {g: figures(pooled(sc, members)) for g, members in groups.items() if pooled(sc, members)}
+             for row, sc in scores.items()}
+    print(f"\nheld-out reading pages ({heldout}), strict; a page that fell back or was empty passes nothing; "
+          "95% intervals by bootstrap over pages")
+    for g in groups:
+        print(f"\n{g} ({' + '.join(groups[g])})" if g == "held-out" else f"\n{g}")
+        print(f"{'row':<24}{'strict present %':>24}{'CER':>24}{'stage s':>9}")
+        for row, t in table.items():
+            if g in t:
+                seconds = f.times.get(STAGE_OF.get(row, row))
+                print(f"{row:<24}{fmt(t[g]['present']):>24}{fmt(t[g]['cer'], 3):>24}"
+                      f"{'' if seconds is None else f'{seconds:9.0f}'}")
+    deltas = {}
+    print("\neach stage against the row it started from, on the same pages (paired 95% intervals)")
+    for row, base in BASE.items():
+        if row in scores and base in scores:
+            deltas[row] = {g: gains(pooled(scores[base], m), pooled(scores[row], m)) for g, m in groups.items()
+                           if pooled(scores[base], m)}
+            for g, d in deltas[row].items():
+                print(f"{row + ' - ' + base:<36}{g:<10} present {fmt(d['present']):>22} points   "
+                      f"CER {fmt(d['cer'], 3):>22}")
+    curves = {row: curve(f, f.path(row)) for row in ("sft", "blind") if row in candidates}
+    for row, points in curves.items():
+        print(f"\n{row}: step, held-out loss, then strict present % / CER per category at each eval")
+        for p in points:
+            cells = "  ".join(f"{name} {p[name]['present'].mean:5.1f}/{p[name]['cer'].mean:.3f}" for name in SETS
+                              if name in p)
+            loss = "" if p["loss"] is None else f"{p['loss']:.4f}"
+            print(f"  {p['step']:>6} {loss:>8}  {cells}")
+    signals = {row: grpo_signal(f.path(run)) for row, run in (("grpo", "grpo"), ("control", "control"))
+               if row in candidates}
+    for row, points in signals.items():
+        print(f"\n{row}: the signal at each logged step (reward, its spread within groups, groups all alike, present "
+              "tests the completions passed)")
+        for p in points[:: max(1, len(points) // 12)] + points[-1:]:
+            print("  " + "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in p.items()))
+    sampled = pass_at_k(f.path("pairs"))
+    if sampled:
+        print(f"\nSFT samples at temperature {f.args.temperature} on {sampled['pages']} training-like pages: pass@1 "
+              f"{fmt(sampled['pass@1'])}%, pass@{sampled['k']} {fmt(sampled['pass@k'])}%; {sampled['pairs']} DPO "
+              f"pairs ({f.times.get('dpo pairs', 0):.0f} s of mining)")
+    waits = {row: data_wait(f.path(run)) for row, run in RUN_OF.items() if row in candidates}
+    if waits.get("sft") is not None:
+        print(f"\nSFT: {waits['sft']:.1f}% of each logged step waiting for data (median)")
+    lines = goals(table, deltas, waits)
+    print("\ngoals")
+    for line in lines:
         print(f"  {line}")
+    result = {"scores": {row: {g: {k: vars(v) for k, v in t.items()} for g, t in gs.items()} for row, gs in table.items()},
+              "gains": {row: {g: {k: vars(v) for k, v in t.items()} for g, t in gs.items()} for row, gs in deltas.items()},
+              "curves": {row: [{k: (vars(v) if isinstance(v, Interval) else {m: vars(i) for m, i in v.items()}
+                                    if isinstance(v, dict) else v) for k, v in p.items()} for p in points]
+                         for row, points in curves.items()},
+              "signal": signals, "pass_at_k": sampled and {k: vars(v) if isinstance(v, Interval) else v
+                                                          for k, v in sampled.items()},
+              "data_wait_percent": waits, "seconds": f.times, "candidates": candidates, "goals": lines}
+    with open(f.path("learning_to_read.json"), "w") as fh:
+        json.dump(result, fh, indent=2)
+    return result
 
 
-def goals(p: dict[str, float]) -> list[str]:
+def goals(table: dict, deltas: dict, waits: dict) -> list[str]:
     """Each goal the rows measured allow judging: met or missed, with its figures."""
-    checks = [
-        ("sft", "SFT >= 50", lambda: p["sft"] >= 50, lambda: f"{p['sft']:.1f}"),
-        ("blind", "blind control <= 10", lambda: p["blind"] <= 10, lambda: f"{p['blind']:.1f}"),
-        ("blind", "SFT - blind >= 20", lambda: p["sft"] - p["blind"] >= 20, lambda: f"{p['sft'] - p['blind']:+.1f}"),
-        ("grpo", "GRPO - SFT >= 5", lambda: p["grpo"] - p["sft"] >= 5, lambda: f"{p['grpo'] - p['sft']:+.1f}"),
-        ("soup", "soup >= mean of its seeds", lambda: p["soup"] >= (p["grpo"] + p["grpo seed 2"]) / 2,
-         lambda: f"{p['soup']:.1f} vs {(p['grpo'] + p['grpo seed 2']) / 2:.1f}"),
-        ("fp8", "|FP8 - soup| <= 3", lambda: abs(p["fp8"] - p["soup"]) <= 3, lambda: f"{p['fp8'] - p['soup']:+.1f}"),
-        ("pipeline, vLLM", "|vLLM - transformers| <= 2",
-         lambda: abs(p["pipeline, vLLM"] - p["pipeline, transformers"]) <= 2,
-         lambda: f"{p['pipeline, vLLM'] - p['pipeline, transformers']:+.1f}"),
-    ]
-    return [f"{'met   ' if ok() else 'missed'} {name}: {figure()}" for row, name, ok, figure in checks
-            if row in p and "sft" in p]
+    def present(row, g):
+        return table[row][g]["present"].mean
+
+    def cer(row, g):
+        return table[row][g]["cer"].mean
+
+    def has(*rows):
+        return all(r in table for r in rows)
+
+    out = []
+
+    def check(ok: bool, name: str, figure: str) -> None:
+        out.append(f"{'met   ' if ok else 'missed'} {name}: {figure}")
+
+    if has("sft"):
+        for g in ("letters", "unseen"):
+            if g in table["sft"]:
+                check(cer("sft", g) <= 0.15, f"SFT CER <= 0.15 on {g}", f"{cer('sft', g):.3f}")
+        if "bank" in table["sft"]:
+            check(present("sft", "bank") >= 50, "SFT >= 50% strict present on bank", f"{present('sft', 'bank'):.1f}")
+        if "lines" in table["sft"]:
+            check(present("sft", "lines") >= 50, "SFT >= 50% strict present on lines", f"{present('sft', 'lines'):.1f}")
+    if has("blind"):
+        for g in HELD_OUT:
+            if g in table["blind"]:
+                check(cer("blind", g) >= 0.9, f"blind CER >= 0.9 on {g}", f"{cer('blind', g):.3f}")
+    if "grpo" in deltas:
+        d = deltas["grpo"]["held-out"]
+        check(d["present"].mean >= 5 and d["present"].above_zero() and d["cer"].below_zero(),
+              "GRPO - SFT >= +5 points held-out, interval above 0, CER lower",
+              f"{fmt(d['present'])} points, CER {fmt(d['cer'], 3)}")
+    if "control" in deltas:
+        d = deltas["control"]["held-out"]
+        check(not d["present"].above_zero(), "control (shuffled rewards) does not gain",
+              f"{fmt(d['present'])} points, CER {fmt(d['cer'], 3)}")
+    if "dpo" in deltas:
+        d = deltas["dpo"]["held-out"]
+        check(d["present"].mean >= 3 and d["present"].above_zero(), "DPO - SFT >= +3 points held-out, interval above 0",
+              f"{fmt(d['present'])} points")
+    if has("soup", "grpo", "grpo seed 2"):
+        best = max(present("grpo", "held-out"), present("grpo seed 2", "held-out"))
+        check(present("soup", "held-out") >= best, "soup >= the best GRPO seed held-out",
+              f"{present('soup', 'held-out'):.1f} vs {best:.1f}")
+    if "fp8" in deltas:
+        d = deltas["fp8"]["held-out"]["present"]
+        check(abs(d.mean) <= 3, "|FP8 - soup| <= 3 points", fmt(d))
+    if "pipeline, vLLM" in deltas:
+        d = deltas["pipeline, vLLM"]["held-out"]["present"]
+        check(abs(d.mean) <= 2, "|vLLM - transformers| <= 2 points", fmt(d))
+    if waits.get("sft") is not None:
+        check(waits["sft"] < 5, "SFT data wait < 5% of each step", f"{waits['sft']:.1f}%")
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "learning_to_read"))
-    parser.add_argument("--steps", type=int, default=3000, help="SFT steps of 8 pages")
-    parser.add_argument("--train-pages", type=int, default=20000)
-    parser.add_argument("--heldout-pages", type=int, default=64)
-    parser.add_argument("--grpo-steps", type=int, default=40)
-    parser.add_argument("--dpo-pages", type=int, default=64, help="training pages whose samples are mined for pairs")
+    parser.add_argument("--steps", type=int, default=3600, help="SFT steps of 8 pages")
+    parser.add_argument("--train-pages", type=int, default=12000, help="training pages of each kind")
+    parser.add_argument("--heldout-pages", type=int, default=256, help="held-out pages of each category")
+    parser.add_argument("--grpo-steps", type=int, default=300)
+    parser.add_argument("--dpo-pages", type=int, default=512, help="training-like pages whose samples are mined")
+    parser.add_argument("--samples", type=int, default=8, help="samples a page, mined for DPO pairs and pass@k")
+    parser.add_argument("--temperature", type=float, default=1.0, help="of the mined samples")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     args = parser.parse_args()
-    f = Factory(os.path.abspath(args.out), args.train_pages, args.heldout_pages, args.grpo_steps, args.dpo_pages)
+    f = Factory(os.path.abspath(args.out), args)
     f.pages()
     report(f, chain(f, set(args.rows), args.steps))
 

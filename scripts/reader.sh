@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
-# The reader learning to read on CPU: reading pages, then SFT of model=reader on them (+experiment=read_tiny),
-# scored at each eval on held-out pages by their strict unit tests.
+# The reader learning to read on CPU: its pages (scripts/reading_pages.sh), then SFT of model=reader on them
+# (+experiment=read_tiny), scored at each eval on the held-out bench by its strict unit tests, then the run
+# released to OUT/reader (model=reader_trained: what +experiment=read_grpo and read_dpo start from).
 #   bash scripts/reader.sh [OUT] [train overrides…]
-# OUT (default outputs/reading) gets train/ (sentences of the word bank less one word in eight) and heldout/
-# (another seed, every word); both are made once. Re-running resumes the run. Sizes (environment):
-# TRAIN_PAGES=20000 HELDOUT_PAGES=64 LEVEL=line.
+# OUT defaults to outputs/reading; pages are made once (sizes: see scripts/reading_pages.sh). Re-running resumes
+# the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-outputs/reading}")
 shift $(( $# > 0 ? 1 : 0 ))
 PY=${PYTHON:-.venv/bin/python}
-TRAIN_PAGES=${TRAIN_PAGES:-20000} HELDOUT_PAGES=${HELDOUT_PAGES:-64} LEVEL=${LEVEL:-line}
-[ -e "$OUT/train/synth.jsonl" ] ||
-  $PY -m olmocr.synth reading="$LEVEL" reading_words=seen num_pages="$TRAIN_PAGES" out_dir="$OUT/train" \
-    hydra.run.dir="$OUT/runs/synth_train"
-[ -e "$OUT/heldout/synth.jsonl" ] ||
-  $PY -m olmocr.synth reading="$LEVEL" reading_words=all seed=1 num_pages="$HELDOUT_PAGES" out_dir="$OUT/heldout" \
-    hydra.run.dir="$OUT/runs/synth_heldout"
-$PY -m olmocr.train +experiment=read_tiny paths.reading="$OUT" "$@"
+PYTHON=$PY bash scripts/reading_pages.sh "$OUT"
+$PY -m olmocr.train +experiment=read_tiny paths.reading="$OUT" hydra.run.dir="$OUT/runs/read_tiny" "$@"
+$PY -m olmocr.prepare sources="[$OUT/runs/read_tiny]" output="$OUT/reader" overwrite=true \
+  hydra.run.dir="$OUT/runs/release"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The reader's pages (python -m olmocr.synth reading=…), each set made once; what +experiment=read_tiny trains on
+# (conf/data/reading.yaml) and what it is judged on:
+#   bash scripts/reading_pages.sh [OUT]            # OUT: default outputs/reading
+#   OUT/train    line pages of the word bank less one word in eight (reading_words=seen)
+#   OUT/letters  line pages of random letters (no prior can guess them: the reader must read)
+#   OUT/mixed    line pages of training words, training words with a letter or two changed, and random letters
+#   OUT/lines    paragraphs of two to four lines, of mixed words and of random letters
+#   OUT/heldout  a bench of another seed in four categories: bank (every word of the bank), unseen (only the words
+#                no training page has), letters, lines
+#   OUT/pairs    training-like pages (other seeds) whose samples DPO mines, in two categories: words, letters
+# Sizes (environment): TRAIN_PAGES=12000 of each training kind, LINES_PAGES=6000, HELDOUT_PAGES=256 of each
+# category, PAIRS_PAGES=512 of each category.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=$(realpath -m "${1:-outputs/reading}")
+PY=${PYTHON:-.venv/bin/python}
+TRAIN_PAGES=${TRAIN_PAGES:-12000} LINES_PAGES=${LINES_PAGES:-6000} HELDOUT_PAGES=${HELDOUT_PAGES:-256}
+PAIRS_PAGES=${PAIRS_PAGES:-512}
+
+pages() {  # pages OUT_DIR RUN_NAME COUNT [CATEGORY] synth overrides…: made once (a stopped run is finished by the next)
+  local dir=$1 name=$2 count=$3 category=$4
+  shift 4
+  [ -e "$dir/${category:-synth}.jsonl" ] ||
+    $PY -m olmocr.synth num_pages="$count" out_dir="$dir" ${category:+category=$category} "$@" \
+      hydra.run.dir="$OUT/runs/synth_$name"
+}
+
+pages "$OUT/train" train "$TRAIN_PAGES" "" reading=line reading_words=seen seed=0
+pages "$OUT/letters" letters "$TRAIN_PAGES" "" reading=line reading_words=letters seed=5
+pages "$OUT/mixed" mixed "$TRAIN_PAGES" "" reading=line reading_words=mixed seed=9
+pages "$OUT/lines" lines_words "$LINES_PAGES" words reading=lines reading_words=mixed seed=6
+pages "$OUT/lines" lines_letters "$LINES_PAGES" letters reading=lines reading_words=letters seed=7
+pages "$OUT/heldout" heldout_bank "$HELDOUT_PAGES" bank reading=line reading_words=all seed=11
+pages "$OUT/heldout" heldout_unseen "$HELDOUT_PAGES" unseen reading=line reading_words=unseen seed=12
+pages "$OUT/heldout" heldout_letters "$HELDOUT_PAGES" letters reading=line reading_words=letters seed=13
+pages "$OUT/heldout" heldout_lines "$HELDOUT_PAGES" lines reading=lines reading_words=all seed=14
+pages "$OUT/pairs" pairs_words "$PAIRS_PAGES" words reading=line reading_words=seen seed=2
+pages "$OUT/pairs" pairs_letters "$PAIRS_PAGES" letters reading=line reading_words=letters seed=8
