@@ -168,6 +168,9 @@ def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
     # The untrained reader answers nothing a page parser takes: no test passes, every page has CER 1.
     assert result["scores"]["untrained"]["held-out"]["cer"]["mean"] == 1.0
     assert result["scores"]["untrained"]["held-out"]["present"]["mean"] == 0.0
+    # Chance: another page's own text against each page, per category (3 pages: something, never a perfect read).
+    assert set(result["chance_cer"]) == {"bank", "unseen", "letters", "lines"}
+    assert all(0 < v <= 1 for v in result["chance_cer"].values())
     blind = result["gains"]["blind"]["held-out"]["present"]
     assert blind["low"] <= blind["mean"] <= blind["high"]
     assert [p["step"] for p in result["curves"]["sft"]] == [2, 4, 6]
