@@ -33,7 +33,8 @@ def poppler_version() -> str:
         proc = subprocess.run([poppler("pdftoppm"), "-v"], capture_output=True, text=True, timeout=30, check=False)
     except (MissingTool, OSError, subprocess.TimeoutExpired):
         return ""
-    return (proc.stderr or proc.stdout).strip().splitlines()[0] if (proc.stderr or proc.stdout).strip() else ""
+    said = (proc.stderr or proc.stdout).strip()
+    return said.splitlines()[0] if said else ""
 
 
 class RenderCache:
