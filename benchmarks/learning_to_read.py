@@ -67,7 +67,8 @@ def convert_args(sampled: bool = False) -> list[str]:
     mining DPO pairs) at convert=tiny's temperatures."""
     cfg = reader_config()
     return ["convert=tiny", *([] if sampled else GREEDY), f"convert.max_tokens={cfg.eval.bench.max_new_tokens}",
-            f"convert.steps.render.longest_side={cfg.data.steps.render.longest_side}"]
+            f"convert.steps.render.longest_side={cfg.data.steps.render.longest_side}",
+            f"convert.steps.prompt.version={cfg.data.steps.prompt.version}"]
 
 
 class Factory:
@@ -111,13 +112,13 @@ class Factory:
     def release(self, row: str, sources: list[str]) -> str:
         out = self.path("release", row)
         if not os.path.exists(out):
-            self.module(row, "olmocr.prepare", [f"sources=[{','.join(sources)}]", f"output={out}",
+            self.module(f"{row} release", "olmocr.prepare", [f"sources=[{','.join(sources)}]", f"output={out}",
                                                 f"hydra.run.dir={self.path('runs', 'prepare_' + row)}"])
         return out
 
     def convert(self, row: str, model: list[str], server: str = "transformers") -> str:
         candidates = self.path("candidates", row)
-        self.module(row, "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={self.path('pages', 'heldout')}",
+        self.module(f"{row} bench", "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={self.path('pages', 'heldout')}",
                                                    f"candidates={candidates}", *convert_args(),
                                                    f"hydra.run.dir={self.path('runs', 'bench_mode_' + row)}"])
         return candidates
@@ -173,12 +174,14 @@ def gains(base: dict[str, list[float]], row: dict[str, list[float]]) -> dict[str
     return {"present": paired(a[:, 0], b[:, 0], a[:, 1]).scaled(100), "cer": paired(a[:, 2], b[:, 2])}
 
 
-def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
+def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
     """Run the stages the rows need, in order; the candidates folder each row is scored on: every model released
     (python -m olmocr.prepare) and converted by the pipeline, page by page as a user's would be."""
-    every = steps // 3 if steps % 3 == 0 else steps  # three evals of a sample of the bench, the last at the end
-    sft_args = ["+experiment=read_tiny", f"trainer.max_duration.value={steps}", f"trainer.eval_interval={every}",
-                f"trainer.save_interval={every}"]
+    sft_args = ["+experiment=read_tiny"]
+    if steps:  # else the recipe's; here three evals of a sample of the bench, the last at the end
+        every = steps // 3 if steps % 3 == 0 else steps
+        sft_args += [f"trainer.max_duration.value={steps}", f"trainer.eval_interval={every}",
+                     f"trainer.save_interval={every}"]
     candidates: dict[str, str] = {}
 
     def trained(row: str, args: list[str]) -> str:
@@ -196,8 +199,9 @@ def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
     sft = f.path("release", "sft")
     start = ["model=reader_trained", f"model.name_or_path={sft}", f"paths.reading={f.path('pages')}",
              "trainer.eval_interval=null", "trainer.keep_best=null"]  # scored here, from its release
-    grpo = ["+experiment=read_grpo", *start, f"trainer.max_duration.value={f.args.grpo_steps}",
-            f"trainer.save_interval={f.args.grpo_steps}"]
+    grpo = ["+experiment=read_grpo", *start]
+    if f.args.grpo_steps:  # else the recipe's
+        grpo += [f"trainer.max_duration.value={f.args.grpo_steps}", f"trainer.save_interval={f.args.grpo_steps}"]
     if rows & {"grpo", "soup", "fp8"}:
         candidates["grpo"] = trained("grpo", [*grpo, "seed=1"])
     if "control" in rows:
@@ -219,8 +223,10 @@ def chain(f: Factory, rows: set[str], steps: int) -> dict[str, str]:
     if "fp8" in rows:
         fp8 = f.path("release", "fp8")
         if not os.path.exists(fp8):
-            size = reader_config().data.steps.render.longest_side
-            f.module("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}", f"steps.render.longest_side={size}",
+            steps = reader_config().data.steps
+            f.module("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}",
+                                                f"steps.render.longest_side={steps.render.longest_side}",
+                                                f"steps.prompt.version={steps.prompt.version}",
                                                 f"calibration.root={f.path('pages', 'pairs')}",
                                                 f"hydra.run.dir={f.path('runs', 'compress')}"])
         candidates["fp8"] = f.convert("fp8", ["model=reader_trained", f"model.name_or_path={fp8}"])
@@ -304,12 +310,12 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
         print(f"\n{g} ({' + '.join(groups[g])})" if g == "held-out" else f"\n{g}")
         if g in floor:
             print(f"(chance: the next page's own text scores CER {floor[g]:.3f} against each page)")
-        print(f"{'row':<24}{'strict present %':>24}{'CER':>24}{'stage s':>9}")
+        print(f"{'row':<24}{'strict present %':>24}{'CER':>24}{'made in s':>10}")
         for row, t in table.items():
             if g in t:
-                seconds = f.times.get(STAGE_OF.get(row, row))
+                seconds = made_in(f.times, row)
                 print(f"{row:<24}{fmt(t[g]['present']):>24}{fmt(t[g]['cer'], 3):>24}"
-                      f"{'' if seconds is None else f'{seconds:9.0f}'}")
+                      f"{'' if seconds is None else f'{seconds:10.0f}'}")
     deltas = {}
     print("\neach stage against the row it started from, on the same pages (paired 95% intervals)")
     for row, base in BASE.items():
@@ -342,7 +348,7 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
     waits = {row: data_wait(f.path(run)) for row, run in RUN_OF.items() if row in candidates}
     if waits.get("sft") is not None:
         print(f"\nSFT: {waits['sft']:.1f}% of each logged step waiting for data (median)")
-    lines = goals(table, deltas, waits, floor)
+    lines = goals(table, deltas, waits, floor, f.times)
     print("\ngoals")
     for line in lines:
         print(f"  {line}")
@@ -359,7 +365,14 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
     return result
 
 
-def goals(table: dict, deltas: dict, waits: dict, floor: dict[str, float]) -> list[str]:
+def made_in(times: dict[str, float], row: str) -> float | None:
+    """Seconds the row's model took to make: its training run, or its release where that makes it (the soup);
+    FP8's compression. None for a model made elsewhere (untrained, the same SFT served by vLLM)."""
+    stage = STAGE_OF.get(row, row)
+    return times.get(stage, times.get(f"{stage} release")) if row not in ("untrained", "pipeline, vLLM") else None
+
+
+def goals(table: dict, deltas: dict, waits: dict, floor: dict[str, float], times: dict[str, float]) -> list[str]:
     """Each goal the rows measured allow judging: met or missed, with its figures."""
     def present(row, g):
         return table[row][g]["present"].mean
@@ -375,6 +388,9 @@ def goals(table: dict, deltas: dict, waits: dict, floor: dict[str, float]) -> li
     def check(ok: bool, name: str, figure: str) -> None:
         out.append(f"{'met   ' if ok else 'missed'} {name}: {figure}")
 
+    for row in ("sft", "grpo"):
+        if times.get(row) is not None and row in table:
+            check(times[row] <= 1200, f"{row} trains in <= 20 minutes", f"{times[row] / 60:.1f} min")
     if has("sft"):
         for g in ("letters", "unseen"):
             if g in table["sft"]:
@@ -419,10 +435,10 @@ def goals(table: dict, deltas: dict, waits: dict, floor: dict[str, float]) -> li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "outputs", "learning_to_read"))
-    parser.add_argument("--steps", type=int, default=3600, help="SFT steps of 8 pages")
+    parser.add_argument("--steps", type=int, help="SFT steps of 8 pages (default: +experiment=read_tiny's)")
     parser.add_argument("--train-pages", type=int, default=12000, help="training pages of each kind")
     parser.add_argument("--heldout-pages", type=int, default=256, help="held-out pages of each category")
-    parser.add_argument("--grpo-steps", type=int, default=300)
+    parser.add_argument("--grpo-steps", type=int, help="default: +experiment=read_grpo's")
     parser.add_argument("--dpo-pages", type=int, default=512, help="training-like pages whose samples are mined")
     parser.add_argument("--samples", type=int, default=8, help="samples a page, mined for DPO pairs and pass@k")
     parser.add_argument("--temperature", type=float, default=1.0, help="of the mined samples")

@@ -176,3 +176,5 @@ def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
     assert [p["step"] for p in result["curves"]["sft"]] == [2, 4, 6]
     assert result["data_wait_percent"]["sft"] is not None and result["seconds"]["sft"] > 0
     assert any("SFT CER <= 0.15 on letters" in line for line in result["goals"])
+    # Training time is the run's own, apart from releasing and converting the bench.
+    assert result["seconds"]["sft bench"] > 0 and any("sft trains in <= 20 minutes" in g for g in result["goals"])

@@ -205,3 +205,7 @@ def test_the_reader_is_a_qwen25_vl_with_heads_of_32_sized_for_reading_pages(cach
         compose("train", ["model=reader", "model.tokenizer=letter"])
     # and the prompt, which it learnt its merges from, is shorter than in the tiny model's tokens
     assert len(tokenizer(build_prompt("v4"))["input_ids"]) < 0.6 * len(tiny.load_processor().tokenizer(build_prompt("v4"))["input_ids"])
+    # The reader's own instruction (conf/data/reading.yaml) is a fraction of v4's: most of a line page's sequence
+    # is then the page and its text.
+    reader = compose("train", ["+experiment=read_tiny"]).data.steps.prompt.version
+    assert len(tokenizer(build_prompt(reader))["input_ids"]) < 0.25 * len(tokenizer(build_prompt("v4"))["input_ids"])

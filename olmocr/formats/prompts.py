@@ -3,7 +3,9 @@
 ``v4`` is the production prompt (no anchor text): inference must use the same wording, and the data
 steps, the pipeline and GRPO import it from here (the lowest layer, so the locally built models' tokenizers
 can learn from it too). ``v1`` is the older anchored prompt, which also gives
-the page's own text layer between RAW_TEXT_START and RAW_TEXT_END.
+the page's own text layer between RAW_TEXT_START and RAW_TEXT_END. ``brief`` is v4's instruction in one
+sentence, for a model trained from scratch on CPU (the reader): v4's ~180 tokens are two thirds of a one-line
+page's sequence there, and a model that learns its instruction from nothing learns as much from a short one.
 """
 
 from __future__ import annotations
@@ -26,12 +28,16 @@ PROMPT_V1_TEMPLATE = (
     "RAW_TEXT_START\n{anchor_text}\nRAW_TEXT_END"
 )
 
-PROMPT_VERSIONS = ("v1", "v4")
+PROMPT_BRIEF = "Transcribe the page as markdown in natural reading order, after a YAML front matter."
+
+PROMPT_VERSIONS = ("v1", "v4", "brief")
 
 
 def build_prompt(version: str, anchor_text: str | None = None) -> str:
     if version == "v4":
         return PROMPT_V4
+    if version == "brief":
+        return PROMPT_BRIEF
     if version == "v1":
         if anchor_text is None:
             raise ValueError("prompt version v1 needs anchor text: add an anchor_text step before the prompt step")
