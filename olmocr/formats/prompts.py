@@ -4,8 +4,8 @@
 steps, the pipeline and GRPO import it from here (the lowest layer, so the locally built models' tokenizers
 can learn from it too). ``v1`` is the older anchored prompt, which also gives
 the page's own text layer between RAW_TEXT_START and RAW_TEXT_END. ``brief`` is v4's instruction in one
-sentence, for a model trained from scratch on CPU (the reader): v4's ~180 tokens are two thirds of a one-line
-page's sequence there, and a model that learns its instruction from nothing learns as much from a short one.
+sentence, for a model trained from scratch on CPU (the reader): v4's 131 tokens are nearly half of a one-line
+page's ~285 there, and a model that learns its instruction from nothing learns as much from a short one.
 """
 
 from __future__ import annotations
