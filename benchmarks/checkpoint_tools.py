@@ -71,7 +71,7 @@ METHODS = {"prepare": lambda sources, output: ours(sources, output),
 
 
 def ours(sources: list[str], output: str) -> None:
-    from olmocr.checkpoints.soup import prepare
+    from olmocr.checkpoints.release import prepare
 
     prepare(sources, output)
 
@@ -79,7 +79,7 @@ def ours(sources: list[str], output: str) -> None:
 def child(method: str, sources: list[str], output: str) -> None:
     import torch  # noqa: F401 - imported before the baseline reading, as both methods need it
 
-    import olmocr.checkpoints.soup  # noqa: F401 - what the stage has imported before it soups
+    import olmocr.checkpoints.release  # noqa: F401 - what the stage has imported before it soups
     import olmocr.utils.runinfo  # noqa: F401
 
     before = status_mb("VmRSS")

@@ -63,12 +63,10 @@ def reader_config():
 
 
 def convert_args(sampled: bool = False) -> list[str]:
-    """How a stage that converts pages does: the reader's render size and answer length; greedy, or (``sampled``,
-    mining DPO pairs) at convert=tiny's temperatures."""
-    cfg = reader_config()
-    return ["convert=tiny", *([] if sampled else GREEDY), f"convert.max_tokens={cfg.eval.bench.max_new_tokens}",
-            f"convert.steps.render.longest_side={cfg.data.steps.render.longest_side}",
-            f"convert.steps.prompt.version={cfg.data.steps.prompt.version}"]
+    """How a stage that converts pages does: the reader's answer length; greedy, or (``sampled``, mining DPO pairs)
+    at convert=tiny's temperatures. (Its pages are presented as the model it serves was trained to read them.)"""
+    return ["convert=tiny", *([] if sampled else GREEDY),
+            f"convert.max_tokens={reader_config().eval.bench.max_new_tokens}"]
 
 
 class Factory:
@@ -189,7 +187,11 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
         return f.convert(row, ["model=reader_trained", f"model.name_or_path={f.release(row, [f.path(row)])}"])
 
     if "untrained" in rows:
-        candidates["untrained"] = f.convert("untrained", ["model=reader"])
+        # Random weights have no record of how they read: shown the pages as the reader's training presents them.
+        steps = reader_config().data.steps
+        candidates["untrained"] = f.convert("untrained", ["model=reader", *(
+            f"convert.steps.{name}.{key}={steps[name][key]}" for name, key in (("render", "longest_side"),
+                                                                              ("prompt", "version")))])
     if rows - {"untrained", "blind"}:
         candidates["sft"] = trained("sft", [*sft_args, "run_name=read_sft"])
     if "blind" in rows:
@@ -223,10 +225,7 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
     if "fp8" in rows:
         fp8 = f.path("release", "fp8")
         if not os.path.exists(fp8):
-            steps = reader_config().data.steps
             f.module("fp8", "olmocr.compress", [f"source={soup}", f"output={fp8}",
-                                                f"steps.render.longest_side={steps.render.longest_side}",
-                                                f"steps.prompt.version={steps.prompt.version}",
                                                 f"calibration.root={f.path('pages', 'pairs')}",
                                                 f"hydra.run.dir={f.path('runs', 'compress')}"])
         candidates["fp8"] = f.convert("fp8", ["model=reader_trained", f"model.name_or_path={fp8}"])

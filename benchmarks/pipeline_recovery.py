@@ -6,7 +6,7 @@ converted twice or lost.
                                            [--outages 15,60] [--runs 2]
 
 The workspace and the PDFs (bundled sample pages, one-page PDFs) are on a local S3 server (moto), reached
-through ``olmocr.utils.faultproxy``, which takes S3 away for each outage: the first once a fifth of the pages are
+through ``tests/support/faultproxy.py``, which takes S3 away for each outage: the first once a fifth of the pages are
 answered, each next one once another fifth are answered after the previous ended (by progress, not by the clock:
 the outages meet the same stage of the work however busy the machine is). Wall times run from a run's first S3
 request to its end (an interpreter's start is no part of recovery). Pages go to a chat
@@ -130,8 +130,9 @@ def main() -> None:
     args = parser.parse_args()
     lengths = [float(s) for s in args.outages.split(",") if s.strip()]
     sys.path.insert(0, ROOT)
-    from olmocr.utils.faultproxy import FaultProxy
-    from olmocr.utils.s3server import S3Server
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support.faultproxy import FaultProxy  # the test tools, tests/support/
+    from support.s3server import S3Server
 
     scratch = tempfile.mkdtemp(prefix="pipeline-recovery-")
     s3 = S3Server().start()

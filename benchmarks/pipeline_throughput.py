@@ -287,7 +287,7 @@ def page_requests(corpus: str, model: str) -> list[dict]:
     from omegaconf import OmegaConf
 
     from olmocr.config import compose
-    from olmocr.data.pipeline import build_pipeline
+    from olmocr.data.chain import build_pipeline
     from olmocr.formats.pdf import pdf_info
     from olmocr.pipeline.convert import chat_messages, png_data_url
 

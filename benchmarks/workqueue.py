@@ -15,7 +15,7 @@ The queues alternate within each run, so both see the same load.
 
 With ``--faults RATE`` the workers reach S3 through a proxy that faults that share of requests (connection
 resets before and after the server did the request, 500, 503 SlowDown, 1-3 s stalls:
-``olmocr.utils.faultproxy``), and ``--outage S`` makes S3 unreachable for S seconds once a third of the
+``tests/support/faultproxy.py``), and ``--outage S`` makes S3 unreachable for S seconds once a third of the
 items are processed. Each queue is run as its own worker loop runs it: this project's worker
 (``run_workers``: failures go back to the queue to wait), and olmocr 0.4.27's pipeline loop (an error while
 processing or marking done is logged and the item left; an error while getting work ends the worker). A
@@ -190,8 +190,10 @@ def finished(server, name: str, workspace: str) -> tuple[int, int | None]:
 
 def run_all(args, queues: dict[str, str], scratch: str) -> None:
     from olmocr.pipeline.workspace import Workspace
-    from olmocr.utils.faultproxy import FaultProxy
-    from olmocr.utils.s3server import S3Server
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from support.faultproxy import FaultProxy  # the test tools, tests/support/
+    from support.s3server import S3Server
 
     python = upstream_or_skip(args.no_upstream, args.upstream_venv, scratch, UPSTREAM_DEPS, "olmocr.work_queue")
     if python is not None:

@@ -26,10 +26,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from olmocr.config import CONF_DIR, register_schemas, validate
-from olmocr.faults import MISPLACED
+from olmocr.errors import UserError
+from olmocr.faults import MISPLACED, Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +97,9 @@ class Stage:
     def __init__(self, run: Callable[[DictConfig, str | None], Any], config: str,
                  launch: Launch | Callable[[DictConfig], Launch], succeeded: Callable[[Any], bool] | None,
                  check: Callable[[DictConfig], None] | None = None,
-                 paths: Callable[[DictConfig], None] | None = None):
+                 paths: Callable[[DictConfig], None] | None = None, present: Callable | None = None):
         self.run, self.config, self._launch, self.succeeded, self._check = run, config, launch, succeeded, check
-        self._paths = paths
+        self._paths, self._present = paths, present
         self.module = _module_of(run)
         self.doc = (sys.modules[run.__module__].__doc__ or "").strip()
         self.task = self._task_function()
@@ -105,30 +107,39 @@ class Stage:
     def __call__(self, cfg: DictConfig, output_dir: str | None = None):
         return self.run(self.check(cfg), output_dir)
 
-    def check(self, cfg: DictConfig) -> DictConfig:
-        """The config validated (:func:`olmocr.config.validate`) and checked by the stage's own ``check``:
-        what a run, a dry run and a launcher (before it submits) all do first. ValueError: what is wrong."""
+    def check(self, cfg: DictConfig, quiet: bool = False) -> DictConfig:
+        """The config validated (:func:`olmocr.config.validate`), its pages presented as the model it loads was
+        trained to read them (``present``, in place; said unless ``quiet``), and checked by the stage's own
+        ``check``: what a run, a dry run and a launcher (before it submits) all do first. UserError: what is
+        wrong."""
         validate(cfg)
+        if self._present is not None:
+            done = self._present(cfg, command_line_keys())
+            if not quiet:
+                if done.taken:
+                    log.info("pages presented as the model was trained to read them: %s", ", ".join(done.taken))
+                for overridden in done.overridden:
+                    say_warning(f"{overridden}; the command line says so, and this run presents them so")
         if self._check is not None:
             self._check(cfg)
         return cfg
 
     def check_paths(self, cfg: DictConfig) -> None:
-        """The stage's checks of the local paths the run reads (ValueError: what is missing)."""
+        """The stage's checks of the local paths the run reads (UserError: what is missing)."""
         if self._paths is not None:
             self._paths(cfg)
 
     def check_job(self, job_config: DictConfig) -> None:
         """:meth:`check` of a job a launcher composed (its ``hydra`` node included), as the job will see it."""
         with _as_job(job_config) as task_config:
-            self.check(task_config)
+            self.check(task_config, quiet=True)
 
     def path_problems(self, job_config: DictConfig) -> str | None:
         """What :meth:`check_paths` says of a job a launcher composed, checked on this machine, or None."""
         with _as_job(job_config) as task_config:
             try:
                 self.check_paths(task_config)
-            except ValueError as exc:
+            except UserError as exc:
                 return str(exc)
         return None
 
@@ -136,7 +147,7 @@ class Stage:
         return f"Stage({self.module}, config={self.config})"
 
     def launch(self, cfg: DictConfig) -> Launch:
-        """What a job of this config needs from its cluster (ValueError: it cannot run there as given)."""
+        """What a job of this config needs from its cluster (UserError: it cannot run there as given)."""
         return self._launch(cfg) if callable(self._launch) else self._launch
 
     def main(self) -> None:
@@ -148,9 +159,13 @@ class Stage:
         if "--help" in args or "-h" in args:
             print(stage_help(self.module, self.config, self.doc, [a for a in args if not a.startswith("-")]))
             return
+        from olmocr.private import hydra as hooks
+
+        global _running
+        _running = self
         sys.argv = submit_on_cluster(null_groups_left_out(sys.argv))
-        with (mode_from_command_line(sys.argv[1:]), override_errors_in_one_line(), group_options_in_one_line(),
-              run_dir_faults_named(), local_sweep_checked_first(), jobs_composed_once()):
+        with (hooks.mode_from_command_line(sys.argv[1:]), hooks.on_override_failure(override_failure_in_one_line),
+              hooks.on_missing_option(missing_option_in_one_line), hooks.batch_checked_by_launcher()):
             hydra.main(config_path=CONF_DIR, config_name=self.config, version_base="1.3")(self.task)()
 
     def _task_function(self):
@@ -166,7 +181,9 @@ class Stage:
                     print(OmegaConf.to_yaml(self.check(cfg)))
                     return {"dry_run": True}
                 result = self(cfg, HydraConfig.get().runtime.output_dir)
-            except ValueError as exc:
+            except UserError as exc:
+                if full_error():
+                    raise
                 fail(str(exc))
             except Stopped as exc:  # a signal the stage stopped for at a point it resumes from
                 say_error(str(exc))
@@ -234,20 +251,23 @@ DECLARATION = re.compile(r"^@stage\(", re.M)
 def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Launch(),
           succeeded: Callable[[Any], bool] | None = None,
           check: Callable[[DictConfig], None] | None = None,
-          paths: Callable[[DictConfig], None] | None = None) -> Callable[[Callable], Stage]:
+          paths: Callable[[DictConfig], None] | None = None,
+          present: Callable | None = None) -> Callable[[Callable], Stage]:
     """Declare a stage: ``run(cfg, output_dir)`` with its primary config ``conf/<config>.yaml``, what it needs
     from a cluster (a :class:`Launch`, or a function of the config giving one), and optionally ``succeeded``,
     a check of its result (the command exits with code 1 when it fails), and ``check``, the stage's checks of
-    its config's values that need nothing loaded or reached (ValueError naming the key), run after
+    its config's values that need nothing loaded or reached (UserError naming the key), run after
     :func:`olmocr.config.validate` by a run, a dry run and a launcher before it submits; ``paths``, its checks
     of the local paths the run reads (a model folder, a bench folder), run where the run runs, before its run
     dir is made, by a dry run too, and by a launcher whose jobs share this machine's files (SLURM), where a path
-    missing here is said as a warning (the nodes may mount what the login node does not)."""
+    missing here is said as a warning (the nodes may mount what the login node does not); ``present``, how the
+    config's data steps take the presentation of the model it loads
+    (:func:`olmocr.data.presented.presents_as_trained`)."""
     if not os.path.isfile(os.path.join(CONF_DIR, f"{config}.yaml")):
-        raise ValueError(f"stage config {config!r}: conf/{config}.yaml does not exist")
+        raise UserError(f"stage config {config!r}: conf/{config}.yaml does not exist")
 
     def declare(run: Callable) -> Stage:
-        declared = Stage(run, config, launch, succeeded, check, paths)
+        declared = Stage(run, config, launch, succeeded, check, paths, present)
         REGISTRY[declared.module] = declared
         return declared
 
@@ -278,6 +298,18 @@ def _module_of(run: Callable) -> str:
     return module.removesuffix(".__main__")
 
 
+def command_line_keys() -> list[str]:
+    """The keys the running job's command line sets values of (``convert.steps.render.longest_side``, …; not the
+    config groups it chooses, ``convert=default``); none outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    keys = [o.split("=", 1)[0].lstrip("+~").split("@", 1)[0] for o in HydraConfig.get().overrides.task]
+    groups = config_groups()
+    return [key for key in keys if key.replace(".", "/") not in groups]
+
+
 def null_groups_left_out(argv: list[str]) -> list[str]:
     """``group=null`` (as a config's defaults spell a group left out, ``- filter: null``) becomes Hydra's ``~group``:
     Hydra itself refuses the first with a 25-line trace."""
@@ -290,32 +322,14 @@ def null_groups_left_out(argv: list[str]) -> list[str]:
     return out
 
 
-@contextlib.contextmanager
-def group_options_in_one_line():
-    """An unknown option of a config group (``optimizer=nosuch``, ``+experiment=no_such_exp``) is one ``error:``
-    line naming the group and its options, with the close match; Hydra's own is a 12-17-line block."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.errors import MissingConfigException
-
-    original = ConfigLoaderImpl.load_configuration
-
-    def load(self, *args, **kwargs):
-        try:
-            return original(self, *args, **kwargs)
-        except MissingConfigException as exc:
-            group, _, option = (exc.missing_cfg_file or "").rpartition("/")
-            options = config_groups().get(group) if group else None
-            if not options:
-                raise
-            close = difflib.get_close_matches(option, options, n=1)
-            fail(f"{group}={option}: no such option in conf/{group}/" + (f"; did you mean {close[0]}?" if close else "")
-                 + f" (the options: {', '.join(options)})")
-
-    ConfigLoaderImpl.load_configuration = load
-    try:
-        yield
-    finally:
-        ConfigLoaderImpl.load_configuration = original
+def missing_option_in_one_line(group: str, option: str) -> None:
+    """An unknown option of a config group (``optimizer=nosuch``, ``+experiment=no_such_exp``) is one ``error:`` line
+    naming the group and its options, with the close match; Hydra's own is a 12-17-line block."""
+    options = config_groups().get(group)
+    if options:
+        close = difflib.get_close_matches(option, options, n=1)
+        fail(f"{group}={option}: no such option in conf/{group}/" + (f"; did you mean {close[0]}?" if close else "")
+             + f" (the options: {', '.join(options)})")
 
 
 def config_groups() -> dict[str, list[str]]:
@@ -351,69 +365,34 @@ def stage_help(module: str, config_name: str, doc: str, overrides: list[str]) ->
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def mode_from_command_line(args: list[str]):
-    """Hydra composes the whole config an extra time before every run only to read ``hydra.mode``, which
-    no config of the project sets (tests/test_config.py composes every one): unless the command line sets
-    it, the mode is what ``-m`` says, and each stage starts ~0.4 s sooner. Hydra's way is kept for a
-    command line that names ``hydra.mode``."""
-    from hydra._internal.hydra import Hydra
-
-    if any(a.lstrip("+~").startswith("hydra.mode=") for a in args):
-        yield
-        return
-    original = Hydra.get_mode
-    Hydra.get_mode = lambda self, config_name, overrides: None
-    try:
-        yield
-    finally:
-        Hydra.get_mode = original
-
-
-@contextlib.contextmanager
-def override_errors_in_one_line():
-    """An override Hydra cannot apply is one ``error:`` line naming the key, as every other config error: a
-    typo (Hydra's five lines suggest ``+key=…``, which validation then refuses for a schema's node) gets the
-    close match, a wrong type what was expected, and a key below a null node (``finetune.lora.r=16`` where
-    finetune=full leaves finetune.lora null; OmegaConf fails there on an assertion, a 20-line trace) the
-    options that fill the node."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+def override_failure_in_one_line(override, cfg: DictConfig, exc: BaseException) -> None:
+    """An override Hydra cannot apply is one ``error:`` line naming the key, as every other config error: a typo
+    (Hydra's five lines suggest ``+key=…``, which validation then refuses for a schema's node) gets the close match,
+    a wrong type what was expected, and a key below a null node (``finetune.lora.r=16`` where finetune=full leaves
+    finetune.lora null; OmegaConf fails there on an assertion, a 20-line trace) the options that fill the node."""
     from hydra.errors import ConfigCompositionException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-    original = ConfigLoaderImpl._apply_overrides_to_config
-
-    def apply(overrides, cfg) -> None:
-        for override in overrides:  # one at a time, in order, as Hydra applies them: to know which one failed
-            key = override.key_or_group
-            try:
-                original([override], cfg)
-            except AssertionError:
-                parts = key.split(".")
-                null = next((".".join(parts[:i]) for i in range(1, len(parts))
-                             if OmegaConf.select(cfg, ".".join(parts[:i]), throw_on_missing=False) is None), None)
-                if null is None:
-                    raise
-                options = config_groups().get(parts[0])
-                fill = (f"choose the {parts[0]}=… option that fills it ({', '.join(options)}), or give it whole"
-                        if options else "give it whole")
-                fail(f"{key}: {null} is null in this config; {fill} ({null}={{…}})")
-            except ConfigCompositionException as exc:
-                cause = exc.__cause__
-                if not isinstance(cause, OmegaConfBaseException):
-                    raise
-                where = getattr(cause, "full_key", None) or key  # the key that failed, inside a map given whole
-                parent_path, _, leaf = where.rpartition(".")
-                parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
-                if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(parent, DictConfig):
-                    fail(f"{where}: {_no_such_key(parent, leaf, where[:-len(leaf)], key)}")
-                fail(f"{where}: {str(cause).splitlines()[0]}")
-
-    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(apply)
-    try:
-        yield
-    finally:
-        ConfigLoaderImpl._apply_overrides_to_config = staticmethod(original)
+    key = override.key_or_group
+    if isinstance(exc, AssertionError):
+        parts = key.split(".")
+        null = next((".".join(parts[:i]) for i in range(1, len(parts))
+                     if OmegaConf.select(cfg, ".".join(parts[:i]), throw_on_missing=False) is None), None)
+        if null is None:
+            return
+        options = config_groups().get(parts[0])
+        fill = (f"choose the {parts[0]}=… option that fills it ({', '.join(options)}), or give it whole"
+                if options else "give it whole")
+        fail(f"{key}: {null} is null in this config; {fill} ({null}={{…}})")
+    cause = exc.__cause__ if isinstance(exc, ConfigCompositionException) else None
+    if not isinstance(cause, OmegaConfBaseException):
+        return
+    where = getattr(cause, "full_key", None) or key  # the key that failed, inside a map given whole
+    parent_path, _, leaf = where.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_path, throw_on_missing=False) if parent_path else cfg
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and isinstance(parent, DictConfig):
+        fail(f"{where}: {_no_such_key(parent, leaf, where[:-len(leaf)], key)}")
+    fail(f"{where}: {str(cause).splitlines()[0]}")
 
 
 def _no_such_key(node: DictConfig, leaf: str, prefix: str, override_key: str) -> str:
@@ -435,15 +414,6 @@ def _no_such_key(node: DictConfig, leaf: str, prefix: str, override_key: str) ->
     return f"no such key in {owner} ({hint})"
 
 
-def _scanned_basic_launcher():
-    """Hydra's local launcher module, as it will run: Hydra's plugin scan executes the modules of its plugins
-    again (the first time it is asked for one), which would undo a change made before it."""
-    from hydra.core.plugins import Plugins
-
-    Plugins.instance()
-    return sys.modules["hydra._internal.core_plugins.basic_launcher"]
-
-
 def _setup_fault(exc: OSError, folder: str, what: str) -> str:
     from olmocr.faults import no_space
 
@@ -453,116 +423,66 @@ def _setup_fault(exc: OSError, folder: str, what: str) -> str:
                                                   else ""))
 
 
-@contextlib.contextmanager
-def run_dir_faults_named():
-    """Hydra makes the run dir, opens the job's log there and writes ``.hydra/`` before the stage runs (and a
-    sweep's dir and its ``multirun.yaml`` before any job); an OS error doing so (a full disk, a spent quota, a
-    read-only or foreign folder) is a trace from inside Hydra. Whatever escapes Hydra's ``run_job`` comes from
-    that setup (it catches the stage's own errors), and what escapes the sweeper before it launches a job from
-    the sweep's: an OS error there ends the program in one line naming the folder. A run dir that a running
-    stage holds (:mod:`olmocr.runlock`) is refused before Hydra writes to it."""
-    import hydra._internal.hydra as hydra_internal
-
-    basic_launcher = _scanned_basic_launcher()
-    BasicSweeper = sys.modules["hydra._internal.core_plugins.basic_sweeper"].BasicSweeper  # noqa: N806 - the class
-
-    original_run_job, original_sweep = hydra_internal.run_job, BasicSweeper.sweep
-
-    def run_job(*, config, job_dir_key, job_subdir_key, **kwargs):
-        from hydra.core.hydra_config import HydraConfig
-
-        from olmocr.runlock import check_free
-
-        hydra, launching = HydraConfig.instance(), HydraConfig.instance().cfg
-        hydra.set_config(config)  # as run_job does first: a sweep's subdir is ${hydra:…}
+def make_dir(folder: str, what: str, subdir: str | None = None) -> None:
+    """Make a run's (or a sweep's) dir, and ``subdir`` in it, and write a page of bytes there (removed again) before
+    Hydra writes its config files and log: an OS error (a full disk, a spent quota, a read-only or foreign folder)
+    ends the program in one line naming the folder, not in a trace from inside Hydra. (A full tmpfs still makes
+    folders; only a write finds it full.)"""
+    target = os.path.join(folder, subdir) if subdir else folder
+    try:
+        os.makedirs(target, exist_ok=True)
+        probe = os.path.join(target, f".space.{os.getpid()}")
         try:
-            folder = os.path.join(*(str(OmegaConf.select(config, key)) for key in (job_dir_key, job_subdir_key) if key))
+            with open(probe, "wb") as fh:
+                fh.write(bytes(4096))
         finally:
-            hydra.cfg = launching
-        stage = getattr(kwargs.get("task_function"), "stage", None)
-        try:
-            if stage is not None:  # a config error leaves no run dir behind (Hydra makes it next)
-                stage.check_job(config)
-                stage.check_paths(config)  # a dry run too: what the run would stop for at once
-            if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
-                check_free(folder)
-        except ValueError as exc:
-            fail(str(exc))
-        try:
-            return original_run_job(config=config, job_dir_key=job_dir_key, job_subdir_key=job_subdir_key, **kwargs)
-        except OSError as exc:
-            fail(_setup_fault(exc, folder, "run dir"))
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(probe)
+    except OSError as exc:
+        fail(_setup_fault(exc, folder, what))
 
-    def sweep(self, arguments):
-        launch, launched = self.launcher.launch, []
 
-        def launch_marked(*args, **kwargs):
-            launched.append(True)
-            return launch(*args, **kwargs)
+def prepare_job(stage: Stage | None, config: DictConfig, folder: str) -> None:
+    """What every job is checked for before Hydra makes its dir (a config error leaves no run dir behind): its
+    config, as the job sees it, the local paths it reads (a dry run too: what the run would stop for at once), and
+    that no running stage holds the dir (:mod:`olmocr.runlock`); then its dir is made."""
+    from olmocr.runlock import check_free
 
-        self.launcher.launch = launch_marked
-        try:
-            return original_sweep(self, arguments)
-        except OSError as exc:
-            if launched:  # a job's own error, which Hydra raises again after the batch
-                raise
-            fail(_setup_fault(exc, str(self.config.hydra.sweep.dir), "sweep dir"))
-        finally:
-            del self.launcher.launch
+    with said_in_one_line():
+        if stage is not None:
+            stage.check_job(config)
+            stage.check_paths(config)
+        if os.environ.get("RANK", "0") == "0":  # the other ranks of a job start while its rank 0 holds the dir
+            check_free(folder)
+    make_dir(folder, "run dir", config.hydra.output_subdir)
 
-    hydra_internal.run_job = basic_launcher.run_job = run_job
-    BasicSweeper.sweep = sweep
+
+def job_dir(config: DictConfig, dir_key: str, subdir_key: str | None = None) -> str:
+    """The dir Hydra gives a job (``hydra.run.dir``, or a sweep's dir and the job's subdir), resolved as the job
+    resolves it (``${hydra:…}`` with the job's own values)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra, launching = HydraConfig.instance(), HydraConfig.instance().cfg
+    hydra.set_config(config)
     try:
-        yield
+        return os.path.join(*(str(OmegaConf.select(config, key)) for key in (dir_key, subdir_key) if key))
     finally:
-        hydra_internal.run_job = basic_launcher.run_job = original_run_job
-        BasicSweeper.sweep = original_sweep
+        hydra.cfg = launching
 
 
-@contextlib.contextmanager
-def jobs_composed_once():
-    """Hydra's sweeper composes every job of a batch, to check it, before the launcher gets the batch; a launcher
-    that composes and checks every job itself before it starts or submits any (``checks_every_job``: the
-    cluster launchers) needs no first pass, which doubled the time to submit (a 128-replica pipeline array:
-    0.45 s a job)."""
-    _scanned_basic_launcher()
-    BasicSweeper = sys.modules["hydra._internal.core_plugins.basic_sweeper"].BasicSweeper  # noqa: N806 - the class
-
-    def validate_batch_is_legal(self, batch):
-        if not getattr(self.launcher, "checks_every_job", False):
-            super(BasicSweeper, self).validate_batch_is_legal(batch)
-
-    BasicSweeper.validate_batch_is_legal = validate_batch_is_legal
-    try:
-        yield
-    finally:
-        del BasicSweeper.validate_batch_is_legal
+_running: Stage | None = None  # the stage this process's command line runs (Stage.main)
 
 
-@contextlib.contextmanager
-def local_sweep_checked_first():
-    """A local sweep (``-m``) runs its jobs one after another, and Hydra composes each as it starts: a bad value
-    in the last job was found after the others had run (hours of training). Every job's config is checked
-    first, as the cluster launchers do before they submit."""
-    BasicLauncher = _scanned_basic_launcher().BasicLauncher  # noqa: N806 - the class
+class StageChecks(Callback):
+    """A Hydra callback (``hydra.callbacks`` in ``conf/cluster/local.yaml``): a run is checked and its dir made
+    before Hydra writes there (:func:`prepare_job`); a sweep's dir is made before the sweeper writes its
+    ``multirun.yaml``, and the local launcher plugin prepares each of its jobs."""
 
-    original = BasicLauncher.launch
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        prepare_job(_running, config, job_dir(config, "hydra.run.dir"))
 
-    def launch(self, job_overrides, initial_job_idx):
-        stage = getattr(self.task_function, "stage", None)
-        if stage is not None and len(job_overrides) > 1:
-            for overrides in counted(job_overrides):
-                try:
-                    stage.check_job(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
-                except ValueError as exc:
-                    fail(str(exc))
-        return original(self, job_overrides, initial_job_idx)
-
-    BasicLauncher.launch = launch
-    try:
-        yield
-    finally:
-        BasicLauncher.launch = original
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        make_dir(str(config.hydra.sweep.dir), "sweep dir")
 
 
 def counted(jobs: Sequence, every_s: float = 10.0) -> Iterator:
@@ -710,3 +630,22 @@ def fail(message: str):
     """End the program on a user error: one line, exit code 2 (also where Hydra would print a trace)."""
     say_error(message)
     raise SystemExit(2) from None
+
+
+def full_error() -> bool:
+    """Whether a user's error should show where it was raised too: ``HYDRA_FULL_ERROR=1``, Hydra's own switch for
+    whole traces, says so."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+@contextlib.contextmanager
+def said_in_one_line():
+    """A :class:`~olmocr.errors.UserError` or an :class:`~olmocr.faults.Unreachable` raised inside ends the program
+    in one line (:func:`fail`), unless :func:`full_error`; any other error keeps its traceback. For launchers and
+    the checks they run before a job exists, where no stage's task catches what they raise."""
+    try:
+        yield
+    except (UserError, Unreachable) as exc:
+        if full_error():
+            raise
+        fail(str(exc))

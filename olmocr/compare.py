@@ -18,11 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 import olmocr.checkpoints.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.data.presented import presents_as_trained
 
 log = logging.getLogger("olmocr.compare")
 
 
-@stage("compare", succeeded=lambda summary: summary["passed"])
+@stage("compare", succeeded=lambda summary: summary["passed"], present=presents_as_trained({"steps": "reference"}))
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.checkpoints.agreement import compare, markdown
     from olmocr.checkpoints.pages import choose_pages

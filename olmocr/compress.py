@@ -14,9 +14,10 @@ from omegaconf import DictConfig, OmegaConf
 
 import olmocr.checkpoints.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.data.presented import presents_as_trained
 
 
-@stage("compress")
+@stage("compress", present=presents_as_trained({"steps": "source"}))  # calibration pages as the model reads
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.checkpoints.quantize import compress
     from olmocr.utils.runinfo import write_run_info

@@ -31,6 +31,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from olmocr.errors import UserError
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF_DIR = os.path.join(PROJECT_ROOT, "conf")
 
@@ -65,7 +67,7 @@ class Constraint:
         for item in value if isinstance(value, (list, tuple, ListConfig)) else [value]:
             if item is not None and not self.holds(item):
                 shown = f"{item:g}" if isinstance(item, float) else repr(item) if isinstance(item, str) else item
-                raise ValueError(f"{key}: {self}, got {shown}")
+                raise UserError(f"{key}: {self}, got {shown}")
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _omegaconf_type(annotation):
 
 
 def locate(path: str):
-    """Import ``package.module.Name``; ValueError naming the path when it does not exist."""
+    """Import ``package.module.Name``; UserError naming the path when it does not exist."""
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -180,7 +182,7 @@ def locate(path: str):
         except AttributeError:
             break
         return obj
-    raise ValueError(f"cannot import {path!r}")
+    raise UserError(f"cannot import {path!r}")
 
 
 def runtime(*names: str):
@@ -344,10 +346,10 @@ def _check_against(schema: type, node, path: str, what: str) -> DictConfig:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
     except OmegaConfBaseException as exc:
         key = f"{path}.{exc.key}" if getattr(exc, "key", None) else path
-        raise ValueError(f"{key}: {str(exc).splitlines()[0]} ({what})") from None
+        raise UserError(f"{key}: {str(exc).splitlines()[0]} ({what})") from None
     missing = list(OmegaConf.missing_keys(merged))
     if missing:
-        raise ValueError(f"{path}: missing required key(s) {', '.join(missing)} ({what})")
+        raise UserError(f"{path}: missing required key(s) {', '.join(missing)} ({what})")
     check_constraints(merged, schema, path)
     return merged
 
@@ -395,14 +397,14 @@ def validate(cfg: DictConfig) -> DictConfig:
         leaf = where.rsplit(".", 1)[-1]
         close = difflib.get_close_matches(leaf, sorted(fields), n=1)
         hint = f"did you mean {where[:-len(leaf)]}{close[0]}?" if close else f"its keys: {', '.join(sorted(fields))}"
-        raise ValueError(f"{where}: no such key in {kind.__name__} ({hint})")
+        raise UserError(f"{where}: no such key in {kind.__name__} ({hint})")
     try:
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as exc:
-        raise ValueError(f"config: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+        raise UserError(f"config: {exc.msg if hasattr(exc, 'msg') else exc}") from None
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
-        raise ValueError(f"{', '.join(missing)}: required, give {missing[0]}=…")
+        raise UserError(f"{', '.join(missing)}: required, give {missing[0]}=…")
     for path, node, schema in _schema_nodes(cfg):
         if schema is not None and "_target_" not in node:  # a target's values: below, by its signature
             check_constraints(node, schema, path)
@@ -410,8 +412,8 @@ def validate(cfg: DictConfig) -> DictConfig:
         try:
             schema = reward_schema(node._target_) if path.startswith("rewards.") else schema_for(node._target_)
         except ValueError as exc:
-            raise ValueError(f"{path}._target_: {exc}") from None
-        # `_after_` positions a data step (olmocr.data.pipeline.step_order); `_recursive_` is Hydra's
+            raise UserError(f"{path}._target_: {exc}") from None
+        # `_after_` positions a data step (olmocr.data.chain.step_order); `_recursive_` is Hydra's
         # (a target that builds its own nested targets); neither is a constructor argument.
         params = {k: node._get_node(k) for k in node.keys() if k not in ("_after_", "_recursive_")}
         _check_against(schema, OmegaConf.create(params), path, f"target {node._target_}")
@@ -423,7 +425,7 @@ def validate(cfg: DictConfig) -> DictConfig:
         for name in entries:
             entry = entries._get_node(name)
             if not isinstance(entry, DictConfig):
-                raise ValueError(f"{path}.{name}: expected a mapping like {example}, got {entry!r}")
+                raise UserError(f"{path}.{name}: expected a mapping like {example}, got {entry!r}")
             # Written back with its defaults filled in, so readers see a complete entry.
             entries[name] = _check_against(schema, entry, f"{path}.{name}", what)
     return cfg

@@ -150,6 +150,16 @@ def outside(exc: BaseException) -> str | None:
     return None
 
 
+def storage_fault(exc: BaseException, message: str) -> Exception:
+    """A storage error said as ``message``, as the error it is: a bucket or path that does not exist or cannot be what
+    it is asked to be is the user's to fix (:class:`~olmocr.errors.UserError`); anything else is storage that refused
+    the credentials or did not answer (:class:`Unreachable`). Raise it ``from exc``: the trace keeps the storage's."""
+    from olmocr.errors import UserError
+
+    wrong_place = any(misplaced(seen) or isinstance(seen, FileNotFoundError) for seen in causes(exc))
+    return UserError(message) if wrong_place else Unreachable(message)
+
+
 def gist(exc: BaseException) -> str:
     """An error in one line: its type and the first line of its message."""
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no message'}"

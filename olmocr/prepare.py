@@ -20,7 +20,7 @@ from olmocr.cli import stage
 
 @stage("prepare")
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from olmocr.checkpoints.soup import prepare
+    from olmocr.checkpoints.release import prepare
     from olmocr.utils.runinfo import write_run_info
 
     weights = OmegaConf.to_container(cfg.weights) if cfg.weights is not None else None

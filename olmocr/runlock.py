@@ -18,6 +18,8 @@ import logging
 import os
 import socket
 
+from olmocr.errors import UserError
+
 log = logging.getLogger(__name__)
 
 LOCK = ".run.lock"
@@ -26,10 +28,10 @@ LOCK = ".run.lock"
 RUN_DIR_ADVICE = "give this one its own run_name (or hydra.run.dir)"
 
 
-def _refusal(folder: str, fh, advice: str = RUN_DIR_ADVICE) -> ValueError:
+def _refusal(folder: str, fh, advice: str = RUN_DIR_ADVICE) -> UserError:
     fh.seek(0)
     holder = fh.read().strip() or "a process that has not said which"
-    return ValueError(f"{folder} is in use by another run ({holder}): wait for it to end, or {advice}")
+    return UserError(f"{folder} is in use by another run ({holder}): wait for it to end, or {advice}")
 
 
 def _try_lock(fh) -> bool | None:
@@ -43,7 +45,7 @@ def _try_lock(fh) -> bool | None:
 
 @contextlib.contextmanager
 def run_dir_held(folder: str, advice: str = RUN_DIR_ADVICE):
-    """Hold ``folder`` while the block runs; ValueError when another process holds it (the line ends with
+    """Hold ``folder`` while the block runs; UserError when another process holds it (the line ends with
     ``advice``: what to do instead). A file system without locks (some network mounts) is said once and not
     locked."""
     os.makedirs(folder, exist_ok=True)
@@ -68,7 +70,7 @@ def run_dir_held(folder: str, advice: str = RUN_DIR_ADVICE):
 
 
 def check_free(folder: str) -> None:
-    """ValueError when a run holds ``folder`` now: asked before a command writes anything there (the command
+    """UserError when a run holds ``folder`` now: asked before a command writes anything there (the command
     line does, before Hydra writes the run's ``.hydra/`` and log), so a refused second invocation leaves the
     running one's files as they were. Takes nothing: the stage itself holds the folder when it runs."""
     try:

@@ -18,9 +18,8 @@ step() { echo; echo "== $* ($(date +%T))"; }
 newer() { [ -e "$1" ] && for input in "${@:2}"; do [ "$1" -nt "$input" ] || return 1; done; }
 # The tiny model's folder as any Hugging Face checkpoint is served and trained: its family and image size.
 AS_FOLDER=(model=olmocr2_7b model.dtype=float32 model.image_min_pixels=3136 model.image_max_pixels=65536)
-# Every stage presents pages as GRPO's tiny recipe does (256 px, what the processor keeps of them anyway): the
-# models are served on the pages they were trained on (their olmocr_pages.json is checked).
-PAGES_AT=(steps.render.longest_side=256)
+# SFT renders its pages at 256 px (what the tiny processor keeps of them anyway); every later stage presents pages
+# as the model it loads was trained to read them (the model folder's olmocr_pages.json).
 TRAIN_PAGES=${TRAIN_PAGES:-48} BENCH_PAGES=${BENCH_PAGES:-12} SFT_STEPS=${SFT_STEPS:-40} GRPO_STEPS=${GRPO_STEPS:-4}
 COMPARE_PAGES=${COMPARE_PAGES:-4}
 
@@ -32,7 +31,7 @@ step "synthetic pages: training pages, and a held-out bench (another seed, other
     hydra.run.dir="$OUT/runs/synth_bench"
 
 step "SFT of the tiny model on the training pages, scored on the held-out bench at each eval"
-$PY -m olmocr.train data=folder "data.roots=[$OUT/pages/train/pdfs]" "${PAGES_AT[@]/#/data.}" \
+$PY -m olmocr.train data=folder "data.roots=[$OUT/pages/train/pdfs]" data.steps.render.longest_side=256 \
   trainer.max_duration.value="$SFT_STEPS" \
   eval.bench.root="$OUT/pages/bench" run_name=factory_sft hydra.run.dir="$OUT/sft"
 [ -e "$OUT/release/sft" ] ||
@@ -56,7 +55,7 @@ newer "$OUT/compare/compare.json" "$OUT/release/soup" "$OUT/release/fp8" ||
 
 step "pipeline bench mode on the held-out bench: the SFT model and the soup"
 for model in sft soup; do
-  $PY -m olmocr.pipeline.bench "${AS_FOLDER[@]}" model.name_or_path="$OUT/release/$model" "${PAGES_AT[@]/#/convert.}" \
+  $PY -m olmocr.pipeline.bench "${AS_FOLDER[@]}" model.name_or_path="$OUT/release/$model" \
     bench_dir="$OUT/pages/bench" candidates="$OUT/candidates/$model" progress=false \
     hydra.run.dir="$OUT/runs/bench_mode_$model"
 done

@@ -41,7 +41,7 @@ if [ -n "$extras" ] && { ! command -v chromium >/dev/null || ! command -v chrome
   }
 fi
 
-# The cluster tests submit to a real SLURM started on this machine (olmocr/utils/slurm_cluster.py): its
+# The cluster tests submit to a real SLURM started on this machine (tests/support/slurm_cluster.py): its
 # daemons, munge, and MariaDB for the accounting database (sacct), as Debian packages them.
 slurm_packages=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
 slurm_missing() {

@@ -361,7 +361,7 @@ def sample_copy(tmp_path) -> str:
 def s3_server(monkeypatch):
     """A real S3 API (moto on 127.0.0.1, conditional writes atomic as on S3) for s3:// paths; the
     environment points clients, subprocesses included, at it."""
-    from olmocr.utils.s3server import S3Server
+    from support.s3server import S3Server
 
     server = S3Server().start()
     for key, value in server.environment().items():
@@ -375,12 +375,12 @@ def s3_server(monkeypatch):
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    """A real SLURM cluster of two nodes on this machine (olmocr.utils.slurm_cluster), one per test session:
+    """A real SLURM cluster of two nodes on this machine (tests/support/slurm_cluster.py), one per test session:
     the xdist workers share it (the first test that needs it starts it, the last worker to finish stops it).
     Without the Debian packages or root, the tests that need it skip and say which."""
     from filelock import FileLock
 
-    from olmocr.utils.slurm_cluster import LocalSlurm, missing
+    from support.slurm_cluster import LocalSlurm, missing
 
     why = missing()
     if why:

@@ -11,8 +11,7 @@ from olmocr.cli import stages
 from olmocr.config import PROJECT_ROOT
 
 # Commands of the package that are tools with their own argparse line, not Hydra stages.
-TOOLS = {"olmocr.utils.sync", "olmocr.utils.s3server", "olmocr.utils.guard", "olmocr.utils.faultproxy",
-         "olmocr.utils.slurm_cluster"}
+TOOLS = {"olmocr.utils.sync", "olmocr.utils.guard"}
 
 LINT_IMPORTS = os.path.join(os.path.dirname(sys.executable), "lint-imports")
 

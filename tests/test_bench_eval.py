@@ -144,7 +144,7 @@ def test_decoding_does_not_trace_a_model_compiled_for_training(tmp_path, tiny):
     import torch
     from torch._dynamo.utils import counters
 
-    from olmocr.models.tuning import compile_blocks
+    from olmocr.models.loader import compile_blocks
 
     processor, model = tiny.load_processor(), tiny.load_model()
     compile_blocks(model)

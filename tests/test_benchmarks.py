@@ -24,18 +24,27 @@ def in_process(script: str, args: list[str], monkeypatch, capsys) -> str:
     return capsys.readouterr().out
 
 
-def test_the_reading_benchmark_converts_pages_as_the_reader_saw_them_in_training():
-    """Its pipeline rows render and prompt a page as +experiment=read_tiny's data steps do (at the pipeline's
-    own render size the reader answered no page)."""
+def test_the_reading_benchmark_converts_pages_as_the_reader_saw_them_in_training(tmp_path):
+    """Its rows serve released readers, which carry how they read (olmocr_pages.json): the bench mode and the pairs
+    it mines present a page as +experiment=read_tiny's data steps do (at the pipeline's own render size the reader
+    answered no page), greedy for the bench and sampled for pairs."""
+    from omegaconf import OmegaConf
+
+    from olmocr.cli import stages
     from olmocr.config import compose
+    from olmocr.data.presented import write_record
 
     bench = runpy.run_path(os.path.join(PROJECT_ROOT, "benchmarks", "learning_to_read.py"))
-    convert = compose("pipeline_bench", ["model=reader", "bench_dir=x", "candidates=y", *bench["convert_args"]()]).convert
     train = compose("train", ["+experiment=read_tiny"]).data
-    assert convert.steps.render == train.steps.render and convert.steps.prompt == train.steps.prompt
+    write_record(str(tmp_path), OmegaConf.to_container(train.steps, resolve=True))
+    reader = ["model=reader_trained", f"model.name_or_path={tmp_path}", "bench_dir=x"]
+    convert = stages()["olmocr.pipeline.bench"].check(compose("pipeline_bench", [
+        *reader, "candidates=y", *bench["convert_args"]()])).convert
+    assert convert.steps.render.longest_side == train.steps.render.longest_side != 1288
+    assert convert.steps.prompt.version == train.steps.prompt.version != "v4"
     assert convert.temperatures == [0]
-    pairs = compose("pairs", ["model=reader", *bench["convert_args"](sampled=True)]).convert
-    assert pairs.steps.render == train.steps.render and len(pairs.temperatures) > 1
+    pairs = stages()["olmocr.pairs"].check(compose("pairs", [*reader, *bench["convert_args"](sampled=True)])).convert
+    assert pairs.steps.render == convert.steps.render and len(pairs.temperatures) > 1
 
 
 def test_bench_throughput_runs(warm_python):

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import SAMPLE, built_once
@@ -167,7 +168,7 @@ def test_release_stages_wait_out_storage_that_stops_answering_and_stop_in_one_li
     import boto3
 
     from olmocr.faults import Unreachable
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
     from olmocr.utils.io import filesystem
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="ckpt")
@@ -240,32 +241,35 @@ def test_processor_files_come_from_processor_when_a_checkpoint_has_none(grpo_run
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (bare / "model.safetensors").read_bytes()
 
 
-def test_a_model_served_on_other_pages_than_it_was_trained_on_is_refused_before_any_page(lora_run, tmp_path,
-                                                                                         warm_python):
-    """The merged adapter was trained on pages rendered at 256 px: the pipeline's production steps (1288 px) are
-    refused in one line naming the setting, for the pipeline and its bench mode; its own size passes, and so
-    does convert.match_model=false. Training from it at another size is a warning, not an error."""
+def test_every_stage_that_loads_a_model_presents_pages_as_it_was_trained(lora_run, tmp_path, warm_python):
+    """The merged adapter was trained on pages rendered at 256 px: the pipeline, its bench mode, compress and
+    training from it present pages at 256 (their configs say 1288 or 512); a size given on the command line wins,
+    with one warning."""
     out = tmp_path / "released"
     stage("prepare", [f"sources=[{lora_run}]", f"output={out}"], tmp_path)
     served = ["model=qwen25_vl_7b", f"model.name_or_path={out}", "server=vllm", "convert=default", "dry_run=true"]
+
+    def printed(stdout: str):  # the dry run's config, without the log lines before it
+        return OmegaConf.create("\n".join(line for line in stdout.splitlines() if not line.startswith("[")))
 
     def command(module, *args):
         return subprocess.run([warm_python, "-m", module, *args, f"hydra.run.dir={tmp_path / 'runs' / module}"],
                               cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
 
-    for module in ("olmocr.pipeline", "olmocr.pipeline.bench"):
-        proc = command(module, *served)
-        assert (proc.returncode, proc.stderr) == (2, (
-            f"error: convert.steps.render.longest_side=1288 (trained with 256): model.name_or_path={out} was "
-            "trained on pages presented otherwise (its olmocr_pages.json); present them as it was trained, or set "
-            "convert.match_model=false\n")), proc.stderr
-    for fix in ("convert.steps.render.longest_side=256", "convert.match_model=false"):
-        proc = command("olmocr.pipeline", *served, fix)
+    for module, key in (("olmocr.pipeline", "convert.steps"), ("olmocr.pipeline.bench", "convert.steps"),
+                        ("olmocr.compress", "steps"), ("olmocr.train", "data.steps")):
+        args = ([f"source={out}", f"output={tmp_path / 'fp8'}", "dry_run=true"] if module == "olmocr.compress" else
+                ["model=qwen25_vl_7b", f"model.name_or_path={out}", "dry_run=true"] if module == "olmocr.train" else
+                served)
+        proc = command(module, *args)
         assert proc.returncode == 0, proc.stderr
-    proc = command("olmocr.train", "model=qwen25_vl_7b", f"model.name_or_path={out}", "dry_run=true")
+        assert OmegaConf.select(printed(proc.stdout), f"{key}.render.longest_side") == 256, module
+    proc = command("olmocr.pipeline", *served, "convert.steps.render.longest_side=1288")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == (f"warning: data.steps.render.longest_side=512 (trained with 256): model.name_or_path={out} "
-                           "was trained on pages presented otherwise (its olmocr_pages.json); this run teaches it these\n")
+    assert printed(proc.stdout).convert.steps.render.longest_side == 1288
+    assert proc.stderr == (f"warning: convert.steps.render.longest_side=1288 (trained with 256): model.name_or_path={out} "
+                           "was trained on pages presented otherwise; the command line says so, and this run presents "
+                           "them so\n")
 
 
 def test_fp8_quantizes_language_linears_only(grpo_runs, fp8):

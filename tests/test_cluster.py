@@ -178,7 +178,7 @@ def test_a_cluster_launcher_composes_each_job_once_before_submitting(tmp_path, w
     assert sorted(p.name for p in tmp_path.glob("sbatch_*.sh")) == [f"sbatch_{i}.sh" for i in range(4)]
 
 
-LAUNCHERS = {"local": "BasicLauncher", "submitit_local": "LocalLauncher", "slurm": "OlmocrSlurmLauncher",
+LAUNCHERS = {"local": "OlmocrLocalLauncher", "submitit_local": "LocalLauncher", "slurm": "OlmocrSlurmLauncher",
              "frontier": "OlmocrSlurmLauncher", "beaker": "BeakerLauncher"}
 
 
@@ -198,4 +198,4 @@ def test_every_cluster_composes_for_every_stage(cluster):
     for config in sorted(stage.config for stage in stages().values()):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name=config, overrides=[f"cluster={cluster}"], return_hydra_config=True)
-        assert cfg.hydra.launcher._target_.endswith(LAUNCHERS[cluster]), (config, cfg.hydra.launcher._target_)
+        assert cfg.hydra.launcher._target_.rsplit(".", 1)[1] == LAUNCHERS[cluster], (config, cfg.hydra.launcher._target_)

@@ -13,7 +13,7 @@ from olmocr.checkpoints.schema import SCHEMES
 from olmocr.cli import stages
 from olmocr.config import CONF_DIR, PROJECT_ROOT, build, compose
 from olmocr.data.dataset import sources
-from olmocr.data.pipeline import build_pipeline
+from olmocr.data.chain import build_pipeline
 from olmocr.models import HubModel, TinyModel
 from olmocr.train import algos
 

@@ -20,6 +20,7 @@ from hub_snapshots import mix_1025
 
 from olmocr.config import PROJECT_ROOT, compose
 from olmocr.datasets.__main__ import run
+from olmocr.faults import Unreachable
 from olmocr.formats.frontmatter import parse_document
 from olmocr.utils.io import filesystem
 
@@ -146,7 +147,7 @@ def test_a_killed_run_resumes_to_the_same_tree_and_s3_gives_the_local_one(tmp_pa
     """From a local S3 server through a proxy that stalls every request (so the kill lands mid-run): the
     run is killed once its first tarball is done; the next run finishes what is left and the tree is the
     one an uninterrupted run gives, which is the one a local snapshot gives."""
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     snap = tmp_path / "snap"
     mix_1025(str(snap), rows=4, tarballs=4)
@@ -183,7 +184,7 @@ def test_a_source_that_stops_answering_is_waited_out_and_gives_the_same_tree(tmp
     """Outages (the client's own retries off) as the parquet is read, as a tarball is streamed and as the
     rows are converted: the run waits and ends with the tree an outage-free run gives; past the wait, one line
     naming the file, finished parts kept."""
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     mix_1025(str(tmp_path / "snap"), rows=3, tarballs=2)
     filesystem("s3://hub").mkdir("hub")
@@ -203,14 +204,14 @@ def test_a_source_that_stops_answering_is_waited_out_and_gives_the_same_tree(tmp
         assert tree(waited) == tree(straight)
 
         proxy.outage_when("GET", r"/hub/mix/pdf_tarballs/", 600)
-        with pytest.raises(ValueError, match=r"^source s3://hub/mix → .*: s3://hub/mix/pdf_tarballs/\S+: the storage "
+        with pytest.raises(Unreachable, match=r"^source s3://hub/mix → .*: s3://hub/mix/pdf_tarballs/\S+: the storage "
                                              r"did not answer for \d+ s \(.*run again to continue$"):
             prepare(tmp_path, *common, f"out={tmp_path / 'short'}", "storage_wait_s=1")
         proxy.outage(0)
 
 
 def test_a_source_refusing_the_credentials_is_one_line(tmp_path, s3_server, monkeypatch):
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     mix_1025(str(tmp_path / "snap"), rows=1)
     filesystem("s3://hub").mkdir("hub")
@@ -218,7 +219,7 @@ def test_a_source_refusing_the_credentials_is_one_line(tmp_path, s3_server, monk
     with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         for source in ("s3://hub/mix", "s3://hub"):  # a bucket's root was "nothing there"
-            with pytest.raises(ValueError, match=rf"^source {source} → \S+: {source}\S*: the storage refused the "
+            with pytest.raises(Unreachable, match=rf"^source {source} → \S+: {source}\S*: the storage refused the "
                                                  r"credentials \(PermissionError: .*run again to continue$"):
                 prepare(tmp_path, f"source={source}", f"out={tmp_path / 'out'}")
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
@@ -333,7 +334,7 @@ def test_the_hub_as_source(tmp_path, monkeypatch):
     assert time.monotonic() - start < 10 and not (tmp_path / "other").exists()
     monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info",
                         lambda *a, **k: unreachable(error="[Errno 111] Connection refused"))
-    with pytest.raises(ValueError, match=r"^dataset allenai/olmOCR-mix-1025: the Hub did not answer for 0 s "
+    with pytest.raises(Unreachable, match=r"^dataset allenai/olmOCR-mix-1025: the Hub did not answer for 0 s "
                                          r"\(ConnectError: .*source="):
         prepare(tmp_path, f"out={tmp_path / 'other'}", "storage_wait_s=0")
     assert not (tmp_path / "other").exists()
@@ -426,7 +427,7 @@ def test_local_cache_waits_out_storage_that_stops_answering_mid_copy(tmp_path, s
     from olmocr.data.cache import local_copy_path
     from olmocr.data.dataset import sources
     from olmocr.faults import Unreachable
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     filesystem("s3://pages").mkdir("pages")
     folder = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")

@@ -17,10 +17,11 @@ import time
 import pytest
 
 from conftest import write_pdf
+from olmocr.faults import Unreachable
 from olmocr.pipeline.stats import workspace_stats
 from olmocr.pipeline.workspace import Item, Workspace
-from olmocr.utils.faultproxy import FaultProxy
 from olmocr.utils.io import Access
+from support.faultproxy import FaultProxy
 
 
 
@@ -139,7 +140,7 @@ def test_sigterm_while_a_read_never_returns_ends_the_worker_within_seconds(tmp_p
     claim back and the process ends within 10 s, whatever its reading thread is doing."""
     import signal
 
-    from olmocr.utils.s3server import S3Server
+    from support.s3server import S3Server
 
     server = S3Server().start()
     for key, value in server.environment().items():
@@ -177,7 +178,7 @@ def test_a_worker_that_cannot_read_any_pdf_stops_with_the_cause_and_gives_nothin
     """PDFs on an S3 server that is stopped, or that refuses this worker's credentials (403 at the proxy):
     the worker pauses, then exits after queue.give_up_after_s with one line naming the cause; nothing is
     given up or marked done. With the server back (the right credentials), a second run converts all."""
-    from olmocr.utils.s3server import S3Server
+    from support.s3server import S3Server
 
     server = S3Server().start()
     for key, value in server.environment().items():
@@ -227,13 +228,14 @@ def test_workspace_and_pdfs_in_two_accounts_each_reached_by_its_profile(tmp_path
     """The workspace on one S3 server, the PDFs on another (two processes: moto keeps one set of buckets
     per process), each named by a profile of ~/.aws/config with its own endpoint and keys; no endpoint or
     keys in the environment."""
-    from olmocr.utils.s3server import S3Server
+    from support.s3server import S3Server
 
     pdf_server = S3Server().start()
     for key, value in pdf_server.environment().items():
         monkeypatch.setenv(key, value)
     pdfs = upload_pdfs(pdf_server.endpoint, "corpus", 2, tmp_path)
-    ws_server = subprocess.Popen([sys.executable, "-m", "olmocr.utils.s3server", "--port", "0", "--bucket", "work"],
+    ws_server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "support", "s3server.py"), "--port", "0",
+                                  "--bucket", "work"],
                                  stdout=subprocess.PIPE, text=True)
     try:
         ws_endpoint = dict(kv.split("=", 1) for kv in ws_server.stdout.readline().split())["AWS_ENDPOINT_URL"]
@@ -348,14 +350,14 @@ def test_a_hung_s3_endpoint_ends_a_worker_within_its_give_up_time_and_stats_in_b
         monkeypatch.setenv(key, value)
     give_up = 30
     began = time.monotonic()
-    with pytest.raises(ValueError, match=r"^nothing could be done for \d+ s.*queue.give_up_after_s=30\); the last, on "
+    with pytest.raises(Unreachable, match=r"^nothing could be done for \d+ s.*queue.give_up_after_s=30\); the last, on "
                                          r"the workspace: ReadTimeoutError: .*go back to the queue\)$"):
         run(compose("pipeline", ["workspace=s3://work/ws", "workers=1", f"queue.give_up_after_s={give_up}",
                                  "server=external", "server.url=http://127.0.0.1:9/v1", "server.model_name=m",
                                  "progress=false"]), str(tmp_path / "run"))
     assert time.monotonic() - began < give_up + 5
     began = time.monotonic()
-    with pytest.raises(ValueError, match=r"^workspace s3://work/ws: the storage or a service did not answer"):
+    with pytest.raises(Unreachable, match=r"^workspace s3://work/ws: the storage or a service did not answer"):
         stats(compose("pipeline_stats", ["workspace=s3://work/ws", f"paths.cache={tmp_path}/cache"]))
     assert time.monotonic() - began < 2 * S3_CALL_S
     assert held  # the requests did reach it

@@ -247,7 +247,7 @@ def test_storage_failing_while_an_s3_root_is_indexed_drops_no_page_now_or_later(
     import boto3
 
     from olmocr.faults import Unreachable
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
     from olmocr.utils.io import filesystem
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="pages")

@@ -138,7 +138,7 @@ def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for
 
     from olmocr.faults import Unreachable
     from olmocr.pipeline.workspace import Workspace
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     build(str(tmp_path / "in"))
     fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
@@ -184,7 +184,7 @@ def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one
 
     from olmocr.faults import Unreachable
     from olmocr.pipeline.workspace import INDEX, Workspace
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server}).mkdir("queue")
     options = ["workers=0", "progress=false", "sample=0", f"pdfs=[{os.path.join(SAMPLE, 'eval', 'pdfs')}]",

@@ -37,7 +37,7 @@ def test_mend_cuts_a_torn_line_so_the_next_one_starts_on_its_own(tmp_path, befor
 
 
 def test_rejected_samples_and_pairs_read_past_a_torn_line(tmp_path):
-    from olmocr.data.pipeline import RejectReport
+    from olmocr.data.chain import RejectReport
     from olmocr.data.preference import read_pairs
     from olmocr.data.steps import Reject
 

@@ -7,7 +7,7 @@ from PIL import Image
 
 from conftest import SAMPLE, v4_steps
 from olmocr.config import compose
-from olmocr.data.pipeline import build_pipeline
+from olmocr.data.chain import build_pipeline
 from olmocr.data.steps import IGNORE_INDEX
 from olmocr.models import TinyModel
 from olmocr.models.families import FAMILIES
@@ -39,7 +39,7 @@ def test_tiny_builds_reloads_and_generates(family_model):
 def test_compiling_leaves_a_vision_tower_eager_unless_it_runs_flash_attention(family_model):
     """Under sdpa the vision blocks split their packed windows in Python (a graph break and one compile per
     window count); under flash attention they are one graph like the decoder layers."""
-    from olmocr.models.tuning import compile_blocks
+    from olmocr.models.loader import compile_blocks
 
     def compiled(model):
         return {type(m).__name__ for m in model.modules() if getattr(m, "_compiled_call_impl", None) is not None}

@@ -15,6 +15,7 @@ from conftest import SAMPLE
 from omegaconf import OmegaConf
 
 from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
+from olmocr.faults import Unreachable
 from olmocr.rewards import build_rewards
 
 BENCH = os.path.join(SAMPLE, "eval")
@@ -91,7 +92,7 @@ def test_a_page_the_server_answered_no_sample_of_is_not_recorded_when_the_server
     answered none of its samples would never be mined once the server is mended."""
     bench_dir = one_page_bench(tmp_path)
     with ChatServer([SERVER_ERROR]) as server:
-        with pytest.raises(ValueError, match=r"^the server at \S+ answered no request for all 1 pages \(model m\): "
+        with pytest.raises(Unreachable, match=r"^the server at \S+ answered no request for all 1 pages \(model m\): "
                                              r"HTTP 500: .*; they are not recorded \(pages mined so far are kept"):
             mine(tmp_path, server, bench_dir, "samples=2")
     assert not os.path.exists(tmp_path / "run" / "pairs.jsonl") or not open(tmp_path / "run" / "pairs.jsonl").read()

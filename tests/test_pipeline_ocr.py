@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
+from olmocr.faults import Unreachable
 from olmocr.pipeline.convert import TEMPERATURES, PageConverter, PageResult, turn
 from olmocr.pipeline.server import ExternalServer
 
@@ -195,7 +196,7 @@ def run_pipeline(overrides: list[str], output_dir) -> dict:
 
 def page_keys(pdf: str, pages: int) -> list[str]:
     """What each page looks like to the model: rendered by the same steps the pipeline runs."""
-    from olmocr.data.pipeline import build_pipeline
+    from olmocr.data.chain import build_pipeline
 
     render = build_pipeline(steps())
     return [pixels_key(render({"pdf_path": pdf, "page": n})["image"]) for n in range(1, pages + 1)]
@@ -290,8 +291,8 @@ def test_a_server_that_is_unreachable_or_refuses_the_key_stops_the_run_before_an
     workspace = str(tmp_path / "ws")
     overrides = ["server=external", "server.model_name=m", f"workspace={workspace}", f"pdfs=[{pdf}]", "workers=1",
                  "progress=false"]
-    with pytest.raises(ValueError, match=r"^server http://127.0.0.1:9/v1: unreachable for 1 s \(server.unreachable_s\)"
-                                         r" \(the items this worker held go back to the queue\)$"):
+    with pytest.raises(Unreachable, match=r"^server http://127.0.0.1:9/v1: unreachable for 1 s \(server.unreachable_s\)"
+                                          r" \(the items this worker held go back to the queue\)$"):
         run_pipeline([*overrides, "server.url=http://127.0.0.1:9/v1", "server.unreachable_s=1"], tmp_path / "run")
     monkeypatch.setenv("SERVER_KEY", "stale")
     with ChatServer(api_key="fresh") as server:
@@ -322,7 +323,7 @@ def test_a_server_that_answers_no_page_stops_the_run_and_marks_nothing_done(tmp_
         assert len(server.checks) == 1 and not server.requests
     assert not glob.glob(f"{workspace}/claims/*")
     with ChatServer([not_found]) as server:
-        with pytest.raises(ValueError) as info:
+        with pytest.raises(Unreachable) as info:
             run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *queue), tmp_path / "run2")
     line = str(info.value)
     assert "\n" not in line and line.startswith("nothing could be done for ")
@@ -360,7 +361,7 @@ def test_a_server_that_starts_failing_partway_through_an_item_drops_no_document(
     options = ["queue.retry_wait_s=0.2", "queue.retry_wait_max_s=0.5", "queue.give_up_after_s=2",
                "convert.temperatures=[0.1,0.2]", "convert.timeout_s=1", "convert.concurrency=2"]
     with ChatServer(script=script) as server:
-        with pytest.raises(ValueError) as info:
+        with pytest.raises(Unreachable) as info:
             run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]", *options),
                          tmp_path / "run")
     line = str(info.value)
@@ -480,14 +481,14 @@ def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
         return pipeline_bench(compose("pipeline_bench", args), str(tmp_path / run))
 
     with ChatServer([answer("", status=500)]) as server:
-        with pytest.raises(ValueError, match=r"^the server at http://127.0.0.1:\d+/v1 answered no request for the "
+        with pytest.raises(Unreachable, match=r"^the server at http://127.0.0.1:\d+/v1 answered no request for the "
                                              r"last 8 pages \(model scripted\): HTTP 500: \{\"error\": \"scripted "
                                              r"failure\"\}; they are not recorded \(pages written so far are kept; run "
                                              r"again to resume\)$"):
             bench(server, "run")
     assert not glob.glob(f"{tmp_path}/candidates/*")
     with ChatServer([answer("", status=503)]) as server:  # busy past convert.busy_s: a line, not a traceback
-        with pytest.raises(ValueError, match=r"^server http://127.0.0.1:\d+/v1 busy for 1 s \(convert.busy_s\): HTTP "
+        with pytest.raises(Unreachable, match=r"^server http://127.0.0.1:\d+/v1 busy for 1 s \(convert.busy_s\): HTTP "
                                              r"503 .*\(pages written so far are kept; run again to resume\)$"):
             bench(server, "run1", "convert.busy_s=1")
     # The server mended, but one page it cannot answer (a request it rejects): that page is the page's fault.
@@ -537,7 +538,7 @@ def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):
     assert text_layer("s3://corpus/labels/corpus/x/a_pg2.pdf") == "Remote page two"
     # A re-run keeps what is there, known from a listing of each folder, not from a request a page: a
     # lookup of one page's object would be refused here.
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     with FaultProxy(s3_server, rate=1.0, faults=("access_denied",), methods=("HEAD",), paths=r"/labels/.") as proxy:
         os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint  # the s3_server fixture restores it
@@ -709,7 +710,7 @@ def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index
 
 def test_a_teacher_labels_a_pdf_folder_into_training_pages_the_data_steps_load(tmp_path, cache_dir):
     from olmocr.data.__main__ import run as check_data
-    from olmocr.data.pipeline import build_pipeline
+    from olmocr.data.chain import build_pipeline
     from olmocr.formats.frontmatter import parse_document
     from olmocr.formats.pdf import pdf_info
     from olmocr.pipeline.export import run as export

@@ -20,7 +20,7 @@ MARGIN = 0.05
 
 
 def held_out_samples(processor, pdfs: list[str], steps: dict) -> list[dict]:
-    from olmocr.data.pipeline import build_pipeline
+    from olmocr.data.chain import build_pipeline
 
     pipeline = build_pipeline(steps, processor=processor)
     return [pipeline({"pdf_path": pdf, "md_path": pdf[:-4] + ".md", "rng": random.Random(0)}) for pdf in pdfs]

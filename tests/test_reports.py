@@ -271,7 +271,7 @@ def test_a_stage_whose_storage_refuses_or_does_not_answer_ends_in_one_line_namin
     import boto3
 
     from olmocr.faults import outside
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="converted")
     command = [sys.executable, "-m", "olmocr.report.viewer", "results=s3://converted/ws", "storage_wait_s=0",
@@ -304,7 +304,7 @@ def test_the_viewer_waits_out_storage_and_never_keeps_a_page_unreadable_because_
     from olmocr.config import compose
     from olmocr.faults import Unreachable
     from olmocr.report.viewer import run
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
     fs.mkdir("converted")

@@ -1,5 +1,5 @@
 """`cluster=<a user's cluster file>` against a real SLURM (slurmctld, two slurmd, slurmdbd, munge, started on
-this machine by olmocr.utils.slurm_cluster): data-parallel training across tasks and across nodes, a job
+this machine by tests/support/slurm_cluster.py): data-parallel training across tasks and across nodes, a job
 preempted (it requeues itself) and requeued by the scheduler, a pipeline job array, cancellation, the
 scheduler's refusals, and the script written for Frontier."""
 

@@ -13,7 +13,7 @@ from PIL import ImageChops
 from conftest import SAMPLE, v4_steps, write_encrypted_pdf, write_pdf
 
 from olmocr.config import compose
-from olmocr.data.pipeline import build_pipeline
+from olmocr.data.chain import build_pipeline
 from olmocr.formats.prompts import PROMPT_V4
 from olmocr.data.steps import (
     IGNORE_INDEX,
@@ -395,7 +395,7 @@ def test_random_token_flip_changes_only_target_inputs(processor):
 
 
 def test_step_order_follows_config_and_after_keys(processor):
-    from olmocr.data.pipeline import step_order
+    from olmocr.data.chain import step_order
 
     steps = {"a": {"_target_": "olmocr.data.steps.BuildPrompt"}, "b": None,
              "c": {"_target_": "olmocr.data.steps.BuildTarget"},
@@ -434,25 +434,33 @@ def test_the_blind_control_sees_a_white_page_of_the_same_size_and_learns_from_th
     assert not torch.equal(blind["pixel_values"], seen["pixel_values"])
 
 
-def test_the_record_of_the_pages_a_model_reads_names_what_differs(tmp_path):
-    """olmocr.data.presented: only the steps that make what the model sees are recorded (not the checks, the
-    augmentations, the targets); a steps config that presents pages otherwise is told setting by setting."""
+def test_a_model_carries_how_it_reads_its_pages_and_steps_take_it(tmp_path):
+    """olmocr.data.presented: only what the steps name as presenting is recorded (not the checks, the
+    augmentations, the targets, the render cache); a steps config takes every recorded setting unless the command
+    line gives it, and one without a recorded step is refused naming it."""
     from omegaconf import OmegaConf
 
-    from olmocr.data.presented import RECORD, differences, read_record, write_record
+    from olmocr.data.presented import RECORD, as_trained, read_record, write_record
 
     steps = OmegaConf.to_container(compose("train", ["data.steps.render.longest_side=448"]).data.steps, resolve=True)
     write_record(str(tmp_path), steps)
     assert read_record(str(tmp_path)) == {"olmocr.data.steps.RenderPage": {"longest_side": 448},
                                           "olmocr.data.steps.BuildPrompt": {"version": "v4"},
                                           "olmocr.data.steps.BuildMessages": {"image_first": False}}
-    assert differences(str(tmp_path), steps, "convert.steps") == []
-    other = {**steps, "render": {**steps["render"], "longest_side": 1288}, "prompt": {**steps["prompt"], "version": "v1"}}
-    assert differences(str(tmp_path), other, "convert.steps") == [
-        "convert.steps.prompt.version=v1 (trained with v4)", "convert.steps.render.longest_side=1288 (trained with 448)"]
-    assert differences(str(tmp_path), {k: v for k, v in steps.items() if k != "messages"}, "s") == [
-        "s has no BuildMessages step (trained with {'image_first': False})"]
-    assert differences(str(tmp_path / "elsewhere"), other, "s") == []  # no record: a model trained elsewhere
+    model = ["model=qwen25_vl_7b", f"model.name_or_path={tmp_path}"]
+    served = compose("pipeline", [*model, "convert.steps.prompt.version=v1"])
+    done = as_trained(served, "convert.steps", "model.name_or_path", given=["convert.steps.prompt.version"])
+    assert done.taken == ["convert.steps.render.longest_side=448"]
+    assert done.overridden == ["convert.steps.prompt.version=v1 (trained with v4)"]
+    assert (served.convert.steps.render.longest_side, served.convert.steps.prompt.version) == (448, "v1")
+    # No record: a model trained elsewhere.
+    elsewhere = compose("pipeline", ["model=qwen25_vl_7b", f"model.name_or_path={tmp_path / 'elsewhere'}"])
+    assert as_trained(elsewhere, "convert.steps", "model.name_or_path") == type(done)()
+    assert elsewhere.convert.steps.render.longest_side == 1288
+    without = compose("pipeline", [*model, "~convert.steps.messages"])
+    with pytest.raises(ValueError, match=r"^convert.steps: no BuildMessages step, and model.name_or_path=.* was "
+                                         r"trained with one \({'image_first': False}\)"):
+        as_trained(without, "convert.steps", "model.name_or_path")
     (tmp_path / RECORD).write_text("[1, 2]")
     with pytest.raises(ValueError, match=rf"^{tmp_path}/{RECORD}: not a record of the pages the model was trained on"):
         read_record(str(tmp_path))

@@ -98,7 +98,7 @@ def test_check_writes_and_removes_one_object_and_a_refused_write_is_one_line(tmp
     """Credentials that read but do not write: a pull works, the check a job makes before its stage does not."""
     import boto3
 
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     client = boto3.client("s3", endpoint_url=s3_server)
     client.create_bucket(Bucket="runs")
@@ -123,7 +123,7 @@ def test_pull_and_check_wait_out_storage_that_stops_answering(tmp_path, s3_serve
     succeed, where they ended the task; past --wait-s, one line naming the place."""
     import boto3
 
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
     sync.push(run_dir(str(tmp_path / "run")), "s3://runs/exp")

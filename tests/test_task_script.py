@@ -70,7 +70,7 @@ def test_a_sync_target_that_refuses_writes_ends_the_task_before_its_stage(tmp_pa
     starts (a run would otherwise train for days with no copy kept)."""
     import boto3
 
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="runs")
     run_dir = tmp_path / "run"

@@ -454,7 +454,7 @@ def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refuse
     import s3fs
 
     from olmocr.faults import Unreachable
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})
     fs.mkdir("pages")
@@ -497,7 +497,7 @@ def test_a_read_that_waits_past_its_patience_and_a_fault_raised_in_a_loader_work
     from torch.utils.data import DataLoader
 
     from olmocr.faults import Unreachable
-    from olmocr.utils.faultproxy import FaultProxy
+    from support.faultproxy import FaultProxy
     from olmocr.utils.io import read_bytes
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server})

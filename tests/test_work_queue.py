@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import SAMPLE, write_encrypted_pdf, write_pdf
+from olmocr.faults import Unreachable
 from olmocr.pipeline.inputs import expand
 from olmocr.pipeline.queue import WorkQueue, anything_left
 from olmocr.pipeline.stats import workspace_stats
@@ -278,7 +279,7 @@ def test_stats_on_a_half_done_workspace(root, tmp_path):
     assert not glob.glob(str(tmp_path / "outputs")) and not glob.glob(str(tmp_path / "*.log"))  # a query only
     # A later look reads no done marker it has read (on S3, every read of one is refused here) …
     if root.startswith("s3://"):
-        from olmocr.utils.faultproxy import FaultProxy
+        from support.faultproxy import FaultProxy
 
         with FaultProxy(os.environ["AWS_ENDPOINT_URL"], rate=1.0, faults=("access_denied",), methods=("GET",),
                         paths=r"/done/[^?]*\.json") as proxy, pytest.MonkeyPatch.context() as env:
@@ -292,7 +293,7 @@ def test_stats_on_a_half_done_workspace(root, tmp_path):
         with FaultProxy(os.environ["AWS_ENDPOINT_URL"], rate=1.0, faults=("access_denied",)) as proxy, \
                 pytest.MonkeyPatch.context() as env:
             env.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-            with pytest.raises(ValueError, match=rf"^workspace {root}: the storage refused the credentials "
+            with pytest.raises(Unreachable, match=rf"^workspace {root}: the storage refused the credentials "
                                                  r"\(PermissionError: "):
                 stats_stage(compose("pipeline_stats", [f"workspace={root}"]))
     # … and reads one written again (a look cut short left a torn line: that costs a read, not a wrong figure).

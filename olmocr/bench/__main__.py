@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 import olmocr.bench.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.bench")
 
@@ -33,17 +34,17 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
     folders = [cfg.candidates] if isinstance(cfg.candidates, str) else list(cfg.candidates)
     if not folders or not all(isinstance(f, str) for f in folders):
-        raise ValueError(f"candidates: expected a folder or a list of folders [a, b, …], got {cfg.candidates}")
+        raise UserError(f"candidates: expected a folder or a list of folders [a, b, …], got {cfg.candidates}")
     for folder in folders:
         if not os.path.isdir(folder):
-            raise ValueError(f"candidates: {folder} is not a folder")
+            raise UserError(f"candidates: {folder} is not a folder")
     bench = load_bench(cfg.bench_dir, skip_baseline=cfg.skip_baseline, skip_rejected=cfg.skip_rejected)
     for line in bench.malformed:
         log.warning("malformed test, skipped: %s", line)
     for line in bench.warnings:
         log.warning("%s", line)
     if not bench.tests:
-        raise ValueError(f"bench_dir: no valid tests in {cfg.bench_dir}")
+        raise UserError(f"bench_dir: no valid tests in {cfg.bench_dir}")
     if any(test.type == "math" for _, test in bench.tests):
         equations.render("x")  # math tests need Node and KaTeX: fail now, not in a worker mid-run
     scored = []

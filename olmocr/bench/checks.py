@@ -27,6 +27,7 @@ from rapidfuzz import fuzz
 from olmocr.bench import equations
 from olmocr.bench.fuzzy import match_starts
 from olmocr.bench.normalize import normalize
+from olmocr.errors import UserError
 from olmocr.formats.tables import MalformedTable, parse_tables
 
 FORMATS = ("heading", "bold", "italic")
@@ -41,7 +42,7 @@ def _threshold(max_diffs: int, text: str) -> float:
 def check_scoring(scoring: str) -> bool:
     """True for strict; a scoring that is neither is a one-line error."""
     if scoring not in SCORINGS:
-        raise ValueError(f"scoring: expected one of {', '.join(SCORINGS)}, got {scoring!r}")
+        raise UserError(f"scoring: expected one of {', '.join(SCORINGS)}, got {scoring!r}")
     return scoring == "strict"
 
 

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from rapidfuzz.distance import Levenshtein
 
+from olmocr.errors import UserError
 from olmocr.formats.latex import KatexError, mathml
 
 
@@ -200,7 +201,7 @@ def canonical(mathml: str) -> Node:
     start = mathml.find("<math")
     end = mathml.rfind("</math>")
     if start < 0 or end < 0:
-        raise ValueError(f"not MathML: {mathml[:80]!r}")
+        raise UserError(f"not MathML: {mathml[:80]!r}")
     root = ET.fromstring(mathml[start:end + len("</math>")])
     return Node("math", (), "", _row(_normalize(root)))
 

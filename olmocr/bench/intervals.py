@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from olmocr.errors import UserError
+
 RESAMPLES = 2000
 
 
@@ -44,10 +46,10 @@ def bootstrap(values: Sequence[float], weights: Sequence[float] | None = None, l
     where pages hold different numbers of them."""
     data = np.asarray(values, dtype=float)
     if data.ndim != 1 or not len(data):
-        raise ValueError(f"bootstrap: expected one value per page, got an array of shape {data.shape}")
+        raise UserError(f"bootstrap: expected one value per page, got an array of shape {data.shape}")
     weight = np.ones_like(data) if weights is None else np.asarray(weights, dtype=float)
     if weight.shape != data.shape or not weight.sum() > 0:
-        raise ValueError(f"bootstrap: expected a positive weight per page ({len(data)}), got {weight.shape}")
+        raise UserError(f"bootstrap: expected a positive weight per page ({len(data)}), got {weight.shape}")
     picks = np.random.default_rng(seed).integers(0, len(data), size=(resamples, len(data)))
     with np.errstate(invalid="ignore", divide="ignore"):  # a resample of pages that weigh nothing: left out
         means = data[picks].sum(axis=1) / weight[picks].sum(axis=1)
@@ -61,5 +63,5 @@ def paired(a: Sequence[float], b: Sequence[float], weights: Sequence[float] | No
     """B minus A on the same pages (``a[i]`` and ``b[i]`` scores of page i, over ``weights[i]`` tests where
     given), with its bootstrap interval."""
     if len(a) != len(b):
-        raise ValueError(f"paired: the two rows must score the same pages, got {len(a)} and {len(b)} values")
+        raise UserError(f"paired: the two rows must score the same pages, got {len(a)} and {len(b)} values")
     return bootstrap(np.asarray(b, dtype=float) - np.asarray(a, dtype=float), weights, level, resamples, seed)

@@ -2,7 +2,7 @@
 
 Every field that olmOCR-bench writes is accepted, with the same defaults, and a line is rejected for the
 same reasons (empty ``pdf``/``id``, negative ``max_diffs``, an empty text after normalisation, an order
-test whose ``max_diffs`` exceeds half of either text, …). A wrong type is a ValueError naming the field.
+test whose ``max_diffs`` exceeds half of either text, …). A wrong type is a UserError naming the field.
 A field no test type knows is not an error: :func:`parse_test` reports it and keeps the test, and
 :func:`load_tests` turns it into a ``file:line`` warning.
 """
@@ -18,6 +18,7 @@ from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from olmocr.bench import checks
 from olmocr.bench.normalize import normalize
+from olmocr.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class BenchTest:
         return out
 
     def validate(self) -> None:
-        """Type-specific checks beyond field types; raises ValueError."""
+        """Type-specific checks beyond field types; raises UserError."""
 
     def run(self, markdown: str, explain: bool = True, scoring: str = "strict") -> tuple[bool, str]:
         """(passed, explanation) for one output; ``explain=False`` skips the costly part of explaining;
@@ -89,8 +90,8 @@ class OrderTest(BenchTest):
         _not_blank(self, "after")
         shortest = min(len(normalize(self.before)), len(normalize(self.after)))
         if self.max_diffs > shortest // 2:
-            raise ValueError(f"order test: max_diffs {self.max_diffs} is more than half of the shorter text "
-                             f"({shortest} characters)")
+            raise UserError(f"order test: max_diffs {self.max_diffs} is more than half of the shorter text "
+                            f"({shortest} characters)")
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class MathTest(BenchTest):
 
     def validate(self) -> None:
         if not self.math.strip():
-            raise ValueError("math test: field 'math' is empty")
+            raise UserError("math test: field 'math' is empty")
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,8 @@ class FormatTest(BenchTest):
     def validate(self) -> None:
         _not_blank(self, "text")
         if self.format not in checks.FORMATS:
-            raise ValueError(f"format test: field 'format' must be one of {', '.join(checks.FORMATS)}, "
-                             f"got {self.format!r}")
+            raise UserError(f"format test: field 'format' must be one of {', '.join(checks.FORMATS)}, "
+                            f"got {self.format!r}")
 
 
 @dataclass(frozen=True)
@@ -159,9 +160,9 @@ class FootnoteTest(BenchTest):
 
     def validate(self) -> None:
         if not self.marker:
-            raise ValueError("footnote test: field 'marker' is empty")
+            raise UserError("footnote test: field 'marker' is empty")
         if " " in self.marker:
-            raise ValueError(f"footnote test: field 'marker' must not contain spaces, got {self.marker!r}")
+            raise UserError(f"footnote test: field 'marker' must not contain spaces, got {self.marker!r}")
         for name in ("appears_before_marker", "appears_after_marker"):
             if getattr(self, name):
                 _not_blank(self, name)
@@ -175,7 +176,7 @@ TEST_TYPES: dict[str, type[BenchTest]] = {
 
 def _not_blank(test: BenchTest, name: str) -> None:
     if not normalize(getattr(test, name)).strip():
-        raise ValueError(f"{test.type} test: field {name!r} is empty")
+        raise UserError(f"{test.type} test: field {name!r} is empty")
 
 
 def _check_type(name: str, value, annotation) -> None:
@@ -187,7 +188,7 @@ def _check_type(name: str, value, annotation) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, expected):
         names = " or ".join(t.__name__ for t in allowed)
-        raise ValueError(f"field {name!r} must be {names}, got {value!r}")
+        raise UserError(f"field {name!r} must be {names}, got {value!r}")
 
 
 @functools.cache
@@ -198,12 +199,12 @@ def _fields_of(cls: type) -> tuple[dict, frozenset]:
 
 def parse_test(data: dict, unknown: list[str] | None = None) -> BenchTest:
     """A test from its JSON object. Fields no test type knows are left out and, when ``unknown`` is
-    given, appended to it; a missing or ill-typed field, or a value the bench rejects, is a ValueError."""
+    given, appended to it; a missing or ill-typed field, or a value the bench rejects, is a UserError."""
     if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        raise UserError(f"expected a JSON object, got {type(data).__name__}")
     kind = data.get("type")
     if kind not in TEST_TYPES:
-        raise ValueError(f"unknown test type {kind!r} (expected one of {', '.join(TEST_TYPES)})")
+        raise UserError(f"unknown test type {kind!r} (expected one of {', '.join(TEST_TYPES)})")
     cls = TEST_TYPES[kind]
     hints, known = _fields_of(cls)
     values = {k: v for k, v in data.items() if k in known}
@@ -211,16 +212,16 @@ def parse_test(data: dict, unknown: list[str] | None = None) -> BenchTest:
         unknown.extend(sorted(k for k in data if k not in known and k != "type"))
     for name in ("pdf", "page", "id", *cls.required):
         if name not in values:
-            raise ValueError(f"{kind} test: missing field {name!r}")
+            raise UserError(f"{kind} test: missing field {name!r}")
     for name, value in values.items():
         _check_type(name, value, hints[name])
     for name in ("pdf", "id"):
         if not values[name]:
-            raise ValueError(f"{kind} test: field {name!r} is empty")
+            raise UserError(f"{kind} test: field {name!r} is empty")
     if values["page"] < 1:
-        raise ValueError(f"field 'page' must be 1 or more, got {values['page']}")
+        raise UserError(f"field 'page' must be 1 or more, got {values['page']}")
     if values.get("max_diffs", 0) < 0:
-        raise ValueError(f"field 'max_diffs' must be 0 or more, got {values['max_diffs']}")
+        raise UserError(f"field 'max_diffs' must be 0 or more, got {values['max_diffs']}")
     test = cls(**values)
     test.validate()
     return test

@@ -36,6 +36,7 @@ from tqdm import tqdm
 from olmocr.bench.checks import check_scoring
 from olmocr.bench.normalize import normalize
 from olmocr.bench.records import BaselineTest, BenchTest, load_tests
+from olmocr.errors import UserError
 from olmocr.formats.frontmatter import page_text
 from olmocr.utils.io import irregular
 
@@ -63,10 +64,10 @@ def _bench_pdfs(bench_dir: str, tests: Iterable[BenchTest]) -> list[str]:
 
 def load_bench(bench_dir: str, skip_baseline: bool = False, skip_rejected: bool = False) -> Bench:
     if not os.path.isdir(bench_dir):
-        raise ValueError(f"bench_dir: {bench_dir} is not a folder")
+        raise UserError(f"bench_dir: {bench_dir} is not a folder")
     files = sorted(glob.glob(os.path.join(glob.escape(bench_dir), "*.jsonl")))
     if not files:
-        raise ValueError(f"bench_dir: no test files (*.jsonl) in {bench_dir}")
+        raise UserError(f"bench_dir: no test files (*.jsonl) in {bench_dir}")
     bench = Bench(tests=[], root=bench_dir)
     seen: dict[str, str] = {}
     for path in files:
@@ -288,9 +289,9 @@ def bootstrap_interval(groups: list[np.ndarray], samples: int, confidence: float
 
 def check_options(group_by: str, repeat_rule: str) -> None:
     if group_by not in ("file", "type"):
-        raise ValueError(f"group_by: expected 'file' or 'type', got {group_by!r}")
+        raise UserError(f"group_by: expected 'file' or 'type', got {group_by!r}")
     if repeat_rule not in REPEAT_RULES:
-        raise ValueError(f"repeat_rule: expected one of {', '.join(REPEAT_RULES)}, got {repeat_rule!r}")
+        raise UserError(f"repeat_rule: expected one of {', '.join(REPEAT_RULES)}, got {repeat_rule!r}")
 
 
 def verdict(result: TestResult, repeat_rule: str) -> float:
@@ -355,7 +356,7 @@ def summarize(results: list[TestResult], group_by: str = "file", repeat_rule: st
     and what the outputs are (:func:`makeup`)."""
     check_options(group_by, repeat_rule)
     if not results:
-        raise ValueError("no tests to score")
+        raise UserError("no tests to score")
     by_category: dict[str, list[float]] = {}
     by_type: dict[str, list[float]] = {}
     for r in results:

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 import olmocr.bench.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.bench.split")
 PAGE_SUFFIX = re.compile(r"_pg\d+$")  # pipeline.export names a page <source>_pg<page>
@@ -124,12 +125,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.utils.runinfo import write_run_info
 
     if not os.path.isdir(cfg.pages):
-        raise ValueError(f"pages: {cfg.pages} is not a folder (of X.pdf + X.md pages: pipeline.export's out_dir)")
+        raise UserError(f"pages: {cfg.pages} is not a folder (of X.pdf + X.md pages: pipeline.export's out_dir)")
     stems = page_pairs(cfg.pages)
     documents = sorted({document_of(stem, cfg.pages) for stem in stems})
     if len(documents) < 2:
-        raise ValueError(f"pages: {cfg.pages} holds {len(documents)} document(s) with X.pdf + X.md pages; "
-                         "a split needs at least 2")
+        raise UserError(f"pages: {cfg.pages} holds {len(documents)} document(s) with X.pdf + X.md pages; "
+                        "a split needs at least 2")
     rng = random.Random(cfg.seed)
     held = set(rng.sample(documents, min(len(documents) - 1, max(1, round(cfg.heldout * len(documents))))))
     heldout, train = os.path.join(cfg.out_dir, "heldout"), os.path.join(cfg.out_dir, "train")
@@ -162,8 +163,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         counts["heldout_pages"] += 1
         counts.update(t.type for t in made)
     if not tests:
-        raise ValueError(f"pages: no held-out page of {cfg.pages} gave a test (readings without sentences or "
-                         "tables); hold out more documents (heldout=…) or check the pages")
+        raise UserError(f"pages: no held-out page of {cfg.pages} gave a test (readings without sentences or "
+                        "tables); hold out more documents (heldout=…) or check the pages")
     os.makedirs(heldout, exist_ok=True)
     with open(os.path.join(heldout, "heldout.jsonl"), "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in tests)

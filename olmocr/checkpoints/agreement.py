@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from olmocr.checkpoints.pages import model_inputs
 from olmocr.checkpoints.schema import ENGINES
+from olmocr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class PageResult:
 
 def choose_engine(engine: str) -> str:
     if engine not in ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+        raise UserError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     if engine != "auto":
         return engine
     import importlib.util
@@ -154,14 +155,14 @@ def compare(reference: str, candidate: str, pages: list[dict], steps: dict, engi
 
     engine = choose_engine(engine)
     if not 0 <= threshold <= 1:
-        raise ValueError(f"threshold: a probability gap between 0 and 1, got {threshold}")
+        raise UserError(f"threshold: a probability gap between 0 and 1, got {threshold}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     models = {key: resolve(given, key=key, wait_s=storage_wait_s)
               for key, given in (("reference", reference), ("candidate", candidate))}
     for key, checkpoint in models.items():
         if checkpoint.kind != "full":
-            raise ValueError(f"{key}: {checkpoint.given} is a LoRA adapter; merge it first (python -m olmocr.prepare)")
+            raise UserError(f"{key}: {checkpoint.given} is a LoRA adapter; merge it first (python -m olmocr.prepare)")
     pages = render_pages(pages, steps, report_path)
     with tempfile.TemporaryDirectory(prefix="olmocr-compare-") as work:
         source = model_source(local_copy(models["candidate"], os.path.join(work, "candidate")), "candidate", dtype)

@@ -23,6 +23,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
+from olmocr.errors import UserError
 from olmocr.utils.io import filesystem, is_remote
 from olmocr.utils.sync import BEST, MARKERS
 
@@ -77,9 +78,9 @@ class Checkpoint:
         if "adapter_model.safetensors" in files:
             return ["adapter_model.safetensors"]
         if any(name.endswith(".bin") for name in files):
-            raise ValueError(f"{self.given}: weights are in PyTorch .bin files; re-save the model with "
-                             "safetensors (save_pretrained does by default)")
-        raise ValueError(f"{self.given}: no weights in {self.path} (expected model.safetensors or an index)")
+            raise UserError(f"{self.given}: weights are in PyTorch .bin files; re-save the model with "
+                            "safetensors (save_pretrained does by default)")
+        raise UserError(f"{self.given}: no weights in {self.path} (expected model.safetensors or an index)")
 
     def provenance(self) -> dict | None:
         """The folder's own provenance.json (a released model's), kept in what is made from it."""
@@ -104,7 +105,7 @@ def model_source(folder: str, key: str, dtype: str = "auto"):
         config = json.load(fh)
     family = config.get("model_type")
     if family not in FAMILIES:
-        raise ValueError(f"{key}: {folder} holds a {family!r} model; expected one of {', '.join(FAMILIES)}")
+        raise UserError(f"{key}: {folder} holds a {family!r} model; expected one of {', '.join(FAMILIES)}")
     if dtype == "auto":
         stored = config.get("dtype") or config.get("torch_dtype") or (config.get("text_config") or {}).get("dtype")
         dtype = str(stored or "float32").replace("torch.", "")
@@ -147,7 +148,7 @@ def expand(sources: list[str], wait_s: float = 0.0) -> list[str]:
         pattern = given if is_remote(given) else os.path.abspath(os.path.expanduser(given))
         matches = sorted(fs.unstrip_protocol(p) if is_remote(given) else p for p in fs.glob(pattern) if fs.isdir(p))
         if not matches:
-            raise ValueError(f"sources[{i}]: no folder matches {given}")
+            raise UserError(f"sources[{i}]: no folder matches {given}")
         out += matches
     return out
 
@@ -158,11 +159,11 @@ def best_step(fs, given: str, checkpoints: dict[int, str], key: str) -> int:
     try:
         record = json.loads(fs.cat_file(join(newest, BEST)))
     except FileNotFoundError:
-        raise ValueError(f"{key}: step=best, but {given} records no best checkpoint ({newest} has no {BEST}: "
-                         "train with trainer.keep_best=eval/bench/overall)") from None
+        raise UserError(f"{key}: step=best, but {given} records no best checkpoint ({newest} has no {BEST}: "
+                        "train with trainer.keep_best=eval/bench/overall)") from None
     if record["step"] not in checkpoints:
-        raise ValueError(f"{key}: {given}'s best checkpoint, step {record['step']} ({record['metric']} "
-                         f"{record['value']:.4f}), is not there (removed by hand?)")
+        raise UserError(f"{key}: {given}'s best checkpoint, step {record['step']} ({record['metric']} "
+                        f"{record['value']:.4f}), is not there (removed by hand?)")
     return record["step"]
 
 
@@ -170,12 +171,12 @@ def resolve(given: str, step: int | str | None = None, key: str = "source", wait
     """The model folder ``given`` names (see the module docstring); ``key`` names it in errors; remote storage
     that does not answer is waited out for up to ``wait_s`` at each look, here and in the checkpoint's reads."""
     if not (step is None or step == "best" or (isinstance(step, int) and not isinstance(step, bool))):
-        raise ValueError(f"step: expected a step number, best or null (the newest), got {step!r}")
+        raise UserError(f"step: expected a step number, best or null (the newest), got {step!r}")
     path = given if is_remote(given) else os.path.abspath(os.path.expanduser(given))
     path = path.rstrip("/") or "/"
     fs = filesystem(path, wait_s=wait_s)
     if not is_remote(path) and not os.path.isdir(path):
-        raise ValueError(f"{key}: {given} is not a folder")
+        raise UserError(f"{key}: {given} is not a folder")
     kind = _is_model(fs, path)
     if kind is not None:
         match = CHECKPOINT_DIR.match(posixpath.basename(path))
@@ -185,20 +186,20 @@ def resolve(given: str, step: int | str | None = None, key: str = "source", wait
         inner = join(path, "model")
         kind = _is_model(fs, inner)
         if kind is None:
-            raise ValueError(f"{key}: {given} is a checkpoint with no model (no config.json or "
-                             "adapter_config.json, here or in model/)")
+            raise UserError(f"{key}: {given} is a checkpoint with no model (no config.json or "
+                            "adapter_config.json, here or in model/)")
         return Checkpoint(given, inner, kind, int(match.group(1)), wait_s)
     checkpoints = _checkpoints_in(fs, join(path, "checkpoints")) or _checkpoints_in(fs, path)
     if not checkpoints:
-        raise ValueError(f"{key}: {given} holds no model (expected a Hugging Face folder, a checkpoint "
-                         "step_N/ or checkpoint-N/, or a run dir with complete checkpoints in checkpoints/)")
+        raise UserError(f"{key}: {given} holds no model (expected a Hugging Face folder, a checkpoint "
+                        "step_N/ or checkpoint-N/, or a run dir with complete checkpoints in checkpoints/)")
     if step is None:
         step = max(checkpoints)
     elif step == "best":
         step = best_step(fs, given, checkpoints, key)
     elif step not in checkpoints:
-        raise ValueError(f"{key}: {given} has no complete checkpoint at step {step} (it has "
-                         f"{', '.join(map(str, sorted(checkpoints)))})")
+        raise UserError(f"{key}: {given} has no complete checkpoint at step {step} (it has "
+                        f"{', '.join(map(str, sorted(checkpoints)))})")
     resolved = resolve(checkpoints[step], key=key, wait_s=wait_s)
     resolved.given = given
     return resolved
@@ -233,9 +234,9 @@ class Output:
         there = self.fs.ls(self.path, detail=False) if self.fs.exists(self.path) else []
         if there and not overwrite:
             if self.remote and not any(name.rstrip("/").endswith("/provenance.json") for name in there):
-                raise ValueError(f"output: {path} holds an unfinished upload (no provenance.json, which is written last: "
-                                 "a run stopped part way); overwrite=true replaces it")
-            raise ValueError(f"output: {path} exists and is not empty (overwrite=true replaces it)")
+                raise UserError(f"output: {path} holds an unfinished upload (no provenance.json, which is written last: "
+                                "a run stopped part way); overwrite=true replaces it")
+            raise UserError(f"output: {path} exists and is not empty (overwrite=true replaces it)")
         self.root = self.path if self.remote else self.path + ".partial"
         if self.fs.exists(self.root) and (overwrite or not self.remote):
             self.fs.rm(self.root, recursive=True)

@@ -8,8 +8,9 @@ import logging
 import os
 import random
 
-from olmocr.data.pipeline import RejectReport, build_pipeline
+from olmocr.data.chain import RejectReport, build_pipeline
 from olmocr.data.steps import BuildMessages, Reject
+from olmocr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ def choose_pages(root: str, count: int, seed: int = 0) -> list[dict]:
     from olmocr.formats.pdf import PdfError, pdf_info
 
     if not os.path.isdir(root):
-        raise ValueError(f"pages: {root} is not a folder (a bench folder, or a folder of PDFs)")
+        raise UserError(f"pages: {root} is not a folder (a bench folder, or a folder of PDFs)")
     rng = random.Random(seed)
     if glob.glob(os.path.join(root, "*.jsonl")):
         rows, _ = bench_pages(root)
@@ -30,7 +31,7 @@ def choose_pages(root: str, count: int, seed: int = 0) -> list[dict]:
         return [{"pdf_path": r["pdf_path"], "page": r["page"], "page_id": r["page_id"]} for r in rows[:count]]
     pdfs = sorted(glob.glob(os.path.join(root, "**", "*.pdf"), recursive=True))
     if not pdfs:
-        raise ValueError(f"pages: {root} has no PDFs and no bench test files")
+        raise UserError(f"pages: {root} has no PDFs and no bench test files")
     rng.shuffle(pdfs)
     pages = []
     for path in pdfs:
@@ -53,7 +54,7 @@ def render_pages(pages: list[dict], steps: dict, report_path: str | None = None)
 
     pipeline = build_pipeline(steps)
     if not any(isinstance(step, BuildMessages) for step in pipeline.steps.values()):
-        raise ValueError("steps: the pages need a 'messages' step (olmocr.data.steps.BuildMessages)")
+        raise UserError("steps: the pages need a 'messages' step (olmocr.data.steps.BuildMessages)")
     report = RejectReport(report_path)
     rendered = []
     for page in tqdm(pages, desc="render", unit="page"):
@@ -66,7 +67,7 @@ def render_pages(pages: list[dict], steps: dict, report_path: str | None = None)
     if report.counts:
         log.warning("skipped pages by reason: %s%s", dict(report.counts), f" (see {report_path})" if report_path else "")
     if not rendered:
-        raise ValueError("pages: no page could be rendered")
+        raise UserError("pages: no page could be rendered")
     return rendered
 
 

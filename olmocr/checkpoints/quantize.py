@@ -14,6 +14,7 @@ import os
 import tempfile
 
 from olmocr.data.presented import copy_record
+from olmocr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def scheme_of(name: str):
     from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES, preset_name_to_scheme
 
     if name.upper() not in PRESET_SCHEMES:
-        raise ValueError(f"scheme: unknown scheme {name!r} (expected one of {', '.join(sorted(PRESET_SCHEMES))})")
+        raise UserError(f"scheme: unknown scheme {name!r} (expected one of {', '.join(sorted(PRESET_SCHEMES))})")
     return preset_name_to_scheme(name.upper(), ["Linear"])
 
 
@@ -94,13 +95,13 @@ def compress(source: str, output: str, scheme: str = "FP8_DYNAMIC", ignore: list
 
     calibrate = needs_calibration(scheme)
     if calibrate and (calibration or {}).get("count", 0) < 1:
-        raise ValueError(f"calibration.count: scheme {scheme} measures activation scales on pages; give "
-                         "calibration.count=<pages> (and calibration.root=<folder>)")
+        raise UserError(f"calibration.count: scheme {scheme} measures activation scales on pages; give "
+                        "calibration.count=<pages> (and calibration.root=<folder>)")
     resolved = resolve(source, step, key="source", wait_s=storage_wait_s)
     if resolved.kind != "full":
-        raise ValueError(f"source: {source} is a LoRA adapter; merge it first (python -m olmocr.prepare)")
+        raise UserError(f"source: {source} is a LoRA adapter; merge it first (python -m olmocr.prepare)")
     if "quantization_config" in resolved.config():
-        raise ValueError(f"source: {source} is already quantized")
+        raise UserError(f"source: {source} is already quantized")
     out = Output(output, overwrite, storage_wait_s)
     try:
         with tempfile.TemporaryDirectory(prefix="olmocr-compress-") as work:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from olmocr.errors import UserError
+
 DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "I64": torch.int64, "I32": torch.int32,
@@ -45,28 +47,28 @@ class SafetensorsFile:
         with fs.open(path, "rb") as fh:
             raw_length = fh.read(8)
             if len(raw_length) != 8:
-                raise ValueError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+                raise UserError(f"{path}: not a safetensors file (shorter than 8 bytes)")
             (length,) = struct.unpack("<Q", raw_length)
             if length > 100_000_000:
-                raise ValueError(f"{path}: not a safetensors file (header length {length})")
+                raise UserError(f"{path}: not a safetensors file (header length {length})")
             raw_header = fh.read(length)
         try:
             header = json.loads(raw_header)
         except ValueError:
-            raise ValueError(f"{path}: not a safetensors file (the header is not JSON)") from None
+            raise UserError(f"{path}: not a safetensors file (the header is not JSON)") from None
         self.header_bytes = raw_length + raw_header
         self.metadata = header.pop("__metadata__", None) or {}
         start = 8 + length
         self.entries: dict[str, Entry] = {}
         for name, info in header.items():
             if info["dtype"] not in DTYPES:
-                raise ValueError(f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know")
+                raise UserError(f"{path}: tensor {name} has dtype {info['dtype']}, which this reader does not know")
             begin, end = info["data_offsets"]
             self.entries[name] = Entry(name, info["dtype"], tuple(info["shape"]), start + begin, start + end)
         position = start
         for entry in self.in_file_order():  # the layout a soup writes again: tensors back to back
             if entry.begin != position:
-                raise ValueError(f"{path}: not a valid safetensors file (a gap before tensor {entry.name})")
+                raise UserError(f"{path}: not a valid safetensors file (a gap before tensor {entry.name})")
             position = entry.end
         self._handle = None
 
@@ -81,7 +83,7 @@ class SafetensorsFile:
         self._handle.seek(entry.begin)
         data = bytearray(entry.end - entry.begin)
         if data and self._handle.readinto(data) != len(data):
-            raise ValueError(f"{self.path}: truncated at tensor {name}")
+            raise UserError(f"{self.path}: truncated at tensor {name}")
         return data
 
     def close(self) -> None:

@@ -17,8 +17,9 @@ from collections import OrderedDict
 
 from olmocr.bench.records import load_tests
 from olmocr.data.cache import localize
-from olmocr.data.pipeline import MadeWhenRead, Pipeline, RejectReport, build_pipeline
+from olmocr.data.chain import MadeWhenRead, Pipeline, RejectReport, build_pipeline
 from olmocr.data.steps import BuildMessages, CheckPdf, Reject
+from olmocr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +29,15 @@ def bench_pages(root: str, types: list[str] | None = None, files: list[str] | No
     """Pages of a bench folder with their tests (filtered by type and test file), and the problems found
     in its test files (``file:line: why``: malformed lines, skipped, and unknown fields, ignored)."""
     if not os.path.isdir(root):
-        raise ValueError(f"bench folder {root} does not exist")
+        raise UserError(f"bench folder {root} does not exist")
     paths = sorted(glob.glob(os.path.join(root, "*.jsonl")))
     if files:
         unknown = sorted(set(files) - {os.path.splitext(os.path.basename(p))[0] for p in paths})
         if unknown:
-            raise ValueError(f"{root}: no test file(s) {', '.join(unknown)} (files: filter by *.jsonl stem)")
+            raise UserError(f"{root}: no test file(s) {', '.join(unknown)} (files: filter by *.jsonl stem)")
         paths = [p for p in paths if os.path.splitext(os.path.basename(p))[0] in files]
     if not paths:
-        raise ValueError(f"{root}: no test files (*.jsonl)")
+        raise UserError(f"{root}: no test files (*.jsonl)")
     pages: dict[tuple[str, int], list] = {}
     problems = []
     for path in paths:
@@ -91,10 +92,10 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
     from datasets import Dataset
 
     if not benches:
-        raise ValueError("data.train: no benches configured (a bench is {root: <folder with *.jsonl and pdfs/>})")
+        raise UserError("data.train: no benches configured (a bench is {root: <folder with *.jsonl and pdfs/>})")
     pipeline = build_pipeline(steps, **runtime)
     if not any(isinstance(step, BuildMessages) for step in pipeline.steps.values()):
-        raise ValueError("data.steps: GRPO prompts need a 'messages' step (olmocr.data.steps.BuildMessages)")
+        raise UserError("data.steps: GRPO prompts need a 'messages' step (olmocr.data.steps.BuildMessages)")
     check = next((s for s in pipeline.steps.values() if isinstance(s, CheckPdf)), CheckPdf(max_pages=None))
     report = RejectReport(report_path)
     rows = []
@@ -117,7 +118,7 @@ def build_prompt_dataset(benches: dict, steps: dict, report_path: str | None = N
     if report.counts:
         log.warning("skipped bench pages by reason: %s (see %s)", dict(report.counts), report_path)
     if not rows:
-        raise ValueError("no usable bench pages: every configured page was filtered out or rejected")
+        raise UserError("no usable bench pages: every configured page was filtered out or rejected")
     # The rows' own columns stay in the dataset (trl reads its column names); the transform makes each row anew
     # from its index.
     made = MadeWhenRead(rows, PromptRenderer(pipeline).row, report)

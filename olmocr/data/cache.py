@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
+from olmocr.errors import UserError
 from olmocr.utils.io import filesystem, is_remote, patiently
 
 log = logging.getLogger(__name__)
@@ -50,9 +51,9 @@ def _sync(root: str, dest: str, wait_s: float, threads: int) -> None:
     try:
         listing = patiently(lambda: fs.find(root, detail=True), root, wait_s)
     except OSError as exc:  # what waiting does not mend, a missing bucket say (an outage is Unreachable by now)
-        raise ValueError(f"data.local_cache: cannot list {root}: {type(exc).__name__}: {exc}") from None
+        raise UserError(f"data.local_cache: cannot list {root}: {type(exc).__name__}: {exc}") from None
     if not listing:
-        raise ValueError(f"data root {root}: no files there")
+        raise UserError(f"data root {root}: no files there")
     prefix = root.split("://", 1)[1] + "/"
     remote = {info["name"].split("://", 1)[-1][len(prefix):]: int(info.get("size") or 0)
               for info in listing.values() if info.get("type", "file") == "file"}

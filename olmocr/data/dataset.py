@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from torch.utils.data import Dataset
 
 from olmocr.data.index import PairRecord, index_root
-from olmocr.data.pipeline import Pipeline, RejectReport, build_pipeline
+from olmocr.data.chain import Pipeline, RejectReport, build_pipeline
 from olmocr.data.steps import Reject
+from olmocr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,8 @@ def sources(data: Mapping) -> tuple[dict, dict]:
     if fraction == 0:  # no held-out loss (a held-out bench, eval.bench, may still score the run)
         return {"folder": {"roots": roots}}, {}
     if not 0 < fraction < 1:
-        raise ValueError(f"data.eval_fraction: expected a fraction between 0 and 1, or 0 for no held-out pages, got "
-                         f"{fraction} (or give data.eval_roots)")
+        raise UserError(f"data.eval_fraction: expected a fraction between 0 and 1, or 0 for no held-out pages, got "
+                        f"{fraction} (or give data.eval_roots)")
     return ({"folder": {"roots": roots, "holdout": fraction, "part": "train"}},
             {"folder": {"roots": roots, "holdout": fraction, "part": "held_out"}})
 
@@ -128,8 +129,8 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
     def source_dataset(name: str, src: Mapping) -> PageDataset:
         roots, holdout, part = list(src["roots"]), float(src.get("holdout", 0.0)), src.get("part", "all")
         if part not in PARTS or not 0 <= holdout < 1 or (part != "all") != (holdout > 0):
-            raise ValueError(f"data source {name!r}: part {part!r} with holdout {holdout}: expected part all with "
-                             "holdout 0, or part train / held_out with a holdout fraction between 0 and 1")
+            raise UserError(f"data source {name!r}: part {part!r} with holdout {holdout}: expected part all with "
+                            "holdout 0, or part train / held_out with a holdout fraction between 0 and 1")
         records, usable = [], 0
         for root in roots:
             index = index_root(root, cache_dir, runtime.get("storage_wait_s", 0.0))
@@ -147,11 +148,11 @@ def build_datasets(train: Mapping, eval: Mapping, steps: Mapping, cache_dir: str
             usable += len(index.pairs)
             records += [r for r in index.pairs if part == "all" or held_out(r, root, holdout) == (part == "held_out")]
         if not records and part == "held_out" and usable:
-            raise ValueError(f"data source {name!r}: its held-out share ({holdout:g}) of the {usable} pairs under "
-                             f"{list(roots)} holds none; raise data.eval_fraction, give data.eval_roots, or "
-                             "data.eval_fraction=0 for no eval")
+            raise UserError(f"data source {name!r}: its held-out share ({holdout:g}) of the {usable} pairs under "
+                            f"{list(roots)} holds none; raise data.eval_fraction, give data.eval_roots, or "
+                            "data.eval_fraction=0 for no eval")
         if not records:
-            raise ValueError(f"data source {name!r} has no usable md+pdf pairs under {list(roots)}")
+            raise UserError(f"data source {name!r} has no usable md+pdf pairs under {list(roots)}")
         return PageDataset(name, records, pipeline, report, seed)
 
     mixture = MixtureDataset({name: (source_dataset(name, src), float(src.get("weight", 1.0)))

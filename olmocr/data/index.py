@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from olmocr.errors import UserError
 from olmocr.faults import Unreachable, store_errors
 from olmocr.formats.frontmatter import FrontMatterError, PageMeta, parse_document
 from olmocr.utils.io import filesystem, is_remote, patiently, read_bytes
@@ -76,7 +77,7 @@ def _list_remote(root: str, wait_s: float) -> dict[str, tuple[int, int]]:
     except Unreachable:
         raise
     except Exception as exc:  # botocore/aiohttp/gcsfs each raise their own types for the same failure
-        raise ValueError(f"{root}: cannot list ({type(exc).__name__}: {exc})") from None
+        raise UserError(f"{root}: cannot list ({type(exc).__name__}: {exc})") from None
     found = {}
     for path, info in listing.items():
         if path.lower().endswith((".md", ".pdf")):
@@ -137,7 +138,7 @@ def index_root(root: str, cache_dir: str | None = None, storage_wait_s: float = 
         listing = _list_remote(root, storage_wait_s)
     else:
         if not os.path.isdir(root):
-            raise ValueError(f"data root {root!r} is not a directory (the published datasets are laid out by "
+            raise UserError(f"data root {root!r} is not a directory (the published datasets are laid out by "
                          "python -m olmocr.datasets dataset=…)")
         listing = _list_local(root)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from olmocr.data.pipeline import MadeWhenRead, RejectReport, build_pipeline
+from olmocr.data.chain import MadeWhenRead, RejectReport, build_pipeline
 from olmocr.data.steps import BuildMessages, Reject, control_token_in
+from olmocr.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ def read_pairs(paths: list[str]) -> tuple[list[dict], int]:
         try:
             text = read_text(path)
         except FileNotFoundError:
-            raise ValueError(f"data: pairs file {path} does not exist (python -m olmocr.pairs writes one)") from None
+            raise UserError(f"data: pairs file {path} does not exist (python -m olmocr.pairs writes one)") from None
         for number, row in parse_lines(text, path):  # a line torn by a killed pairs run: left out
             try:
                 if row.get("chosen") is None:
@@ -30,7 +31,7 @@ def read_pairs(paths: list[str]) -> tuple[list[dict], int]:
                 pairs.append({"pdf_path": row["pdf_path"], "page": int(row["page"]), "page_id": row["page_id"],
                               "chosen": str(row["chosen"]), "rejected": str(row["rejected"])})
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"{path}:{number}: not a pair line ({type(exc).__name__}: {exc})") from None
+                raise UserError(f"{path}:{number}: not a pair line ({type(exc).__name__}: {exc})") from None
     return pairs, without
 
 
@@ -54,7 +55,7 @@ def build_preference_dataset(paths: list[str], steps: dict, special_tokens: list
 
     pipeline = build_pipeline(steps)
     if not any(isinstance(step, BuildMessages) for step in pipeline.steps.values()):
-        raise ValueError("data.steps: DPO prompts need a 'messages' step (olmocr.data.steps.BuildMessages)")
+        raise UserError("data.steps: DPO prompts need a 'messages' step (olmocr.data.steps.BuildMessages)")
     pairs, without = read_pairs(paths)
     report = RejectReport(report_path)
     kept = []
@@ -70,6 +71,6 @@ def build_preference_dataset(paths: list[str], steps: dict, special_tokens: list
     log.info("%d pairs from %s (%d pages gave no pair; pairs skipped: %s); pages are made as the trainer reads "
              "them", len(kept), ", ".join(paths), without, skipped)
     if not kept:
-        raise ValueError(f"data: no usable pairs in {', '.join(paths)}")
+        raise UserError(f"data: no usable pairs in {', '.join(paths)}")
     made = MadeWhenRead(kept, functools.partial(pair_row, pipeline), report)
     return Dataset.from_dict({"index": list(range(len(kept)))}).with_transform(made)

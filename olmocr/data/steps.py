@@ -15,6 +15,7 @@ from typing import Annotated
 
 from olmocr.config import OneOf, Range, runtime
 from olmocr.data import text_rules
+from olmocr.errors import UserError
 from olmocr.formats.prompts import PROMPT_VERSIONS, build_prompt
 from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
 from olmocr.formats.image import ImageError, render_image
@@ -41,6 +42,10 @@ def control_token_in(text: str, tokens) -> str | None:
 
 
 class Step:
+    # The settings of this step that make what a model sees, which a trained model carries in its folder
+    # (olmocr.data.presented) and every stage that loads it presents its pages with.
+    presents: tuple[str, ...] = ()
+
     def __call__(self, sample: dict) -> dict:
         raise NotImplementedError
 
@@ -127,6 +132,8 @@ class RenderPage(Step):
     """The page as an image whose longest side is ``longest_side`` pixels. ``render_cache`` (training:
     ``data.render_cache``) is a folder where renders are kept (:mod:`olmocr.data.render_cache`): a page whose
     bytes were rendered at this size before is read from there, pixel for pixel what rendering it gives."""
+
+    presents = ("longest_side",)
 
     def __init__(self, longest_side: Annotated[int, Range(at_least=16)] = 1288, render_cache: str | None = None):
         from olmocr.data.render_cache import RenderCache
@@ -284,6 +291,8 @@ class AnnotateTables(Step):
 
 
 class BuildPrompt(Step):
+    presents = ("version",)
+
     def __init__(self, version: Annotated[str, OneOf(*PROMPT_VERSIONS)] = "v4"):
         build_prompt(version, anchor_text="")  # fail at construction on an unknown version
         self.version = version
@@ -299,7 +308,7 @@ TARGET_FORMATS = ("front_matter", "json")
 class BuildTarget(Step):
     def __init__(self, format: Annotated[str, OneOf(*TARGET_FORMATS)] = "front_matter"):
         if format not in TARGET_FORMATS:
-            raise ValueError(f"target format must be one of {', '.join(TARGET_FORMATS)}, got {format!r}")
+            raise UserError(f"target format must be one of {', '.join(TARGET_FORMATS)}, got {format!r}")
         self.format = format
 
     def __call__(self, sample):
@@ -310,6 +319,8 @@ class BuildTarget(Step):
 
 class BuildMessages(Step):
     """The chat turn. Production puts the instruction before the image; inference must match."""
+
+    presents = ("image_first",)
 
     def __init__(self, image_first: bool = False):
         self.image_first = image_first
@@ -337,7 +348,7 @@ class Tokenize(Step):
         tokenizer = processor.tokenizer
         self.end_of_turn_id = tokenizer.convert_tokens_to_ids(end_of_turn)
         if self.end_of_turn_id is None or self.end_of_turn_id == tokenizer.unk_token_id:
-            raise ValueError(f"end_of_turn token {end_of_turn!r} is not in the tokenizer's vocabulary")
+            raise UserError(f"end_of_turn token {end_of_turn!r} is not in the tokenizer's vocabulary")
         header = processor.apply_chat_template(
             [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
         )

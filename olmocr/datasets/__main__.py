@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 import olmocr.datasets.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
 from olmocr.config import build
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.datasets")
 
@@ -42,13 +43,13 @@ def removed_if_left_empty(folders: list[str]):
 @stage("datasets")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.datasets.files import STATE, Source, State, by_reason, reasons_text, write_atomic
-    from olmocr.faults import Unreachable, store_errors
+    from olmocr.faults import Unreachable, storage_fault, store_errors
     from olmocr.utils.io import Access, is_remote
     from olmocr.utils.runinfo import write_run_info
 
     if is_remote(cfg.out):
-        raise ValueError(f"out: {cfg.out} is remote; prepare into a local folder, then copy it (aws s3 sync) and "
-                         "train with data.local_cache")
+        raise UserError(f"out: {cfg.out} is remote; prepare into a local folder, then copy it (aws s3 sync) and "
+                        "train with data.local_cache")
     release = build(cfg.dataset)
     out = os.path.abspath(os.path.expanduser(cfg.out))
     download_dir = os.path.abspath(cfg.download_dir)
@@ -66,12 +67,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             parts = release.prepare(source, out, list(cfg.subsets) if cfg.subsets else None,
                                     list(cfg.splits) if cfg.splits else None, cfg.limit, cfg.workers)
     except Unreachable as exc:  # a source silent past storage_wait_s, or refusing the credentials
-        raise ValueError(f"source {cfg.source or release.repo_id} → {out}: {exc}; finished parts are kept, "
-                         "run again to continue") from None
+        raise Unreachable(f"source {cfg.source or release.repo_id} → {out}: {exc}; finished parts are kept, "
+                          "run again to continue") from exc
     except store_errors() as exc:  # a full disk; a local source that cannot be read
         detail = str(exc).splitlines()[0] if str(exc) else ""
-        raise ValueError(f"source {cfg.source or release.repo_id} → {out}: {type(exc).__name__}: {detail}; "
-                         "finished parts are kept, run again to continue") from None
+        raise storage_fault(exc, f"source {cfg.source or release.repo_id} → {out}: {type(exc).__name__}: {detail}; "
+                                 "finished parts are kept, run again to continue") from exc
 
     # The folder may hold parts prepared by earlier runs with another selection: the summary is of all.
     rejected = state.rejected()

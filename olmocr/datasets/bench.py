@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tqdm import tqdm
 
 from olmocr.datasets.files import Source, State, covers, safe_relative, write_atomic
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.datasets")
 
@@ -33,7 +34,7 @@ class BenchRelease:
     def prepare(self, source: Source, out: str, subsets: list[str] | None, splits: list[str] | None,
                 limit: int | None, workers: int) -> dict:
         if splits:
-            raise ValueError(f"splits: {self.repo_id} has no splits; choose test files with subsets=[…]")
+            raise UserError(f"splits: {self.repo_id} has no splits; choose test files with subsets=[…]")
         state = State(out)
         # The release's test files, as listed by the first run: a re-run over a finished folder needs no source.
         known = state.done("listing")
@@ -41,13 +42,13 @@ class BenchRelease:
             snapshot = source.fetch([f"{self.folder}/*.jsonl"])
             files = {os.path.basename(rel)[:-6]: rel for rel in snapshot.glob(f"{self.folder}/*.jsonl")}
             if not files:
-                raise ValueError(f"{snapshot.root}: no test files {self.folder}/*.jsonl; is it a snapshot of {self.repo_id}?")
+                raise UserError(f"{snapshot.root}: no test files {self.folder}/*.jsonl; is it a snapshot of {self.repo_id}?")
             state.finish("listing", {"files": files}, [])
         else:
             files = known["files"]
         for name in subsets or []:
             if name not in files:
-                raise ValueError(f"subsets: {self.repo_id} has no test file {name!r} (it has {', '.join(sorted(files))})")
+                raise UserError(f"subsets: {self.repo_id} has no test file {name!r} (it has {', '.join(sorted(files))})")
         results = {}
         for name in sorted(subsets or files):
             done = state.done(f"tests/{name}")

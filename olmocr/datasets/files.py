@@ -16,6 +16,7 @@ import socket
 import threading
 from collections import Counter
 
+from olmocr.errors import UserError
 from olmocr.faults import Unreachable, causes, gist
 from olmocr.utils.io import Access, filesystem, is_remote, patiently
 
@@ -38,9 +39,9 @@ class Snapshot:
             except FileNotFoundError:
                 there = False
             if not there:
-                raise ValueError(f"source {root}: nothing there (expected a snapshot of the dataset's files)")
+                raise UserError(f"source {root}: nothing there (expected a snapshot of the dataset's files)")
         elif not os.path.isdir(self.root):
-            raise ValueError(f"source {root}: not a folder (expected a snapshot of the dataset's files)")
+            raise UserError(f"source {root}: not a folder (expected a snapshot of the dataset's files)")
 
     def glob(self, pattern: str) -> list[str]:
         """Paths relative to the root matching ``pattern`` (``*`` within a folder, ``**`` across), sorted."""
@@ -86,8 +87,8 @@ def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: st
         except Exception as exc:
             unroutable = no_route(exc)
             if unroutable is not None:  # not an outage: waiting ten minutes would not mend it
-                raise ValueError(f"dataset {repo_id}: the Hub cannot be reached from this machine ({unroutable}: "
-                                 "offline, or no DNS); give source=<a local snapshot folder or s3:// prefix>") from None
+                raise UserError(f"dataset {repo_id}: the Hub cannot be reached from this machine ({unroutable}: "
+                                "offline, or no DNS); give source=<a local snapshot folder or s3:// prefix>") from None
             silent = _hub_silent(exc)
             if silent is not None:
                 raise silent from None  # what `patiently` waits out
@@ -105,28 +106,28 @@ def hub_snapshot(repo_id: str, revision: str, patterns: list[str], local_dir: st
         return patiently(attempt, f"dataset {repo_id}", wait_s, also=(httpx.TransportError,), what="the Hub",
                          progress=fetched)
     except Unreachable as exc:
-        raise ValueError(f"{exc}; give source=<a local snapshot folder or s3:// prefix>") from None
+        raise Unreachable(f"{exc}; give source=<a local snapshot folder or s3:// prefix>") from exc
 
 
 def _hub_refusal(repo_id: str, revision: str, exc: Exception) -> Exception:
-    """What the Hub said, or could not be asked, that waiting does not mend: a ValueError in one line (``exc``
+    """What the Hub said, or could not be asked, that waiting does not mend: a UserError in one line (``exc``
     itself when it is none of these)."""
     import httpx
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     if isinstance(exc, GatedRepoError):
-        return ValueError(f"dataset {repo_id}: access refused; accept its terms on the Hub and set HF_TOKEN")
+        return UserError(f"dataset {repo_id}: access refused; accept its terms on the Hub and set HF_TOKEN")
     if isinstance(exc, RevisionNotFoundError):
-        return ValueError(f"dataset {repo_id}: no revision {revision!r} (dataset.revision)")
+        return UserError(f"dataset {repo_id}: no revision {revision!r} (dataset.revision)")
     if isinstance(exc, RepositoryNotFoundError):
-        return ValueError(f"dataset {repo_id}: not found on the Hub, or private without HF_TOKEN set")
+        return UserError(f"dataset {repo_id}: not found on the Hub, or private without HF_TOKEN set")
     if isinstance(exc, HfHubHTTPError):  # a refused token (401), a request the Hub will not take (4xx)
         status = exc.response.status_code if exc.response is not None else "an error"
-        return ValueError(f"dataset {repo_id}: the Hub answered {status}"
-                          + (" (HF_TOKEN refused)" if status == 401 else "") + f": {str(exc).splitlines()[0]}")
+        return UserError(f"dataset {repo_id}: the Hub answered {status}"
+                         + (" (HF_TOKEN refused)" if status == 401 else "") + f": {str(exc).splitlines()[0]}")
     if isinstance(exc, (OSError, httpx.HTTPError)):  # offline mode, a full disk under the download folder
-        return ValueError(f"dataset {repo_id}: the Hub cannot be reached ({gist(exc)}); give source=<a local "
-                          "snapshot folder or s3:// prefix>")
+        return UserError(f"dataset {repo_id}: the Hub cannot be reached ({gist(exc)}); give source=<a local "
+                         "snapshot folder or s3:// prefix>")
     return exc
 
 

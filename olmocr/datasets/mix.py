@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from olmocr.datasets.files import Source, State, covers, remove, safe_relative, write_atomic
+from olmocr.errors import UserError
 from olmocr.formats.frontmatter import PageMeta, write_document
 
 log = logging.getLogger("olmocr.datasets")
@@ -118,7 +119,7 @@ def id_column(schema_names: list[str], pandas_meta: dict | None, where: str) -> 
     index = [c for c in (pandas_meta or {}).get("index_columns", []) if isinstance(c, str)]
     if len(index) == 1 and index[0] in schema_names:
         return index[0]
-    raise ValueError(f"{where}: no page id column (expected 'id' or a stored index); columns: {', '.join(schema_names)}")
+    raise UserError(f"{where}: no page id column (expected 'id' or a stored index); columns: {', '.join(schema_names)}")
 
 
 @dataclass
@@ -151,10 +152,10 @@ class MixRelease:
         known_splits = sorted({s for splits_of in self.parts.values() for s in splits_of})
         for name in subsets or []:
             if name not in self.parts:
-                raise ValueError(f"subsets: {self.repo_id} has no subset {name!r} (it has {', '.join(self.parts)})")
+                raise UserError(f"subsets: {self.repo_id} has no subset {name!r} (it has {', '.join(self.parts)})")
         for name in splits or []:
             if name not in known_splits:
-                raise ValueError(f"splits: {self.repo_id} has no split {name!r} (it has {', '.join(known_splits)})")
+                raise UserError(f"splits: {self.repo_id} has no split {name!r} (it has {', '.join(known_splits)})")
         return [Part(subset, split, parquet, os.path.join(out, subset, split))
                 for subset, splits_of in self.parts.items() if not subsets or subset in subsets
                 for split, parquet in splits_of.items() if not splits or split in splits]
@@ -167,7 +168,7 @@ class MixRelease:
         state = State(out)
         parts = self.select(subsets, splits, out)
         if not parts:
-            raise ValueError(f"subsets={subsets} splits={splits}: no such part of {self.repo_id}")
+            raise UserError(f"subsets={subsets} splits={splits}: no such part of {self.repo_id}")
         results = {p.key: state.done(f"part/{p.key}") for p in parts}
         pending = [p for p in parts if not (results[p.key] and covers(results[p.key]["limit"], limit))]
         for part in parts:
@@ -189,7 +190,7 @@ class MixRelease:
         import pyarrow.parquet as pq
 
         if not snapshot.exists(part.parquet):
-            raise ValueError(f"{snapshot.root}: no {part.parquet} (rows of {part.key}); is it a snapshot of {self.repo_id}?")
+            raise UserError(f"{snapshot.root}: no {part.parquet} (rows of {part.key}); is it a snapshot of {self.repo_id}?")
         with snapshot.open(part.parquet) as fh:
             pf = pq.ParquetFile(fh)
             column = id_column(pf.schema_arrow.names, pf.schema_arrow.pandas_metadata, part.parquet)

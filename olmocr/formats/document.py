@@ -3,6 +3,8 @@ its name; and the error that says a document itself is bad."""
 
 from __future__ import annotations
 
+from olmocr.errors import UserError
+
 PDF, IMAGE = "pdf", "image"
 # File signatures: a PDF may have a little junk before its header (readers accept it within 1 KiB).
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+",
@@ -11,7 +13,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".gif", ".b
 DOCUMENT_SUFFIXES = (".pdf", *IMAGE_SUFFIXES)
 
 
-class DocumentError(ValueError):
+class DocumentError(UserError):
     """A document that cannot be used: its bytes are not a readable PDF or image. ``reason`` is a short
     name for counting (``unreadable_pdf``, ``unreadable_image``, ``not_a_document``, …)."""
 

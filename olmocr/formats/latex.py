@@ -14,6 +14,8 @@ import shutil
 import subprocess
 import threading
 
+from olmocr.errors import UserError
+
 KATEX_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "katex")
 
 
@@ -31,11 +33,11 @@ class Katex:
 
     def _start(self) -> subprocess.Popen:
         if not self.node:
-            raise ValueError("math tests need Node.js to run KaTeX: install it (`bash scripts/setup.sh` does, "
-                             "as root) or set OLMOCR_NODE to a node binary")
+            raise UserError("math tests need Node.js to run KaTeX: install it (`bash scripts/setup.sh` does, "
+                            "as root) or set OLMOCR_NODE to a node binary")
         if not os.path.isdir(os.path.join(KATEX_DIR, "node_modules", "katex")):
-            raise ValueError(f"math tests need KaTeX: run `npm ci --prefix {KATEX_DIR}` "
-                             "(`bash scripts/setup.sh` does)")
+            raise UserError(f"math tests need KaTeX: run `npm ci --prefix {KATEX_DIR}` "
+                            "(`bash scripts/setup.sh` does)")
         return subprocess.Popen([self.node, os.path.join(KATEX_DIR, "render.js")], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
                                 bufsize=1)

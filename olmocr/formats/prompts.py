@@ -10,6 +10,8 @@ page's ~285 there, and a model that learns its instruction from nothing learns a
 
 from __future__ import annotations
 
+from olmocr.errors import UserError
+
 PROMPT_V4 = (
     "Below is the image of one page of a document. Transcribe it as markdown in natural reading "
     "order, the way a person would read the page aloud. Write equations in LaTeX, using \\( \\) "
@@ -40,6 +42,6 @@ def build_prompt(version: str, anchor_text: str | None = None) -> str:
         return PROMPT_BRIEF
     if version == "v1":
         if anchor_text is None:
-            raise ValueError("prompt version v1 needs anchor text: add an anchor_text step before the prompt step")
+            raise UserError("prompt version v1 needs anchor text: add an anchor_text step before the prompt step")
         return PROMPT_V1_TEMPLATE.format(anchor_text=anchor_text)
-    raise ValueError(f"prompt version must be one of {', '.join(PROMPT_VERSIONS)}, got {version!r}")
+    raise UserError(f"prompt version must be one of {', '.join(PROMPT_VERSIONS)}, got {version!r}")

@@ -15,6 +15,7 @@ import subprocess
 
 from PIL import Image
 
+from olmocr.errors import UserError
 from olmocr.formats.pdf import PdfError, failure, pdf_page_size, run_poppler
 from olmocr.utils.io import local_path
 
@@ -33,7 +34,7 @@ def render_page(pdf_path: str, page: int = 1, longest_side: int = 1288,
     ``data`` is the PDF's bytes when the caller has them (a remote PDF is then not fetched again).
     """
     if longest_side < 16:
-        raise ValueError(f"longest_side must be at least 16 pixels, got {longest_side}")
+        raise UserError(f"longest_side must be at least 16 pixels, got {longest_side}")
     if page_size is None:
         try:
             page_size = pdf_page_size(pdf_path, page, data)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from olmocr.errors import UserError
+
 
 @dataclass(frozen=True)
 class Family:
@@ -33,7 +35,7 @@ FAMILIES = {
 
 def get_family(name: str) -> Family:
     if name not in FAMILIES:
-        raise ValueError(f"model.family: unknown family {name!r} (expected one of {', '.join(FAMILIES)})")
+        raise UserError(f"model.family: unknown family {name!r} (expected one of {', '.join(FAMILIES)})")
     return FAMILIES[name]
 
 

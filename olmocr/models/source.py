@@ -10,6 +10,7 @@ import re
 from typing import TYPE_CHECKING, Annotated
 
 from olmocr.config import Matches, OneOf
+from olmocr.errors import UserError
 from olmocr.models.families import FAMILIES, get_family, transformers_class
 
 if TYPE_CHECKING:
@@ -108,21 +109,21 @@ def _loading(path: str):
         yield
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"model: cannot load {path}: {first}") from None
+        raise UserError(f"model: cannot load {path}: {first}") from None
 
 
 HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
 
 def check_name_or_path(name_or_path: str) -> None:
-    """ValueError naming ``model.name_or_path`` when it is neither a local folder nor a hub id."""
+    """UserError naming ``model.name_or_path`` when it is neither a local folder nor a hub id."""
     if not os.path.isdir(os.path.expanduser(name_or_path)):
         if "://" in name_or_path:
-            raise ValueError(f"model.name_or_path: {name_or_path} is remote; copy the checkpoint to a local "
-                             "folder first (transformers loads local folders and hub ids)")
+            raise UserError(f"model.name_or_path: {name_or_path} is remote; copy the checkpoint to a local "
+                            "folder first (transformers loads local folders and hub ids)")
         if os.path.isabs(name_or_path) or name_or_path.startswith((".", "~")) or not HUB_ID.match(name_or_path):
-            raise ValueError(f"model.name_or_path: {name_or_path} is not a folder (expected a checkpoint "
-                             "folder in Hugging Face format, or a hub id like org/name)")
+            raise UserError(f"model.name_or_path: {name_or_path} is not a folder (expected a checkpoint "
+                            "folder in Hugging Face format, or a hub id like org/name)")
 
 
 class HubModel(ModelSource):
@@ -148,7 +149,7 @@ class HubModel(ModelSource):
         """Whether the hub id loads from the local cache alone: the Hub does not answer (a compute node
         without internet) and the cache holds the checkpoint. Asked once, with one request, where
         transformers retries each file of a checkpoint for minutes before it falls back to the cache or
-        fails. ValueError (one line): the Hub refuses the id, the revision or the token, or it cannot be
+        fails. UserError (one line): the Hub refuses the id, the revision or the token, or it cannot be
         reached and the cache lacks the checkpoint."""
         from huggingface_hub import constants
 
@@ -164,24 +165,24 @@ class HubModel(ModelSource):
             HfApi().model_info(name, revision=self.revision, timeout=HUB_PROBE_TIMEOUT_S)
             return False
         except GatedRepoError:
-            raise ValueError(f"model.name_or_path: {name}: access refused; accept its terms on the Hub and set "
-                             "HF_TOKEN") from None
+            raise UserError(f"model.name_or_path: {name}: access refused; accept its terms on the Hub and set "
+                            "HF_TOKEN") from None
         except RevisionNotFoundError:
-            raise ValueError(f"model.revision: {name} has no revision {self.revision!r}") from None
+            raise UserError(f"model.revision: {name} has no revision {self.revision!r}") from None
         except RepositoryNotFoundError:
-            raise ValueError(f"model.name_or_path: {name} is not on the Hub, or is private and HF_TOKEN is not "
-                             "set") from None
+            raise UserError(f"model.name_or_path: {name} is not on the Hub, or is private and HF_TOKEN is not "
+                            "set") from None
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else None
             if status is not None and status < 500:  # a refused token (401), a rate limit: not an outage
-                raise ValueError(f"model.name_or_path: {name}: the Hub answered {status}"
-                                 + (" (HF_TOKEN refused)" if status == 401 else "")) from None
+                raise UserError(f"model.name_or_path: {name}: the Hub answered {status}"
+                                + (" (HF_TOKEN refused)" if status == 401 else "")) from None
             reason = f"the Hub answered {status or 'with an error'}"
         except (OSError, httpx.HTTPError) as exc:  # no route, no name resolution, a timeout
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no answer'}"
         if isinstance(try_to_load_from_cache(name, "config.json", revision=self.revision), str):
             log.warning("the Hub cannot be reached (%s): %s loads from the local cache", reason, name)
             return True
-        raise ValueError(f"model.name_or_path: {name} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) "
-                         f"and the Hub cannot be reached ({reason}); download it where the Hub answers (the same "
-                         "HF_HOME), or give a local folder")
+        raise UserError(f"model.name_or_path: {name} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) "
+                        f"and the Hub cannot be reached ({reason}); download it where the Hub answers (the same "
+                        "HF_HOME), or give a local folder")

@@ -14,6 +14,7 @@ import tempfile
 from typing import Annotated
 
 from olmocr.config import OneOf, Range
+from olmocr.errors import UserError
 from olmocr.models.families import transformers_class
 from olmocr.models.source import Attention, Dtype, FamilyName, ModelSource
 
@@ -56,7 +57,7 @@ class TinyModel(ModelSource):
         super().__init__(family, dtype, attn_implementation, image_min_pixels, image_max_pixels)
         head_dim = hidden_size // num_heads
         if hidden_size % num_heads or head_dim % 2:
-            raise ValueError(f"model.hidden_size {hidden_size} must split into {num_heads} heads of even size")
+            raise UserError(f"model.hidden_size {hidden_size} must split into {num_heads} heads of even size")
         self.arch = {
             "family": family, "hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads,
             "num_kv_heads": num_kv_heads, "intermediate_size": intermediate_size,

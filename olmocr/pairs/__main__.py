@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 import olmocr.pairs.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
 from olmocr.config import build
-from olmocr.pipeline.served import check_model_pages
+from olmocr.data.presented import presents_as_trained
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.pairs")
 
@@ -63,12 +64,12 @@ async def mine_all(converter, pages: list[dict], pairs, samples: int, temperatur
 
 def check(cfg: DictConfig) -> None:
     if cfg.samples < 2:
-        raise ValueError(f"samples: a pair needs at least 2 samples per page, got {cfg.samples}")
+        raise UserError(f"samples: a pair needs at least 2 samples per page, got {cfg.samples}")
     if not cfg.rewards:
-        raise ValueError("rewards: give the rewards that rank the samples, e.g. rewards=olmocr2")
+        raise UserError("rewards: give the rewards that rank the samples, e.g. rewards=olmocr2")
 
 
-@stage("pairs", check=check, paths=check_model_pages)
+@stage("pairs", check=check, present=presents_as_trained({"convert.steps": "model.name_or_path"}))
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
     from olmocr.rewards import build_rewards
@@ -84,6 +85,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
 def mine(cfg: DictConfig, output_dir: str, rewards, pages: list[dict]) -> dict:
     from olmocr.pairs.mine import PairFile
+    from olmocr.faults import Unreachable
     from olmocr.pipeline.failures import StopWork, Unavailable
     from olmocr.utils.runinfo import write_run_info
 
@@ -98,7 +100,7 @@ def mine(cfg: DictConfig, output_dir: str, rewards, pages: list[dict]) -> dict:
                 converter.run(mine_all(converter, todo, pairs, cfg.samples, cfg.temperature, rewards, cfg.margin,
                                        cfg.seed, cfg.progress))
         except (StopWork, Unavailable) as exc:  # the server gone, refusing the key, or busy past convert.busy_s
-            raise ValueError(f"{exc} (pages mined so far are kept; run again to resume)") from None
+            raise Unreachable(f"{exc} (pages mined so far are kept; run again to resume)") from exc
     summary = {"pairs_file": pairs.path, "pages": len(pages), "pairs": pairs.counts["pairs"],
                "pages_without_pair": pairs.counts["no_pair"], "mined_now": len(todo)}
     log.info("%d pairs from %d pages (%d pages gave no usable pair): %s", summary["pairs"], len(pages),

@@ -27,7 +27,8 @@ from omegaconf import DictConfig
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import Launch, stage
 from olmocr.config import build
-from olmocr.pipeline.served import check_model_pages
+from olmocr.data.presented import presents_as_trained
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -62,24 +63,22 @@ _QUEUED: set[tuple[str, tuple[str, ...]]] = set()  # what this process queued: j
 def queue_before_submitting(cfg: DictConfig) -> None:
     """Add ``pdfs=`` to the workspace here, once, before a cluster job's workers start (they only work);
     the jobs of a sweep (``-m replica='range(N)'``) queue their PDFs once between them."""
-    from olmocr.faults import Unreachable, named, store_errors
+    from olmocr.faults import named, storage_fault, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
     if not cfg.pdfs:
         return
     if cfg.workspace is None:
-        raise ValueError("workspace: a cluster job's workers share a workspace (s3://bucket/prefix, or a folder every "
-                         "machine mounts); set workspace=")
+        raise UserError("workspace: a cluster job's workers share a workspace (s3://bucket/prefix, or a folder every "
+                        "machine mounts); set workspace=")
     key = (cfg.workspace, tuple(cfg.pdfs))
     if key in _QUEUED:
         return
     try:
         add_pdfs(Workspace(cfg.workspace, Access(**cfg.workspace_access)), list(cfg.pdfs), cfg, Access(**cfg.pdf_access))
     except store_errors() as exc:
-        raise ValueError(f"workspace {cfg.workspace}: {named(exc)}") from None
-    except Unreachable as exc:  # the PDFs' storage: a launcher says its ValueErrors in one line
-        raise ValueError(str(exc)) from None
+        raise storage_fault(exc, f"workspace {cfg.workspace}: {named(exc)}") from exc
     _QUEUED.add(key)
 
 
@@ -91,16 +90,16 @@ def check(cfg: DictConfig) -> None:
     from olmocr.pipeline.queue import check_queue
 
     if cfg.workers == 0 and not cfg.pdfs and cfg.workspace is not None:
-        raise ValueError("workers=0 only adds PDFs, and pdfs= names none: give pdfs=[…], or workers=1 or more to work")
+        raise UserError("workers=0 only adds PDFs, and pdfs= names none: give pdfs=[…], or workers=1 or more to work")
     check_queue(cfg.queue.retry_wait_s, cfg.queue.retry_wait_max_s)
 
 
-@stage("pipeline", launch=LAUNCH, check=check, paths=check_model_pages)
+@stage("pipeline", launch=LAUNCH, check=check, present=presents_as_trained({"convert.steps": "model.name_or_path"}))
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork
     from olmocr.pipeline.queue import anything_left
-    from olmocr.faults import named, store_errors
+    from olmocr.faults import Unreachable, named, storage_fault, store_errors
     from olmocr.pipeline.worker import Breaker, WorkReport, run_workers, when_answering
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
@@ -150,14 +149,14 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                      or "nothing", report.failed, report.unavailable, report.taken_over, report.lost,
                      report.duplicates)
     except store_errors() as exc:
-        raise ValueError(f"workspace {root}: {named(exc)}") from None
+        raise storage_fault(exc, f"workspace {root}: {named(exc)}") from exc
     except MissingTool as exc:
-        raise ValueError(str(exc)) from None
+        raise UserError(str(exc)) from None
     except StopWork as exc:
         unreleased = getattr(exc, "unreleased", 0)
-        raise ValueError(f"{exc} (" + (f"{unreleased} item(s) this worker held could not be given back: they return to "
-                                       f"the queue when their claims expire, within queue.lease_s={cfg.queue.lease_s:g} s)"
-                                       if unreleased else "the items this worker held go back to the queue)")) from None
+        raise Unreachable(f"{exc} (" + (f"{unreleased} item(s) this worker held could not be given back: they return to "
+                                        f"the queue when their claims expire, within queue.lease_s={cfg.queue.lease_s:g} s)"
+                                        if unreleased else "the items this worker held go back to the queue)")) from exc
     write_run_info(output_dir, summary=summary)
     return summary
 

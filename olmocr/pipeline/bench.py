@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
 from olmocr.config import build
-from olmocr.pipeline.served import check_model_pages
+from olmocr.data.presented import presents_as_trained
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.pipeline.bench")
 
@@ -86,9 +87,10 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
     return totals
 
 
-@stage("pipeline_bench", paths=check_model_pages)
+@stage("pipeline_bench", present=presents_as_trained({"convert.steps": "model.name_or_path"}))
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.data.bench_prompts import bench_pages
+    from olmocr.faults import Unreachable
     from olmocr.pipeline.failures import StopWork, Unavailable
     from olmocr.utils.runinfo import write_run_info
 
@@ -96,7 +98,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     for problem in problems:
         log.warning("%s", problem)
     if not rows:
-        raise ValueError(f"bench_dir: {cfg.bench_dir} has no tested pages")
+        raise UserError(f"bench_dir: {cfg.bench_dir} has no tested pages")
     candidates = cfg.candidates or os.path.join(output_dir, "candidates")
     pdfs_root = os.path.join(cfg.bench_dir, "pdfs")
     todo, kept = [], 0
@@ -119,7 +121,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                 totals = converter.run(convert_pages(converter, todo, os.path.join(output_dir, "pages.jsonl"),
                                                      cfg.progress, candidates))
         except (StopWork, Unavailable) as exc:  # the server gone, refusing the key, or busy past convert.busy_s
-            raise ValueError(f"{exc} (pages written so far are kept; run again to resume)") from None
+            raise Unreachable(f"{exc} (pages written so far are kept; run again to resume)") from exc
     summary = {"candidates": candidates, "pages": len(rows), "repeats": cfg.repeats, "kept": kept, **totals,
                "server_restarts": converter.server.restarts}
     log.info("wrote %d candidate files (%d from the text layer) to %s; score them with python -m olmocr.bench "

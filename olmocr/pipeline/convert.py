@@ -23,8 +23,9 @@ from typing import Annotated, Any
 from PIL import Image
 
 from olmocr.config import OneOf, Range, runtime
-from olmocr.data.pipeline import build_pipeline
+from olmocr.data.chain import build_pipeline
 from olmocr.data.steps import BuildMessages, Reject
+from olmocr.errors import UserError
 from olmocr.formats.frontmatter import PageMeta, read_answer
 from olmocr.formats.pdf import PdfError, text_layer
 from olmocr.pipeline.client import ChatClient, Reply
@@ -210,8 +211,8 @@ class EventLoop:
 @runtime("server", "log_dir")
 class PageConverter:
     """Converts pages concurrently: at most ``concurrency`` pages are in flight (rendered image held,
-    request out); renders run on ``render_threads`` threads (null: one per core). ``match_model``: whether the
-    stage checks its steps against the served model's record first (:func:`olmocr.pipeline.served.check_model_pages`).
+    request out); renders run on ``render_threads`` threads (null: one per core). ``steps`` present the pages as the
+    served model was trained to read them (the stage sets them from its folder: :mod:`olmocr.data.presented`).
 
     Used as a context manager: entering starts the server (its output in ``<log_dir>/server.log``) and
     the client; leaving stops both. :meth:`run` runs a coroutine on the converter's loop from any thread.
@@ -224,15 +225,15 @@ class PageConverter:
                  concurrency: Annotated[int, Range(at_least=1)] = 64,
                  timeout_s: Annotated[float, Range(above=0)] = 600.0, busy_s: Annotated[float, Range(above=0)] = 120.0,
                  render_threads: Annotated[int | None, Range(at_least=1, null="one per core")] = None,
-                 guided: bool = False, match_model: bool = True, log_dir: str = "."):
+                 guided: bool = False, log_dir: str = "."):
         if not temperatures:
-            raise ValueError("convert.temperatures: give at least one (one attempt per temperature)")
+            raise UserError("convert.temperatures: give at least one (one attempt per temperature)")
         if guided and server.structured_outputs is False:
-            raise ValueError(f"convert.guided: {server.name} does not constrain decoding to a format "
-                             "(structured outputs); use server=vllm, or convert.guided=false")
+            raise UserError(f"convert.guided: {server.name} does not constrain decoding to a format "
+                            "(structured outputs); use server=vllm, or convert.guided=false")
         self.steps = build_pipeline(steps)
         if not any(isinstance(step, BuildMessages) for step in self.steps.steps.values()):
-            raise ValueError("convert.steps: page conversion needs a 'messages' step (olmocr.data.steps.BuildMessages)")
+            raise UserError("convert.steps: page conversion needs a 'messages' step (olmocr.data.steps.BuildMessages)")
         self.server = server
         self.client = ChatClient(server, timeout_s=timeout_s, concurrency=concurrency, busy_s=busy_s)
         self.temperatures = list(temperatures)
@@ -273,10 +274,10 @@ class PageConverter:
             reply = await self.client.chat(chat_messages(messages, url), CHECK_TOKENS, 0.0, regex=self.regex,
                                            quiet_s=CHECK_QUIET_S)
         except Unavailable as exc:
-            raise ValueError(f"{self.server.name} at {self.server.url}: {exc}") from None
+            raise UserError(f"{self.server.name} at {self.server.url}: {exc}") from None
         if reply.error is not None:
-            raise ValueError(f"{self.server.name} at {self.server.url} does not answer page requests for model "
-                             f"{self.server.model!r}: {error_gist(reply.error)}")
+            raise UserError(f"{self.server.name} at {self.server.url} does not answer page requests for model "
+                            f"{self.server.model!r}: {error_gist(reply.error)}")
 
     def __exit__(self, *exc) -> None:
         try:

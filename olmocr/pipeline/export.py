@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.errors import UserError
 from olmocr.formats.frontmatter import FrontMatterError, PageMeta, write_document
 from olmocr.pipeline.dolma import mirror_path
 from olmocr.pipeline.ocr import PAGES
@@ -154,7 +155,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.utils.runinfo import write_run_info
 
     if "://" in cfg.out_dir and not cfg.out_dir.startswith("s3://"):
-        raise ValueError(f"out_dir: {cfg.out_dir!r} is neither a local folder nor s3://bucket/prefix")
+        raise UserError(f"out_dir: {cfg.out_dir!r} is neither a local folder nor s3://bucket/prefix")
     counts = Counter(dict.fromkeys(("exported", "kept", *SKIPPED), 0))
     workspace_access, pdf_access = Access(**cfg.workspace_access), Access(**cfg.pdf_access)
     try:
@@ -171,14 +172,14 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                 bar.update(1)
                 bar.set_postfix(pages=pages, exported=counts["exported"], refresh=False)
         if not pages:
-            raise ValueError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
-                             "python -m olmocr.pipeline … work.page_results=true")
+            raise UserError(f"workspace: {cfg.workspace} has no page results ({PAGES}/); convert with "
+                            "python -m olmocr.pipeline … work.page_results=true")
     except Unavailable as exc:  # a local source that cannot be read now
-        raise ValueError(f"export: {exc} (the pages exported so far are kept: run again to add the rest)") from None
+        raise UserError(f"export: {exc} (the pages exported so far are kept: run again to add the rest)") from None
     except store_errors() as exc:
         if outside(exc) is not None or no_space(exc) is not None:
             raise  # the command line names the fault, with the free space or the config's remote places
-        raise ValueError(f"export: {exc}") from None
+        raise UserError(f"export: {exc}") from None
     summary = {"workspace": cfg.workspace, "out_dir": cfg.out_dir, "pages": pages, **counts}
     skipped = ", ".join(f"{counts[k]} {k}" for k in SKIPPED if counts[k])
     log.info("%d of %d pages exported to %s (%d already there; skipped: %s); train on them with python -m "

@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Annotated
 
 from olmocr.config import Range
+from olmocr.errors import UserError
 from olmocr.formats.pdf import run_poppler
 from olmocr.utils.io import local_path
 
@@ -46,8 +47,8 @@ class DocumentFilter:
         try:
             self.languages = {Language.from_iso_code_639_1(getattr(IsoCode639_1, code.upper())) for code in languages}
         except AttributeError as exc:
-            raise ValueError(f"filter.languages: {exc.name!r} is not an ISO 639-1 code lingua knows "
-                             f"(expected two-letter codes such as en, de, zh), got {list(languages)}") from None
+            raise UserError(f"filter.languages: {exc.name!r} is not an ISO 639-1 code lingua knows "
+                            f"(expected two-letter codes such as en, de, zh), got {list(languages)}") from None
         self.forms = forms
         self.spam = spam
         self.spam_threshold = spam_threshold

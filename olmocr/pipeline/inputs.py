@@ -11,6 +11,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from olmocr.errors import UserError
 from olmocr.formats.document import IMAGE, PDF, DocumentError, has_document_suffix, kind_of
 from olmocr.pipeline.archives import SEPARATOR, is_archive, list_members, read_members, split_member
 from olmocr.utils.io import Access, filesystem, irregular, is_remote, patiently, read_bytes, read_text
@@ -95,8 +96,8 @@ def expand(entries: list[str], access: Access | None = None, threads: int = 8, w
                 found = _expand_remote(sub, access, wait_s) if "://" in sub else _expand_local(sub)
             if not found:
                 where = f" (listed in {entry})" if listed else ""
-                raise ValueError(f"pdfs: {sub!r}{where} names no document (expected a PDF, an image, a tar archive "
-                                 "of them, a folder, a glob or a text file listing them)")
+                raise UserError(f"pdfs: {sub!r}{where} names no document (expected a PDF, an image, a tar archive "
+                                "of them, a folder, a glob or a text file listing them)")
             seen.update(dict.fromkeys(found))
     archives = [path for path in seen if is_archive(path)]
     with ThreadPoolExecutor(max_workers=threads) as pool:

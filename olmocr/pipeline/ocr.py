@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from olmocr.config import Range, runtime
+from olmocr.errors import UserError
 from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of, error_gist
 from olmocr.pipeline.dolma import dolma_document, mirror_path
@@ -111,7 +112,7 @@ class OcrWork:
         from olmocr.formats.pdf import poppler
 
         if self.workspace is None:
-            raise ValueError("work=ocr needs a workspace")
+            raise UserError("work=ocr needs a workspace")
         for tool in ("pdftoppm", "pdftotext"):  # renders and the text layer: this machine must have both
             poppler(tool)
         self.converter.__enter__()

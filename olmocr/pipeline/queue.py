@@ -39,6 +39,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 
+from olmocr.errors import UserError
 from olmocr.pipeline.workspace import CLAIMS, DONE, INDEX, Item, Workspace
 
 log = logging.getLogger("olmocr.pipeline")
@@ -80,8 +81,8 @@ class Claim:
 def check_queue(retry_wait_s: float, retry_wait_max_s: float) -> None:
     """What the ``queue`` schema's bounds cannot say, checked before a server starts or an item is claimed."""
     if retry_wait_max_s < retry_wait_s:
-        raise ValueError(f"queue.retry_wait_max_s: must be at least retry_wait_s ({retry_wait_s}), got "
-                         f"{retry_wait_max_s}")
+        raise UserError(f"queue.retry_wait_max_s: must be at least retry_wait_s ({retry_wait_s}), got "
+                        f"{retry_wait_max_s}")
 
 
 class WorkQueue:
@@ -91,7 +92,7 @@ class WorkQueue:
     def __init__(self, workspace: Workspace, worker: str, lease_s: float = 300.0, max_failures: int = 3,
                  retry_wait_s: float = 15.0, retry_wait_max_s: float = 600.0):
         if lease_s <= 0:
-            raise ValueError(f"lease_s: must be positive, got {lease_s}")
+            raise UserError(f"lease_s: must be positive, got {lease_s}")
         self.ws, self.store = workspace, workspace.store
         self.worker, self.lease_s, self.max_failures = worker, lease_s, max_failures
         self.retry_wait_s, self.retry_wait_max_s = retry_wait_s, retry_wait_max_s
@@ -345,7 +346,7 @@ def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
     wanted = sorted(set(items)) if items else sorted(claimed)
     unknown = [i for i in wanted if i not in claimed]
     if unknown:
-        raise ValueError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
+        raise UserError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
     back = []
     for item in wanted:
         name = workspace.claim_name(item)

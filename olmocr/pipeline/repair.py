@@ -122,7 +122,7 @@ def put_back(workspace, damage: Damage) -> None:
 
 @stage("pipeline_repair")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
-    from olmocr.faults import gist, outside, store_errors
+    from olmocr.faults import gist, outside, storage_fault, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -135,7 +135,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
             if not cfg.check_only:
                 put_back(workspace, found)
     except store_errors() as exc:
-        raise ValueError(f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from None
+        raise storage_fault(exc, f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from exc
     if not damage:
         print(f"{checked} done item(s) of {cfg.workspace} checked: none damaged")
     elif cfg.check_only:

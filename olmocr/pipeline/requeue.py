@@ -21,7 +21,7 @@ log = logging.getLogger("olmocr.pipeline.requeue")
 @stage("pipeline_requeue")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
     from olmocr.pipeline.queue import requeue
-    from olmocr.faults import gist, outside, store_errors
+    from olmocr.faults import gist, outside, storage_fault, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -30,7 +30,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
         workspace.check()
         back = requeue(workspace, list(cfg["items"]) or None)  # cfg.items is the mapping's method
     except store_errors() as exc:
-        raise ValueError(f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from None
+        raise storage_fault(exc, f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from exc
     print(f"{len(back)} given-up item(s) back in the queue of {cfg.workspace}" + (f": {', '.join(back)}" if back else ""))
     return back
 

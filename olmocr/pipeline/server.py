@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Annotated
 
 from olmocr.config import Matches, OneOf, Positive, Range, runtime
+from olmocr.errors import UserError
 from olmocr.pipeline.failures import StopWork
 from olmocr.utils.vllm_cpu import server_env
 
@@ -92,7 +93,7 @@ class Server:
         raise NotImplementedError
 
     def check_structured_outputs(self, regex: str) -> None:
-        """ValueError in one line when the server refuses a request constrained to ``regex`` (a short
+        """UserError in one line when the server refuses a request constrained to ``regex`` (a short
         text-only one, sent once at start), rather than a failed attempt on every page."""
         body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "Say nothing."}],
                            "max_tokens": 1, "temperature": 0.0, "structured_outputs": {"regex": regex}}).encode()
@@ -103,8 +104,8 @@ class Server:
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (401, 403, 429):
                 detail = exc.read().decode(errors="replace").strip().replace("\n", " ")[:200]
-                raise ValueError(f"convert.guided: {self.name} at {self.url} refuses requests constrained to the "
-                                 f"page format (structured_outputs): HTTP {exc.code} {detail}") from None
+                raise UserError(f"convert.guided: {self.name} at {self.url} refuses requests constrained to the "
+                                f"page format (structured_outputs): HTTP {exc.code} {detail}") from None
         except (urllib.error.URLError, OSError):
             pass  # not answering now: the pages find out, and wait for it
 
@@ -359,7 +360,7 @@ class ExternalServer(Server):
 
     def __init__(self, url: str, model_name: str, api_key_env: str | None = None, unreachable_s: Positive = 300.0):
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"server.url: expected an http(s):// base URL like http://host:8000/v1, got {url!r}")
+            raise UserError(f"server.url: expected an http(s):// base URL like http://host:8000/v1, got {url!r}")
         self.url = url.rstrip("/")
         self.model = model_name
         self.api_key_env = api_key_env
@@ -370,7 +371,7 @@ class ExternalServer(Server):
             return {}
         key = os.environ.get(self.api_key_env)
         if not key:
-            raise ValueError(f"server.api_key_env: the environment variable {self.api_key_env} is not set")
+            raise UserError(f"server.api_key_env: the environment variable {self.api_key_env} is not set")
         return {"Authorization": f"Bearer {key}"}
 
     def start(self, log_path: str) -> None:
@@ -383,7 +384,7 @@ class ExternalServer(Server):
         except urllib.error.HTTPError as exc:
             if exc.code in (401, 403):
                 where = f"the key in ${self.api_key_env}" if self.api_key_env else "no key (server.api_key_env)"
-                raise ValueError(f"server {self.url}: refused {where}: HTTP {exc.code}") from None
+                raise UserError(f"server {self.url}: refused {where}: HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError):
             pass  # gone again since recover(): the first page finds out, and waits again
 

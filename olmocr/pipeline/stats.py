@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.pipeline.stats")
 
@@ -213,7 +214,7 @@ def describe(stats: dict) -> str:
 
 @stage("pipeline_stats")
 def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
-    from olmocr.faults import gist, outside, store_errors
+    from olmocr.faults import gist, outside, storage_fault, store_errors
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
@@ -223,10 +224,10 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> dict:
         if not stats["items"]:
             workspace.store.confirm_root()
     except store_errors() as exc:
-        raise ValueError(f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from None
+        raise storage_fault(exc, f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from exc
     if not stats["items"]:
-        raise ValueError(f"workspace: {cfg.workspace} has no work index (add PDFs with python -m olmocr.pipeline "
-                         "workspace=… pdfs=[…])")
+        raise UserError(f"workspace: {cfg.workspace} has no work index (add PDFs with python -m olmocr.pipeline "
+                        "workspace=… pdfs=[…])")
     print(json.dumps(stats, indent=2) if cfg.json else describe(stats))
     return stats
 

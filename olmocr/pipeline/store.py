@@ -26,6 +26,7 @@ import uuid
 import zlib
 from dataclasses import dataclass
 
+from olmocr.errors import UserError
 from olmocr.faults import NoSuchBucket, no_space
 from olmocr.utils.io import Access
 
@@ -328,9 +329,9 @@ def open_store(root: str, access: Access | None = None) -> Store:
     """The store for a workspace: a local folder or ``s3://bucket/prefix`` (reached with ``access``)."""
     if root.startswith("s3://"):
         if len(root) <= len("s3://") or root[len("s3://"):].startswith("/"):
-            raise ValueError(f"workspace: {root!r} names no bucket (expected s3://bucket/prefix)")
+            raise UserError(f"workspace: {root!r} names no bucket (expected s3://bucket/prefix)")
         return S3Store(root, access)
     if "://" in root:
-        raise ValueError(f"workspace: {root!r} is neither a local folder nor s3://bucket/prefix "
-                         "(the queue needs S3's conditional writes)")
+        raise UserError(f"workspace: {root!r} is neither a local folder nor s3://bucket/prefix "
+                        "(the queue needs S3's conditional writes)")
     return LocalStore(root)

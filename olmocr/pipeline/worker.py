@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from olmocr.errors import UserError
 from olmocr.faults import gist
 from olmocr.pipeline.failures import StopWork, transient
 from olmocr.pipeline.queue import LeaseKeeper, WorkQueue, worker_name
@@ -328,7 +329,7 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
     peers still hold items waits for them, and takes over any claim whose holder died; without it, it
     stops as soon as nothing is claimable."""
     if workers < 1:
-        raise ValueError(f"workers: must be at least 1, got {workers}")
+        raise UserError(f"workers: must be at least 1, got {workers}")
     report = WorkReport()
     breaker = Breaker(pause_after, give_up_after_s, retry_wait_s, retry_wait_max_s)
     queues = when_answering(lambda: [

@@ -27,6 +27,7 @@ import socket
 import time
 from dataclasses import dataclass
 
+from olmocr.errors import UserError
 from olmocr.pipeline.inputs import group, sample_page_counts
 from olmocr.pipeline.store import Store, open_store
 from olmocr.utils.io import Access
@@ -88,7 +89,7 @@ class Workspace:
             lines = gzip.decompress(found.data).decode("utf-8").splitlines()
             items = [Item(row["id"], tuple(row["pdfs"]), int(row["pages"])) for row in map(json.loads, lines)]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{self.store.url(INDEX)}: not a work index ({exc})") from None
+            raise UserError(f"{self.store.url(INDEX)}: not a work index ({exc})") from None
         return items, found.tag
 
     def items(self) -> list[Item]:
@@ -96,17 +97,17 @@ class Workspace:
 
     def check(self, writable: bool = False) -> None:
         """That the workspace has work and, with ``writable``, that this process can write to it (it leaves
-        ``workers/<host>_<pid>.json``): ValueError saying what is wrong, before a server starts or an item is
+        ``workers/<host>_<pid>.json``): UserError saying what is wrong, before a server starts or an item is
         claimed. The store's own errors (no credentials, unreachable) pass through."""
         if not self.items():
             self.store.confirm_root()
-            raise ValueError(f"workspace: {self.root} has no work index (add PDFs: python -m olmocr.pipeline "
-                             f"workspace={self.root} pdfs=[…])")
+            raise UserError(f"workspace: {self.root} has no work index (add PDFs: python -m olmocr.pipeline "
+                            f"workspace={self.root} pdfs=[…])")
         if writable:
             name, data = self.sign_in()
             found = self.store.read(name)
             if found is None or found.data != data:
-                raise ValueError(f"workspace: {self.store.url(name)} did not read back as written")
+                raise UserError(f"workspace: {self.store.url(name)} did not read back as written")
 
     def sign_in(self) -> tuple[str, bytes]:
         """Write this process's ``workers/<host>_<pid>.json`` (again): a write that costs the workspace nothing."""
@@ -125,9 +126,9 @@ class Workspace:
         conflict the PDFs are checked against the new index and the write is tried again, so two
         machines adding at once both keep their PDFs, and adding the same PDFs twice changes nothing."""
         if pages_per_group < 1:
-            raise ValueError(f"pages_per_group: must be at least 1, got {pages_per_group}")
+            raise UserError(f"pages_per_group: must be at least 1, got {pages_per_group}")
         if sample < 0:
-            raise ValueError(f"sample: must be 0 or more (PDFs whose pages are counted to size the items), got {sample}")
+            raise UserError(f"sample: must be 0 or more (PDFs whose pages are counted to size the items), got {sample}")
         counts: dict[str, int | None] | None = None
         rng = random.Random()
         wait_out = wait_out or (lambda call: call())

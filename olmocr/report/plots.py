@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 import olmocr.report.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.errors import UserError
 from olmocr.utils.jsonl import read_rows
 
 # (file name, title, y label, metric patterns; fnmatch over "kind:key", kind train or eval)
@@ -72,7 +73,7 @@ def plot_run(run_dir: str, dpi: int = 100) -> list[str]:
 
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
-        raise ValueError(f"run_dir: {run_dir} has no metrics.jsonl (is it a training run dir?)")
+        raise UserError(f"run_dir: {run_dir} has no metrics.jsonl (is it a training run dir?)")
     series = panel_series(read_metrics(path))
     folder = os.path.join(run_dir, "plots")
     os.makedirs(folder, exist_ok=True)

@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 
 import olmocr.report.schema  # noqa: F401 - puts this stage's schema in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.report.viewer")
 ATTRIBUTES = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
@@ -59,7 +60,7 @@ def result_files(results: list[str], wait_s: float = 0.0) -> list[str]:
         else:
             found = _glob(entry, wait_s=wait_s)
         if not found:
-            raise ValueError(f"results: {entry!r} names no Dolma JSONL (a workspace, a .jsonl file or a glob)")
+            raise UserError(f"results: {entry!r} names no Dolma JSONL (a workspace, a .jsonl file or a glob)")
         files += found
     return files
 

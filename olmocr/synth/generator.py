@@ -19,6 +19,7 @@ from reportlab.lib.pagesizes import A4, LETTER, landscape
 from tqdm import tqdm
 
 from olmocr.bench.records import AbsentTest, BaselineTest, MathTest, OrderTest, PresentTest, TableTest
+from olmocr.errors import UserError
 from olmocr.formats.frontmatter import PageMeta, write_document
 from olmocr.runlock import run_dir_held
 from olmocr.synth import text as words
@@ -50,15 +51,15 @@ class PageGenerator:
         self.layout_weights = layout_weights or {name: 1.0 for name in LAYOUTS}
         unknown = set(self.layout_weights) - set(LAYOUTS)
         if unknown:
-            raise ValueError(f"layout_weights: unknown layout(s) {sorted(unknown)} (expected {', '.join(LAYOUTS)})")
+            raise UserError(f"layout_weights: unknown layout(s) {sorted(unknown)} (expected {', '.join(LAYOUTS)})")
         self.language_weights = language_weights or {"en": 1.0}
         unknown = set(self.language_weights) - set(words.LANGUAGES)
         if unknown:
-            raise ValueError(f"language_weights: unknown language(s) {sorted(unknown)} "
-                             f"(expected {', '.join(words.LANGUAGES)})")
+            raise UserError(f"language_weights: unknown language(s) {sorted(unknown)} "
+                            f"(expected {', '.join(words.LANGUAGES)})")
         for key, weights in (("layout_weights", self.layout_weights), ("language_weights", self.language_weights)):
             if any(w < 0 for w in weights.values()) or not sum(weights.values()) > 0:
-                raise ValueError(f"{key}: weights must be 0 or more with at least one positive, got {weights}")
+                raise UserError(f"{key}: weights must be 0 or more with at least one positive, got {weights}")
 
     # -- page description ---------------------------------------------------------------------------------
     def describe(self, index: int) -> Page:
@@ -194,7 +195,7 @@ def category_files(category: str | None) -> tuple[str, str]:
     default; ``<category>.jsonl`` (a category of the bench the folder is) and ``<category>_settings.json``."""
     name = category or "synth"
     if not CATEGORY.fullmatch(name):
-        raise ValueError(f"category: expected letters, digits, '_' or '-' (a test file's name), got {category!r}")
+        raise UserError(f"category: expected letters, digits, '_' or '-' (a test file's name), got {category!r}")
     return f"{name}.jsonl", SETTINGS_FILE if name == "synth" else f"{name}_settings.json"
 
 
@@ -221,9 +222,9 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
     rest; a run with another ``first_index`` or ``seed`` adds its pages, and the tests file then covers all.
     """
     if num_pages < 1:
-        raise ValueError(f"num_pages: must be at least 1, got {num_pages}")
+        raise UserError(f"num_pages: must be at least 1, got {num_pages}")
     if first_index < 0:
-        raise ValueError(f"first_index: must be 0 or more, got {first_index}")
+        raise UserError(f"first_index: must be 0 or more, got {first_index}")
     tests_file, settings_file = category_files(category)
     if reading:  # reading pages (olmocr.synth.reading): the weights do not apply
         settings = {"layout_weights": {}, "language_weights": {}, "reading": reading, "reading_words": reading_words}
@@ -284,15 +285,15 @@ def _made_before(out_dir: str, settings: dict, settings_file: str = SETTINGS_FIL
         _whole(path, _write_text, _record(settings, []))
         return False, []
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a record of synthetic pages ({type(exc).__name__}: {exc}); "
-                         "give this run another out_dir, or remove the file to write the pages again") from None
+        raise UserError(f"{path}: not a record of synthetic pages ({type(exc).__name__}: {exc}); "
+                        "give this run another out_dir, or remove the file to write the pages again") from None
     # Order matters as much as values: the weights are drawn from in their order.
     differ = [key for key in settings if _ordered(made_with[key]) != _ordered(settings[key])]
     if differ:
         theirs = ", ".join(f"{key}={json.dumps(made_with[key])}" for key in differ)
         ours = ", ".join(f"{key}={json.dumps(settings[key])}" for key in differ)
-        raise ValueError(f"out_dir {out_dir} holds pages made with {theirs}, and this run has {ours}: give it "
-                         "another out_dir, or the same settings to add pages or finish an interrupted run")
+        raise UserError(f"out_dir {out_dir} holds pages made with {theirs}, and this run has {ours}: give it "
+                        "another out_dir, or the same settings to add pages or finish an interrupted run")
     return True, ranges
 
 

@@ -31,6 +31,7 @@ import string
 from reportlab.lib.utils import simpleSplit
 
 from olmocr.bench.records import BaselineTest, OrderTest, PresentTest
+from olmocr.errors import UserError
 from olmocr.formats.frontmatter import PageMeta
 from olmocr.synth import text as words
 from olmocr.synth.blocks import Page, Paragraph, page_name
@@ -53,9 +54,9 @@ class ReadingPageGenerator:
 
     def __init__(self, seed: int, level: str, words: str = "all", category: str | None = None):
         if level not in LEVELS:
-            raise ValueError(f"reading: expected one of {', '.join(LEVELS)}, got {level!r}")
+            raise UserError(f"reading: expected one of {', '.join(LEVELS)}, got {level!r}")
         if words not in WORD_CHOICES:
-            raise ValueError(f"reading_words: expected one of {', '.join(WORD_CHOICES)}, got {words!r}")
+            raise UserError(f"reading_words: expected one of {', '.join(WORD_CHOICES)}, got {words!r}")
         self.seed, self.level, self.words, self.category = seed, level, words, category
         self.bank = ([w for w in _BANK if w not in UNSEEN] if words in ("seen", "mixed")
                      else sorted(UNSEEN) if words == "unseen" else list(_BANK))

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import functools
-import os
 
 from omegaconf import DictConfig, OmegaConf
 
 import olmocr.train.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
-from olmocr.cli import Launch, Sidecar, say_warning, stage
+from olmocr.cli import Launch, Sidecar, stage
 from olmocr.config import locate
+from olmocr.data.presented import presents_as_trained
+from olmocr.errors import UserError
 from olmocr.train import algos, optim
 from olmocr.train.recipe import check_finetune, check_trainer
 from olmocr.train.vllm_server import server_command
@@ -23,7 +24,7 @@ def cluster_needs(cfg: DictConfig) -> Launch:
     if cfg.algo.get("generation") == "vllm_server":
         model = cfg.model.get("name_or_path")
         if not model:
-            raise ValueError("the GRPO server layout serves a hub model: model.name_or_path must be set")
+            raise UserError("the GRPO server layout serves a hub model: model.name_or_path must be set")
         algo = OmegaConf.to_container(cfg.algo, resolve=True)
         sidecar = Sidecar(command=functools.partial(server_command, model, algo), host_key="algo.vllm_server_host",
                           gpus=algo["vllm_tensor_parallel_size"] * algo["vllm_data_parallel_size"])
@@ -40,7 +41,7 @@ RECIPES = {"sft": "olmocr.train.sft.SFT", "grpo": "olmocr.train.grpo.GRPO", "dpo
 
 def check(cfg: DictConfig) -> None:
     if cfg.algo.name not in RECIPES:
-        raise ValueError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
+        raise UserError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
     check_trainer(cfg.trainer)
     check_finetune(cfg.finetune.freeze_vision, cfg.finetune.freeze_language, cfg.finetune.lora,
                    cfg.finetune.centre_projector, cfg.algo.name)
@@ -51,25 +52,21 @@ def check(cfg: DictConfig) -> None:
 
 def check_paths(cfg: DictConfig) -> None:
     """The local folders the run reads, before its run dir is made (a path a cluster job reads is checked there)."""
-    from olmocr.data.presented import RECORD, differences
     from olmocr.models.source import check_name_or_path
     from olmocr.train.bench_eval import check_root
 
     name = cfg.model.get("name_or_path")
     if isinstance(name, str):
         check_name_or_path(name)
-        # Training on other pages than the base model read is a choice (a new render size), not an error.
-        changed = differences(name, OmegaConf.to_container(cfg.data.steps, resolve=True), "data.steps") \
-            if os.path.isdir(os.path.expanduser(name)) else []
-        if changed:
-            say_warning(f"{'; '.join(changed)}: model.name_or_path={name} was trained on pages presented otherwise "
-                        f"(its {RECORD}); this run teaches it these")
     bench = cfg.eval.get("bench")
     if bench is not None and isinstance(bench.get("root"), str):
         check_root(bench.root)
 
 
-@stage("train", launch=cluster_needs, check=check, paths=check_paths)
+# Training from a model that carries how it reads its pages (a released checkpoint of this project: GRPO or DPO
+# after SFT) trains and evaluates on pages presented as it learned to read them.
+@stage("train", launch=cluster_needs, check=check, paths=check_paths,
+       present=presents_as_trained({"data.steps": "model.name_or_path", "eval.bench.steps": "model.name_or_path"}))
 def run(cfg: DictConfig, output_dir: str) -> dict:
     return locate(RECIPES[cfg.algo.name])(cfg, output_dir).run()
 

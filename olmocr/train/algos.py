@@ -15,6 +15,8 @@ import typing
 
 from omegaconf import DictConfig, OmegaConf
 
+from olmocr.errors import UserError
+
 
 def grpo_fields(base: dict, algo: dict, reward_weights: list[float] | None = None,
                 image_token_id: int | None = None) -> dict:
@@ -129,14 +131,14 @@ def _check_trl_args(cfg: DictConfig) -> None:
     given = OmegaConf.to_container(cfg.algo.trl_args, resolve=True)
     unknown = sorted(set(given) - set(hints))
     if unknown:
-        raise ValueError(f"algo.trl_args: {', '.join(unknown)} not trl {config_class} field(s)")
+        raise UserError(f"algo.trl_args: {', '.join(unknown)} not trl {config_class} field(s)")
     for key in sorted(set(given) & set(NOT_FOR_PAGES.get(cfg.algo.name, {}))):
         if given[key]:
-            raise ValueError(f"algo.trl_args.{key}: {NOT_FOR_PAGES[cfg.algo.name][key]}")
+            raise UserError(f"algo.trl_args.{key}: {NOT_FOR_PAGES[cfg.algo.name][key]}")
     for key, value in given.items():
         if not _accepts(value, hints[key]):
-            raise ValueError(f"algo.trl_args.{key}: trl's {config_class} expects {_type_name(hints[key])}, "
-                             f"got {value!r}")
+            raise UserError(f"algo.trl_args.{key}: trl's {config_class} expects {_type_name(hints[key])}, "
+                            f"got {value!r}")
 
 
 def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
@@ -163,8 +165,8 @@ def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
     try:
         checked(**fields(base, OmegaConf.to_container(cfg.algo, resolve=True)))
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"algo.trl_args: trl's {config_class} refuses them with this run's values on {world_size} "
-                         f"process(es): {exc}") from None
+        raise UserError(f"algo.trl_args: trl's {config_class} refuses them with this run's values on {world_size} "
+                        f"process(es): {exc}") from None
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)  # the process's devices stay for the run to set up
 
@@ -172,9 +174,9 @@ def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
 def _check_trl_run(name: str, trainer) -> None:
     """What trl's trainers of both algorithms refuse."""
     if trainer.max_duration.unit not in ("steps", "epochs"):
-        raise ValueError(f"trainer.max_duration.unit: {name} counts steps or epochs, got {trainer.max_duration.unit!r}")
+        raise UserError(f"trainer.max_duration.unit: {name} counts steps or epochs, got {trainer.max_duration.unit!r}")
     if trainer.strategy == "fsdp":
-        raise ValueError(f"trainer.strategy=fsdp is not available for {name}: use ddp or deepspeed (ZeRO-1/2)")
+        raise UserError(f"trainer.strategy=fsdp is not available for {name}: use ddp or deepspeed (ZeRO-1/2)")
 
 
 def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
@@ -182,10 +184,10 @@ def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
     :func:`check_world` then."""
     algo, t = cfg.algo, cfg.trainer
     if not cfg.rewards:
-        raise ValueError("algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)")
+        raise UserError("algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)")
     if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
-        raise ValueError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
-                         "vLLM, or its CPU build on a machine without CUDA)")
+        raise UserError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
+                        "vLLM, or its CPU build on a machine without CUDA)")
     _check_trl_args(cfg)
     _check_trl_run("GRPO", t)
     if world_size is not None:
@@ -199,7 +201,7 @@ def check_world(cfg: DictConfig, world_size: int) -> None:
     if algo.name == "grpo":
         completions = t.batch_size * t.grad_accum * world_size
         if completions % algo.num_generations:
-            raise ValueError(
+            raise UserError(
                 f"algo.num_generations={algo.num_generations} must divide the completions per step, trainer.batch_size"
                 f" × trainer.grad_accum × processes = {t.batch_size} × {t.grad_accum} × {world_size} = {completions}"
                 " (batch_size counts completions)")
@@ -209,7 +211,7 @@ def check_world(cfg: DictConfig, world_size: int) -> None:
 
 def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:
     if "train" not in cfg.data or isinstance(cfg.data.train, DictConfig):
-        raise ValueError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
+        raise UserError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
     _check_trl_args(cfg)
     _check_trl_run("DPO", cfg.trainer)
     if world_size is not None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from olmocr.config import OneOf, Range, runtime
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.train")
 
@@ -138,10 +139,10 @@ class VllmDecoder:
 
 
 def check_root(root: str) -> None:
-    """ValueError naming ``eval.bench.root`` when it is not a local folder."""
+    """UserError naming ``eval.bench.root`` when it is not a local folder."""
     if not os.path.isdir(os.path.expanduser(root)):
-        raise ValueError(f"eval.bench.root: {root} is not a folder (a bench folder: *.jsonl tests and "
-                         "pdfs/; python -m olmocr.datasets dataset=olmocr_bench fetches olmOCR-bench)")
+        raise UserError(f"eval.bench.root: {root} is not a folder (a bench folder: *.jsonl tests and "
+                        "pdfs/; python -m olmocr.datasets dataset=olmocr_bench fetches olmOCR-bench)")
 
 
 @runtime("output_dir")
@@ -172,14 +173,14 @@ class BenchEval:
         """Read the bench and choose the pages; a wrong folder or steps are one line, before any model loads."""
         from olmocr.bench import equations
         from olmocr.bench.score import Bench, load_bench
-        from olmocr.data.pipeline import build_pipeline
+        from olmocr.data.chain import build_pipeline
         from olmocr.data.steps import BuildMessages
 
         check_root(self.root)
         try:
             bench = load_bench(self.root)
         except ValueError as exc:
-            raise ValueError(f"eval.bench.root: {exc}") from None
+            raise UserError(f"eval.bench.root: {exc}") from None
         for line in bench.malformed:
             log.warning("bench eval: malformed test, skipped: %s", line)
         self.pages = self.sample(bench.tests)
@@ -190,7 +191,7 @@ class BenchEval:
             equations.render("x")  # math tests need Node and KaTeX: fail now, not at the first eval
         self.pipeline = build_pipeline(self.steps)
         if not any(isinstance(s, BuildMessages) for s in self.pipeline.steps.values()):
-            raise ValueError("eval.bench.steps: the pages need a 'messages' step (olmocr.data.steps.BuildMessages)")
+            raise UserError("eval.bench.steps: the pages need a 'messages' step (olmocr.data.steps.BuildMessages)")
         categories = sorted({c for c, _ in tests})
         log.info("bench eval: %d pages, %d tests in %d categories (%s) of %s", len(self.pages), len(tests),
                  len(categories), ", ".join(categories), self.root)
@@ -228,8 +229,8 @@ class BenchEval:
         colocated = trainer is not None and getattr(trainer, "vllm_generation", None) is not None \
             and getattr(trainer.vllm_generation, "mode", None) == "colocate"
         if self.engine == "vllm" and not colocated:
-            raise ValueError("eval.bench.engine=vllm decodes with GRPO's colocated vLLM engine: use "
-                             "algo.generation=vllm_colocate, or engine=transformers (or auto)")
+            raise UserError("eval.bench.engine=vllm decodes with GRPO's colocated vLLM engine: use "
+                            "algo.generation=vllm_colocate, or engine=transformers (or auto)")
         if self.engine != "transformers" and colocated:
             return VllmDecoder(trainer, processor, self.max_new_tokens)
         return TransformersDecoder(model, processor, self.max_new_tokens, device, autocast_dtype, synced)

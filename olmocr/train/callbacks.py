@@ -10,6 +10,7 @@ import uuid
 from typing import Annotated
 
 from olmocr.config import OneOf, runtime
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.train")
 
@@ -213,8 +214,8 @@ class Wandb(Callback):
             wandb.login(verify=True, timeout=self.LOGIN_TIMEOUT_S)
         except wandb.errors.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"callbacks.wandb: {reason} (WANDB_MODE=offline logs the run here for a later "
-                             "`wandb sync`; logger=console logs to the console only)") from None
+            raise UserError(f"callbacks.wandb: {reason} (WANDB_MODE=offline logs the run here for a later "
+                            "`wandb sync`; logger=console logs to the console only)") from None
 
     def _reach(self, url: str) -> None:
         """Any HTTP answer means the server is there (its key is wandb's to check); no connection, no name or
@@ -237,9 +238,9 @@ class Wandb(Callback):
             reason = exc.strerror or str(exc)
         else:
             return
-        raise ValueError(f"callbacks.wandb: cannot reach {url}: {reason} (WANDB_BASE_URL or `wandb login --host` "
-                         "names the server; WANDB_MODE=offline logs the run here for a later `wandb sync`; "
-                         "logger=console logs to the console only)")
+        raise UserError(f"callbacks.wandb: cannot reach {url}: {reason} (WANDB_BASE_URL or `wandb login --host` "
+                        "names the server; WANDB_MODE=offline logs the run here for a later `wandb sync`; "
+                        "logger=console logs to the console only)")
 
     def run_id(self) -> str:
         """The W&B run of this run dir: made on the first start, read on every later one."""

@@ -25,6 +25,7 @@ import torch
 import yaml
 
 from olmocr.data.presented import write_record
+from olmocr.errors import UserError
 from olmocr.faults import NoSpace, no_space
 from olmocr.models.source import save_model
 from olmocr.utils.sync import BEST, MARKERS
@@ -131,7 +132,7 @@ def model_dir(checkpoint: str) -> str:
     if os.path.isfile(os.path.join(checkpoint, "config.json")) or \
             os.path.isfile(os.path.join(checkpoint, "adapter_config.json")):
         return checkpoint
-    raise ValueError(f"{checkpoint} holds no model (no config.json or adapter_config.json, here or in model/)")
+    raise UserError(f"{checkpoint} holds no model (no config.json or adapter_config.json, here or in model/)")
 
 
 def rng_state() -> dict:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from olmocr.errors import UserError
+
 log = logging.getLogger(__name__)
 
 # What a launcher tells a process about its place in a job. DeepSpeed sets them even in a single process,
@@ -73,7 +75,7 @@ def init_distributed(device: str = "auto", backend: str = "auto") -> DistInfo:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("trainer.device=cuda but no CUDA device is visible")
+            raise UserError("trainer.device=cuda but no CUDA device is visible")
         # srun --gpus-per-task=1 shows each task only its own GPU, torchrun shows all of them.
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     if world_size > 1 and not dist.is_initialized():
@@ -171,7 +173,7 @@ class Sharded(Replicated):
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         units = set(getattr(base, "_no_split_modules", None) or [])
         if not units:
-            raise ValueError(f"trainer.strategy=fsdp: {type(base).__name__} lists no _no_split_modules to shard")
+            raise UserError(f"trainer.strategy=fsdp: {type(base).__name__} lists no _no_split_modules to shard")
         if not dist.is_initialized():
             # One process started on its own: FSDP shards over a process group, here of that one process (as
             # DeepSpeed sets up for itself), which shutdown() ends with the run.
@@ -238,7 +240,7 @@ class DeepSpeed(Replicated):
         from olmocr.train.muon import SingleDeviceMuonWithAuxAdam
 
         if isinstance(optimizer, SingleDeviceMuonWithAuxAdam):
-            raise ValueError("optimizer=muon orthogonalises whole matrices; ZeRO flattens them: use strategy=ddp")
+            raise UserError("optimizer=muon orthogonalises whole matrices; ZeRO flattens them: use strategy=ddp")
         if not dist.is_initialized():  # one process without torchrun: DeepSpeed still wants a process group
             import socket
 

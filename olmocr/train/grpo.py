@@ -10,15 +10,14 @@ newest one. :func:`olmocr.train.checkpoint.model_dir` finds the model in either 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import logging
 import os
-import sys
 
 import torch
 import trl
 
+from olmocr.errors import UserError
 from olmocr.train.algos import check_grpo, grpo_arguments
 from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoints
 
@@ -36,42 +35,18 @@ def eos_token_ids(processor, model) -> list[int]:
 def trainer_class(generation: str) -> type:
     """trl's GRPO trainer, resuming with the weights our loader brought back.
 
-    trl imports vLLM with its GRPO trainer whenever vLLM is installed: 15 s or more of CPU for every process
-    on a small machine (and vLLM's settings of torch with it). A run that generates with transformers never
-    uses it, so in such a process trl is shown no vLLM while its trainer is imported. The first import
-    decides for the process: a colocated run after one of those, in the same process, is refused."""
-    import trl.import_utils as imports
+    trl imports vLLM with its GRPO trainer whenever vLLM is installed; a run that generates with transformers
+    never uses it, so in such a process trl is shown no vLLM while its trainer is imported
+    (:func:`olmocr.private.trl.import_generation`). The first import decides for the process: a colocated run after
+    one of those, in the same process, is refused."""
+    from olmocr.private.trl import EagerGeneration, import_generation
 
-    loaded = "trl.generation.vllm_generation" in sys.modules
-    if generation == "transformers" and not loaded:
-        def hidden(*_, **__) -> bool:
-            return False
+    if not import_generation(with_vllm=generation != "transformers"):
+        raise UserError(f"algo.generation={generation}: this process imported trl's GRPO trainer without vLLM "
+                        "(for a run that generated with transformers); start the run in a process of its own")
 
-        available, imports.is_vllm_available = imports.is_vllm_available, hidden
-        try:
-            importlib.import_module("trl.generation.vllm_generation")  # binds the answer above
-        finally:
-            # Only the trainer's imports skip vLLM; later users (trl's server client, say) see the truth. A
-            # module that decided its own imports by the hidden answer is forgotten, so that the next import
-            # of it runs with vLLM (the trainer keeps the copy it holds).
-            for name, module in list(sys.modules.items()):
-                if name.split(".")[0] == "trl" and getattr(module, "is_vllm_available", None) is hidden:
-                    module.is_vllm_available = available
-                    if name != "trl.generation.vllm_generation" and not hasattr(module, "__path__"):
-                        del sys.modules[name]
-    elif generation != "transformers" and loaded and not hasattr(sys.modules["trl.generation.vllm_generation"], "LLM"):
-        raise ValueError(f"algo.generation={generation}: this process imported trl's GRPO trainer without vLLM "
-                         "(for a run that generated with transformers); start the run in a process of its own")
-
-    class GRPOTrainer(LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.GRPOTrainer):
+    class GRPOTrainer(EagerGeneration, LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.GRPOTrainer):
         """trl's GRPO trainer, resuming with the weights our loader brought back."""
-
-        # Eagerly, under trainer.compile: the compiled blocks' cached, no-grad, token-at-a-time decode would
-        # compile them again for each layer's cache (its index, its first update), filling dynamo's recompile
-        # limit before the first training step, whose graphs would then never be compiled.
-        @torch.compiler.set_stance("force_eager")
-        def _generate_single_turn(self, *args, **kwargs):
-            return super()._generate_single_turn(*args, **kwargs)
 
     return GRPOTrainer
 
@@ -89,9 +64,9 @@ class GRPO(HFRecipe):
         if algo["generation"] == "vllm_server" and not torch.cuda.is_available():
             # Here, on the machine that trains, not when the config is checked (a login node has no GPU):
             # trl hands the server each update over NCCL, and nothing else carries it.
-            raise ValueError("algo.generation=vllm_server: trl's generation server takes weight updates over "
-                             "NCCL, which needs CUDA GPUs; on this machine use algo.generation=vllm_colocate or "
-                             "transformers")
+            raise UserError("algo.generation=vllm_server: trl's generation server takes weight updates over "
+                            "NCCL, which needs CUDA GPUs; on this machine use algo.generation=vllm_colocate or "
+                            "transformers")
         if algo["generation"] == "vllm_server":
             command = server_command(self.source.path, algo, algo["vllm_server_host"])
             if self.dist.rank == 0:
@@ -128,6 +103,29 @@ class GRPO(HFRecipe):
         optimizer, scheduler = self.optimizer_and_scheduler(self.model)
         args = grpo_arguments(self.arguments(), self.resolved["algo"], reward_weights=weights,
                               image_token_id=getattr(self.model.config, "image_token_id", None))
-        return trainer_class(self.resolved["algo"]["generation"])(model=self.model, reward_funcs=rewards, args=args, train_dataset=self.train_data,
-                           eval_dataset=self.eval_data, processing_class=self.processor,
-                           optimizers=(optimizer, scheduler), callbacks=callbacks)
+        self.grpo_trainer = trainer_class(self.resolved["algo"]["generation"])(
+            model=self.model, reward_funcs=rewards, args=args, train_dataset=self.train_data,
+            eval_dataset=self.eval_data, processing_class=self.processor, optimizers=(optimizer, scheduler),
+            callbacks=callbacks)
+        return self.grpo_trainer
+
+    def fit(self, callbacks: list) -> dict:
+        try:
+            return super().fit(callbacks)
+        finally:
+            self.release_engine()
+
+    def release_engine(self) -> None:
+        """The colocated vLLM engine ends, and with it the process groups vLLM set up, before the run ends its own:
+        vLLM destroys its groups when its engine goes, which fails once the run has destroyed the group they
+        belong to (a traceback after a run that succeeded)."""
+        generation = getattr(getattr(self, "grpo_trainer", None), "vllm_generation", None)
+        if getattr(generation, "llm", None) is None:
+            return
+        import gc
+
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        generation.llm = None
+        gc.collect()
+        cleanup_dist_env_and_memory()

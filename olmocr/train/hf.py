@@ -8,13 +8,14 @@ import functools
 import logging
 import os
 
+from olmocr.private.transformers import TrainerOverrides
 from olmocr.train.data import WorkerContext, deaf_to_job_signals
 from olmocr.train.recipe import Recipe
 
 log = logging.getLogger("olmocr.train")
 
 
-class RunCheckpoints:
+class RunCheckpoints(TrainerOverrides):
     """For a Trainer subclass whose model came through our loader, checkpoint weights included (the
     Trainer's own reload misses checkpoints saved with transformers' key conversion, Qwen2.5-VL, and
     would silently keep the initial weights); optimizer, scheduler, RNG and data position are still
@@ -25,10 +26,10 @@ class RunCheckpoints:
     # (keep_last, olmocr.train.checkpoint.BestCheckpoint, the run's resolved config), set by the recipe
     keep: tuple = (None, None, None)
 
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        pass
+    def load_checkpoint_weights(self, resume_from_checkpoint: str, model) -> None:
+        pass  # our loader brought them back
 
-    def _save_checkpoint(self, model, trial):
+    def save_checkpoint(self, save) -> None:
         from olmocr.data.presented import write_record
         from olmocr.train.checkpoint import complete_checkpoints, prune, unsaved, write_run_config
 
@@ -42,7 +43,7 @@ class RunCheckpoints:
                     best.write(folder)
                 write_run_config(folder, config)
                 write_record(folder, ((config or {}).get("data") or {}).get("steps"))  # the model's folder too
-            super()._save_checkpoint(model, trial)
+            save()
         except Exception as exc:
             full = unsaved(exc, folder, step, self.args.output_dir) if self.args.should_save else None
             if full is None:
@@ -52,13 +53,13 @@ class RunCheckpoints:
             prune(complete_checkpoints(self.args.output_dir), keep_last, best.step if best else None)
 
 
-class LoaderWorkersLeaveJobSignals:
+class LoaderWorkersLeaveJobSignals(TrainerOverrides):
     """For a Trainer subclass: the loader workers the Trainer starts (``dataloader_num_workers``) ignore the
     job's signals as our own loop's do (:func:`olmocr.train.data.deaf_to_job_signals` says what went wrong
     without it)."""
 
-    def _get_dataloader(self, *args, **kwargs):
-        loader = super()._get_dataloader(*args, **kwargs)
+    def adapt_loader(self, loader):
+        loader = super().adapt_loader(loader)
         # accelerate's loader iterates the DataLoader it wraps, which starts the workers
         iterated = getattr(loader, "base_dataloader", loader)
         if iterated.num_workers and iterated.multiprocessing_context is None:  # not a start method the user chose
@@ -109,7 +110,7 @@ class HFRecipe(Recipe):
 
     def load_model(self):
         """The policy (full, frozen parts or LoRA), with a resumed run's weights (see KeepLoadedWeights)."""
-        from olmocr.models.tuning import load_trainable
+        from olmocr.models.loader import load_trainable
 
         finetune = self.resolved["finetune"]
         model = load_trainable(self.source, "cpu", finetune["freeze_vision"], finetune["freeze_language"],
@@ -131,7 +132,7 @@ class HFRecipe(Recipe):
         """Train (resuming from the newest checkpoint) with our console in place of the Trainer's printer."""
         from transformers import PrinterCallback
 
-        from olmocr.models.tuning import compile_blocks
+        from olmocr.models.loader import compile_blocks
         from olmocr.train.trainer import stopped
         from olmocr.train.trl_callbacks import HFTrainerBridge
 

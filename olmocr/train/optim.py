@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 from olmocr.config import NonNegative, Positive, Range, runtime
+from olmocr.errors import UserError
 
 if TYPE_CHECKING:
     import torch
@@ -68,8 +69,8 @@ def check_muon(sharded: bool, lora: bool) -> None:
     """What Muon cannot train: known from the config (the train stage checks it before anything loads) and
     from the model it is given."""
     if sharded:
-        raise ValueError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
-                         "use trainer.strategy=ddp with Muon")
+        raise UserError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
+                        "use trainer.strategy=ddp with Muon")
     if lora:
-        raise ValueError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
-                         "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")
+        raise UserError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
+                        "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from olmocr.config import build
+from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.train")
 
@@ -46,7 +47,7 @@ def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool 
         return max(1, math.ceil(value * samples / per_step))
     if unit == "tokens":
         if tokens_per_sample is None:
-            raise ValueError("trainer.max_duration.unit: this algorithm counts steps or epochs, not tokens")
+            raise UserError("trainer.max_duration.unit: this algorithm counts steps or epochs, not tokens")
         return max(1, math.ceil(value / (tokens_per_sample * per_step)))
     raise AssertionError(f"unit {unit!r} passed validation")
 
@@ -54,18 +55,18 @@ def duration_steps(duration, *, per_step: int, samples: int, whole_epochs: bool 
 def check_trainer(t) -> None:
     """What the ``trainer`` schema's declared bounds cannot say, before anything is loaded or submitted."""
     if t.max_duration.value is None:
-        raise ValueError(f"trainer.max_duration.value: required, the run's length in {t.max_duration.unit}")
+        raise UserError(f"trainer.max_duration.value: required, the run's length in {t.max_duration.unit}")
 
 
 def check_finetune(freeze_vision: bool, freeze_language: bool, lora, centre_projector: int | None,
                    algo: str) -> None:
     if centre_projector is not None and algo != "sft":
-        raise ValueError(f"finetune.centre_projector: SFT's, from a projector at random weights; {algo} starts from "
-                         "a trained model, whose projector it would undo (set it to null)")
+        raise UserError(f"finetune.centre_projector: SFT's, from a projector at random weights; {algo} starts from "
+                        "a trained model, whose projector it would undo (set it to null)")
     if freeze_vision and freeze_language:
-        raise ValueError("finetune.freeze_vision and finetune.freeze_language are both true: nothing would train")
+        raise UserError("finetune.freeze_vision and finetune.freeze_language are both true: nothing would train")
     if lora is not None and freeze_language:
-        raise ValueError("finetune.lora trains the language model: it cannot go with finetune.freeze_language")
+        raise UserError("finetune.lora trains the language model: it cannot go with finetune.freeze_language")
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ def resume_point(latest: str | None, resume: bool, checkpoints: str) -> str | No
     """The one resume rule: continue from the newest complete checkpoint; with ``trainer.resume=false``, refuse
     to start over a run that has checkpoints."""
     if latest and not resume:
-        raise ValueError(f"trainer.resume=false but {checkpoints} holds checkpoints that a new run would overwrite: "
-                         "choose another run_name (or hydra.run.dir), or resume")
+        raise UserError(f"trainer.resume=false but {checkpoints} holds checkpoints that a new run would overwrite: "
+                        "choose another run_name (or hydra.run.dir), or resume")
     return latest
 
 
@@ -87,17 +88,17 @@ def check_keep_best(metric: str | None, eval_interval: int | None, bench_eval) -
     if metric is None:
         return
     if not eval_interval:
-        raise ValueError(f"trainer.keep_best={metric} needs evals: set trainer.eval_interval (or trainer.keep_best=null)")
+        raise UserError(f"trainer.keep_best={metric} needs evals: set trainer.eval_interval (or trainer.keep_best=null)")
     if not metric.startswith("eval/"):
-        raise ValueError(f"trainer.keep_best: expected an eval metric (eval/bench/overall, eval/<name>/loss, …), "
-                         f"got {metric!r}")
+        raise UserError(f"trainer.keep_best: expected an eval metric (eval/bench/overall, eval/<name>/loss, …), "
+                        f"got {metric!r}")
     if metric.startswith("eval/bench/"):
         if bench_eval is None:
-            raise ValueError(f"trainer.keep_best={metric}: this run has no bench eval (eval.bench is null; "
-                             "eval=sample_bench or eval=olmocr_bench adds one, trainer.keep_best=null keeps none)")
+            raise UserError(f"trainer.keep_best={metric}: this run has no bench eval (eval.bench is null; "
+                            "eval=sample_bench or eval=olmocr_bench adds one, trainer.keep_best=null keeps none)")
         if metric not in bench_eval.metric_names():
-            raise ValueError(f"trainer.keep_best: the bench eval logs no {metric}; it logs "
-                             f"{', '.join(bench_eval.metric_names())}")
+            raise UserError(f"trainer.keep_best: the bench eval logs no {metric}; it logs "
+                            f"{', '.join(bench_eval.metric_names())}")
 
 
 def check_compile_backend(compile: bool, backend: str) -> None:
@@ -106,8 +107,8 @@ def check_compile_backend(compile: bool, backend: str) -> None:
     import torch._dynamo
 
     if backend not in torch._dynamo.list_backends(exclude_tags=()):  # debugging ones (aot_eager) included
-        raise ValueError(f"trainer.compile_backend: {backend!r} is not a torch.compile backend here; expected one of "
-                         f"{', '.join(torch._dynamo.list_backends())} or a debugging one (aot_eager, eager)")
+        raise UserError(f"trainer.compile_backend: {backend!r} is not a torch.compile backend here; expected one of "
+                        f"{', '.join(torch._dynamo.list_backends())} or a debugging one (aot_eager, eager)")
 
 
 def build_callbacks(configured: DictConfig, run_config: dict, output_dir: str) -> list:
@@ -142,7 +143,7 @@ class Recipe:
             return self.run_held()
 
     def run_held(self) -> dict:
-        from olmocr.models.tuning import trainable_summary
+        from olmocr.models.loader import trainable_summary
         from olmocr.train.checkpoint import BestCheckpoint
         from olmocr.train.distributed import shutdown
         from olmocr.utils.runinfo import write_run_info

@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Annotated
 
 from olmocr.config import Range, runtime
+from olmocr.errors import UserError
 
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LambdaLR
@@ -71,7 +72,7 @@ def wsd(optimizer, total_steps: int, warmup: Phase = 0.05, decay: Phase = 0.2,
     w = _warmup_steps(warmup, total_steps)
     d = _warmup_steps(decay, total_steps)
     if w + d > total_steps:
-        raise ValueError(f"scheduler: warm-up ({w}) and decay ({d}) steps exceed the run ({total_steps} steps)")
+        raise UserError(f"scheduler: warm-up ({w}) and decay ({d}) steps exceed the run ({total_steps} steps)")
 
     def factor(step: int) -> float:
         up = _warmup(step, w)

@@ -7,6 +7,7 @@ import os
 
 from omegaconf import OmegaConf
 
+from olmocr.errors import UserError
 from olmocr.train.recipe import Recipe
 
 log = logging.getLogger("olmocr.train")
@@ -17,7 +18,7 @@ def estimate_tokens_per_sample(dataset, samples: int = 8) -> float:
     counts = [int((s["labels"] != -100).sum()) for s in (dataset[i] for i in range(min(samples, len(dataset))))
               if s is not None]
     if not counts:
-        raise ValueError("trainer.max_duration in tokens: none of the first samples loaded, cannot estimate tokens")
+        raise UserError("trainer.max_duration in tokens: none of the first samples loaded, cannot estimate tokens")
     return sum(counts) / len(counts)
 
 
@@ -36,7 +37,7 @@ class SFT(Recipe):
         return int(STEP_DIR.match(os.path.basename(checkpoint)).group(1))
 
     def load_model(self):
-        from olmocr.models.tuning import load_trainable
+        from olmocr.models.loader import load_trainable
 
         finetune = self.resolved["finetune"]
         model = load_trainable(self.source, self.dist.device, finetune["freeze_vision"], finetune["freeze_language"],
@@ -76,7 +77,7 @@ class SFT(Recipe):
         return self._tokens_per_sample
 
     def fit(self, callbacks: list) -> dict:
-        from olmocr.models.tuning import compile_blocks
+        from olmocr.models.loader import compile_blocks
         from olmocr.train.collate import Collator
         from olmocr.train.distributed import build_strategy
         from olmocr.train.trainer import Trainer

@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from olmocr.data.steps import IGNORE_INDEX
+from olmocr.errors import UserError
 from olmocr.faults import Stopped
 from olmocr.train.checkpoint import CheckpointManager, set_rng_state
 from olmocr.train.collate import model_inputs
@@ -105,11 +106,11 @@ class Divergence:
                         "gradients are not finite)", step, loss, norm)
             return
         why = "the weights are no longer finite" if weights else f"{self.in_a_row} steps in a row, none applied"
-        raise ValueError(f"step {step}: loss {loss:g}, gradient norm {norm:g}; {why}: training diverged and stops "
-                         "before saving anything of it; " + (
-                             f"the newest checkpoint is of step {checkpoints[-1]}: lower optimizer.lr (or "
-                             "trainer.clip_grad_norm) and run again to resume from it" if checkpoints else
-                             "no checkpoint yet: lower optimizer.lr (or trainer.clip_grad_norm) and run again"))
+        raise UserError(f"step {step}: loss {loss:g}, gradient norm {norm:g}; {why}: training diverged and stops "
+                        "before saving anything of it; " + (
+                            f"the newest checkpoint is of step {checkpoints[-1]}: lower optimizer.lr (or "
+                            "trainer.clip_grad_norm) and run again to resume from it" if checkpoints else
+                            "no checkpoint yet: lower optimizer.lr (or trainer.clip_grad_norm) and run again"))
 
 
 @dataclass

@@ -7,6 +7,8 @@ import time
 import urllib.error
 import urllib.request
 
+from olmocr.errors import UserError
+
 
 def vllm_server_command(model_path: str, host: str, port: int, tensor_parallel_size: int = 1,
                         data_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
@@ -37,6 +39,6 @@ def wait_for_server(host: str, port: int, timeout: float, command: list[str]) ->
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() >= deadline:
-            raise ValueError(f"vLLM server {url} not healthy after {timeout:.0f}s: start it on its own GPU with "
-                             f"`{' '.join(command)}` (algo.vllm_server_host/port say where it is)")
+            raise UserError(f"vLLM server {url} not healthy after {timeout:.0f}s: start it on its own GPU with "
+                            f"`{' '.join(command)}` (algo.vllm_server_host/port say where it is)")
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))

@@ -9,10 +9,12 @@ import json
 import os
 from typing import Any
 
+from olmocr.errors import UserError
+
 
 def parse_lines(text: str, path: str) -> list[tuple[int, Any]]:
     """(line number, value) of each non-blank line of JSON-lines ``text`` read from ``path``. A torn last line
-    (not JSON, no newline after it) is left out; a line elsewhere that is not JSON is a ValueError naming
+    (not JSON, no newline after it) is left out; a line elsewhere that is not JSON is a UserError naming
     ``path:line``."""
     lines = text.split("\n")
     rows = []
@@ -24,7 +26,7 @@ def parse_lines(text: str, path: str) -> list[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             if number == len(lines):  # nothing after it, not even its newline: cut off as it was written
                 break
-            raise ValueError(f"{path}:{number}: not a JSON line ({exc})") from None
+            raise UserError(f"{path}:{number}: not a JSON line ({exc})") from None
     return rows
 
 

@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 
+from olmocr.errors import UserError
 from olmocr.faults import Unreachable, gist
 from olmocr.utils.io import STORAGE_WAIT_S, filesystem
 
@@ -63,7 +64,7 @@ def _complete(names: set[str]) -> bool:
 def push(src: str, dst: str) -> tuple[int, int]:
     """Copy ``src`` out to ``dst`` by the rules above; returns (files copied, files left as they were)."""
     if not os.path.isdir(src):
-        raise ValueError(f"sync: {src} is not a folder")
+        raise UserError(f"sync: {src} is not a folder")
     fs, dst = filesystem(dst), dst.rstrip("/")
     local = _local_files(src)
     by_checkpoint: dict[str, list[str]] = {}
@@ -191,7 +192,7 @@ def main(argv: list[str]) -> int:
     try:
         if args.direction == "check":
             if args.dst is not None or args.every is not None:
-                raise ValueError("check takes one place (REMOTE) and no --every")
+                raise UserError("check takes one place (REMOTE) and no --every")
             try:
                 check(args.src, args.wait_s)
             except Exception as exc:  # noqa: BLE001 - whatever refused the write, in one line
@@ -199,10 +200,10 @@ def main(argv: list[str]) -> int:
                 raise OSError(f"cannot write to {args.src} (and remove what was written): {said}") from exc
             return 0
         if args.dst is None:
-            raise ValueError(f"{args.direction} takes two places (from, to)")
+            raise UserError(f"{args.direction} takes two places (from, to)")
         if args.every is not None:
             if args.direction != "push":
-                raise ValueError("--every goes with push")
+                raise UserError("--every goes with push")
             watch(args.src, args.dst, args.every)
             return 0
         copied, unchanged = (push(args.src, args.dst) if args.direction == "push"

@@ -50,16 +50,10 @@ def keep_linear_weights() -> None:
     """On a CPU, make engines built after this call keep each linear layer's loaded weight and compute with
     it (torch's linear), instead of a repacked copy, so that weights loaded later take effect. Nothing on
     a GPU."""
-    if not on_cpu():
-        return
-    import torch.nn.functional as F
-    from vllm.model_executor.layers import utils
+    if on_cpu():
+        from olmocr.private.vllm import compute_with_loaded_weights
 
-    def use_loaded_weight(layer, remove_weight: bool) -> None:
-        layer.cpu_linear = F.linear
-
-    # vllm.model_executor.layers.linear and .vocab_parallel_embedding import it from here at each call.
-    utils.dispatch_cpu_unquantized_gemm = use_loaded_weight
+        compute_with_loaded_weights()
 
 
 @functools.cache
@@ -69,15 +63,8 @@ def colocated_engine(dtype: str) -> None:
     capture. Nothing on a GPU."""
     if not on_cpu():
         return
+    from olmocr.private.vllm import offline_engine_defaults
+
     keep_linear_weights()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    import vllm
-
-    build = vllm.LLM.__init__
-
-    def init(self, *args, **kwargs):
-        kwargs.setdefault("dtype", dtype)
-        kwargs.setdefault("enforce_eager", True)
-        build(self, *args, **kwargs)
-
-    vllm.LLM.__init__ = init
+    offline_engine_defaults(dtype=dtype, enforce_eager=True)

@@ -31,8 +31,10 @@ from hydra_plugins.olmocr_launchers import beaker_job
 from hydra_plugins.olmocr_launchers.task_script import processes, stage_command, task_script
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from olmocr.cli import Launch, counted, fail, launch_mode, say_error, say_warning, shown
+from olmocr.cli import Launch, counted, fail, full_error, launch_mode, say_error, say_warning, shown
 from olmocr.config import OneOf, Positive, Range, check_constraints
+from olmocr.errors import UserError
+from olmocr.faults import Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +127,7 @@ def build_spec(*, script: str, params: dict, git_commit: str | None, description
 
 
 class BeakerLauncher(Launcher):
-    checks_every_job = True  # launch() composes and checks every job before it submits any (olmocr.cli)
+    checks_every_job = True  # launch() composes and checks every job before it submits any (olmocr.private.hydra)
 
     def __init__(self, **params: Any) -> None:
         self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
@@ -149,7 +151,7 @@ class BeakerLauncher(Launcher):
             problems.append("hydra.launcher.image or hydra.launcher.docker_image: set exactly one")
         try:
             check_constraints(p, BeakerLauncherConf, "hydra.launcher")
-        except ValueError as exc:
+        except UserError as exc:
             problems.append(str(exc))
         commit = _git("rev-parse", "HEAD")
         changed = (_git("status", "--porcelain") or "").splitlines() if p["require_clean_git"] else []
@@ -173,7 +175,7 @@ class BeakerLauncher(Launcher):
         if needs.distributed and needs.check_world is not None:
             try:
                 needs.check_world(processes(p["gpus"], p["replicas"], needs.sidecar))
-            except ValueError as exc:
+            except UserError as exc:
                 problems.append(str(exc))
         return problems
 
@@ -187,7 +189,7 @@ class BeakerLauncher(Launcher):
         try:
             client = Beaker.from_env(default_workspace=workspace, check_for_upgrades=False)
         except BeakerConfigurationError:
-            raise ValueError("Beaker credentials: set BEAKER_TOKEN (or run `beaker account login`)") from None
+            raise UserError("Beaker credentials: set BEAKER_TOKEN (or run `beaker account login`)") from None
         try:
             self._wait_for(client)
             client.user.get()
@@ -200,15 +202,15 @@ class BeakerLauncher(Launcher):
                     missing.append(f"hydra.launcher.secrets.{env_name}: Beaker secret {secret!r} does not exist in "
                                    f"workspace {workspace}")
             if missing:
-                raise ValueError("\n".join(missing))
+                raise UserError("\n".join(missing))
         except BeakerWorkspaceNotFound:
-            raise ValueError(f"hydra.launcher.workspace: Beaker has no workspace {workspace!r} (or this token "
-                             "cannot see it)") from None
+            raise UserError(f"hydra.launcher.workspace: Beaker has no workspace {workspace!r} (or this token "
+                            "cannot see it)") from None
         except Exception as exc:  # noqa: BLE001 - whatever Beaker answered: said in one line if it is a fault
             fault = beaker_fault(exc, client.config.rpc_address)
             if fault is None:
                 raise
-            raise ValueError(fault) from None
+            raise UserError(fault) from None
         return client
 
     def _wait_for(self, client) -> None:
@@ -229,8 +231,8 @@ class BeakerLauncher(Launcher):
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                     return
             if time.monotonic() >= deadline:
-                raise ValueError(f"Beaker at {address} did not answer for {wait_s:.0f} s (hydra.launcher.unreachable_s):"
-                                 " the service is down or out of reach from here")
+                raise UserError(f"Beaker at {address} did not answer for {wait_s:.0f} s (hydra.launcher.unreachable_s):"
+                                " the service is down or out of reach from here")
             if not warned:
                 log.warning("Beaker at %s does not answer; waiting up to %.0f s (hydra.launcher.unreachable_s)",
                             address, wait_s)
@@ -279,7 +281,7 @@ class BeakerLauncher(Launcher):
             if not dry_run:
                 try:
                     client = self._client()
-                except ValueError as exc:
+                except UserError as exc:
                     problems.extend(str(exc).splitlines())
             if problems:
                 for problem in dict.fromkeys(problems):
@@ -290,7 +292,9 @@ class BeakerLauncher(Launcher):
                 spec.to_file(spec_path)
                 if prepare is not None:
                     prepare()
-        except ValueError as exc:  # a user error: one line, not Hydra's trace
+        except (UserError, Unreachable) as exc:  # a user error, or storage a job's preparation needs: one line
+            if full_error():
+                raise
             fail(str(exc))
         finally:
             HydraConfig.instance().set_config(self.config)  # the launching process's own config again
@@ -346,7 +350,7 @@ class BeakerLauncher(Launcher):
                 stage.check_job(sweep_config)
             # Each job's own config decides what it needs (a sweep over algo=…, say).
             needs = stage.launch(sweep_config) if stage is not None else Launch()
-        except ValueError as exc:
+        except UserError as exc:
             problems.append(str(exc))
             return None
         problems.extend(self._check_needs(module, needs))

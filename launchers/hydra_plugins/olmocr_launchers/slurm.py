@@ -28,7 +28,8 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from olmocr.cli import counted, fail, launch_mode, say_error, say_warning, shown
+from olmocr.cli import counted, fail, launch_mode, said_in_one_line, say_error, say_warning, shown
+from olmocr.private import submitit as submitit_hooks
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +43,10 @@ class OlmocrSlurmConf(SlurmQueueConf):
 
 
 def sbatch_script(params: dict, folder: str) -> str:
-    """The sbatch script submitit writes for one job with these launcher parameters (rendered here,
-    without a scheduler: submitit's executor refuses to start where srun is missing)."""
-    from submitit import SlurmExecutor
-
-    class ScriptOnly(SlurmExecutor):
-        @classmethod
-        def affinity(cls) -> int:
-            return 1
-
-    executor = ScriptOnly(folder)
+    """The sbatch script submitit writes for one job with these launcher parameters."""
     # Launcher keys use submitit's shared names where they exist (timeout_min, tasks_per_node, …).
-    executor.update_parameters(**executor._convert_parameters({
-        k: v for k, v in params.items()
-        if v is not None and k not in ("submitit_folder", "max_num_timeout", "dry_run", "wait")}))
-    return executor._make_submission_file_text(f"{executor.python} -u -m submitit.core._submit {folder}", "JOB")
+    return submitit_hooks.sbatch_script({k: v for k, v in params.items() if v is not None and k not in (
+        "submitit_folder", "max_num_timeout", "dry_run", "wait")}, folder)
 
 
 def one_task_per_node(params: dict) -> dict:
@@ -85,15 +75,13 @@ def requeue(env, countdown: int) -> None:
 class OlmocrSlurmLauncher(SubmititSlurmLauncher):
     @property
     def checks_every_job(self) -> bool:
-        """Whether launch() composes and checks every job before it submits any (olmocr.cli.jobs_composed_once):
-        a declared stage's jobs."""
+        """Whether launch() composes and checks every job before it submits any (olmocr.private.hydra): a declared
+        stage's jobs."""
         return getattr(self.task_function, "stage", None) is not None
 
     def __call__(self, *args, **kwargs):
         """The job side (in the SLURM task): the stage runs with the requeue above."""
-        from submitit.slurm.slurm import SlurmJobEnvironment
-
-        SlurmJobEnvironment._requeue = requeue
+        submitit_hooks.requeue_with(requeue)
         return super().__call__(*args, **kwargs)
 
     def _prepared(self, stage, config, overrides: list[str], dry_run: bool) -> list[str]:
@@ -108,15 +96,13 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
             fail("hydra.launcher.account: set the SLURM project to charge (SLURM_ACCOUNT or "
                  "hydra.launcher.account=<project>) before submitting")
         stage = getattr(self.task_function, "stage", None)  # what a declared stage needs (olmocr.cli)
-        try:
+        with said_in_one_line():
             if stage is not None and not stage.launch(self.config).distributed:
                 self.params = one_task_per_node(self.params)
-        except ValueError as exc:
-            fail(str(exc))
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         configs = []
         if stage is not None:  # every job's config is checked as its job will check it, before anything else
-            try:
+            with said_in_one_line():
                 for num, overrides in enumerate(counted(job_overrides), start=initial_job_idx):
                     configs.append(self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
                     with open_dict(configs[-1].hydra.job):
@@ -125,8 +111,6 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                     needs = stage.launch(configs[-1])
                     if needs.distributed and needs.check_world is not None:  # one task per process
                         needs.check_world(self.params["nodes"] * self.params["tasks_per_node"])
-            except ValueError as exc:
-                fail(str(exc))
             # The nodes share this machine's files, as a rule: a path the job reads and this machine lacks is
             # worth a word before the job waits in the queue (a node may mount what this machine does not).
             for problem in dict.fromkeys(filter(None, map(stage.path_problems, configs))):
@@ -148,11 +132,9 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
             unchecked = (f"not checked by a scheduler ({said.strip().splitlines()[-1] if said.strip() else 'sbatch failed'})"
                          if check.returncode != 0 else "")
         if stage is not None:
-            try:
+            with said_in_one_line():
                 job_overrides = [self._prepared(stage, config, list(overrides), dry_run)
                                  for config, overrides in zip(configs, job_overrides)]
-            except ValueError as exc:
-                fail(str(exc))
         job_dirs = [self._job_dir(config) for config in configs] or [sweep_dir] * len(job_overrides)
         if dry_run:
             sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ wrapped in what the stage declares it needs (:class:`olmocr.cli.Launch`) on the 
 import shlex
 
 from olmocr.cli import Sidecar
+from olmocr.errors import UserError
 
 LEADER, RANK = "$BEAKER_LEADER_REPLICA_HOSTNAME", "$BEAKER_REPLICA_RANK"
 
@@ -38,8 +39,8 @@ def processes(gpus: int, replicas: int, sidecar: Sidecar | None = None) -> int:
     per GPU (one on a replica without), less the GPUs the ``sidecar`` server takes on each replica."""
     per_replica = max(gpus, 1) if sidecar is None else gpus - sidecar.gpus
     if per_replica < 1:
-        raise ValueError(f"the server beside the stage takes {sidecar.gpus} GPU(s) (GRPO: its tensor x data parallel "
-                         f"size): the stage needs more beside it; hydra.launcher.gpus is {gpus}")
+        raise UserError(f"the server beside the stage takes {sidecar.gpus} GPU(s) (GRPO: its tensor x data parallel "
+                        f"size): the stage needs more beside it; hydra.launcher.gpus is {gpus}")
     return per_replica * replicas
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from olmocr.errors import UserError
+
 VISION_PREFIX = "model.visual."
 LANGUAGE_PREFIXES = ("model.language_model.", "lm_head.")
 
@@ -74,7 +76,7 @@ def compile_blocks(model, backend: str = "inductor") -> int:
             eager |= {id(m) for m in module.modules()}
     blocks = [m for m in model.modules() if type(m).__name__ in names and id(m) not in eager]
     if not blocks:
-        raise ValueError(f"trainer.compile: {type(model).__name__} lists no repeated blocks (_no_split_modules)")
+        raise UserError(f"trainer.compile: {type(model).__name__} lists no repeated blocks (_no_split_modules)")
     for block in blocks:
         block.compile(dynamic=True, backend=backend)
     return len(blocks)

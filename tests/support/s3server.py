@@ -1,6 +1,6 @@
 """A local S3 API (moto) for trying s3:// workspaces and paths without a cloud account, and for tests.
 
-    python -m olmocr.utils.s3server --port 9000 --bucket work
+    python tests/support/s3server.py --port 9000 --bucket work
     AWS_ENDPOINT_URL=http://127.0.0.1:9000 python -m olmocr.pipeline workspace=s3://work/ws …
 
 Requests are answered one at a time: S3 applies a conditional write (``If-None-Match``, ``If-Match``)

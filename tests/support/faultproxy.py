@@ -1,6 +1,6 @@
 """An HTTP proxy that puts a bad network between S3 clients and a server, for tests and benchmarks.
 
-    python -m olmocr.utils.faultproxy --upstream http://127.0.0.1:9000 --port 9100 --rate 0.1
+    python tests/support/faultproxy.py --upstream http://127.0.0.1:9000 --port 9100 --rate 0.1
     AWS_ENDPOINT_URL=http://127.0.0.1:9100 python -m olmocr.pipeline workspace=s3://work/ws …
 
 A share ``rate`` of requests (any method: reads, listings, plain and conditional writes) meets one fault,
@@ -34,6 +34,8 @@ import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from olmocr.errors import UserError
 
 FAULTS = ("reset_before", "reset_after", "internal_error", "slow_down", "stall")
 _ERRORS = {"internal_error": (500, "InternalError", "We encountered an internal error. Please try again."),
@@ -78,12 +80,12 @@ class FaultProxy:
                  cover: tuple[str, ...] = (), methods: tuple[str, ...] = (), paths: str | None = None):
         unknown = set(faults) - set(KNOWN)
         if unknown or not faults:
-            raise ValueError(f"faults: expected some of {', '.join(KNOWN)}, got {', '.join(faults) or 'none'}")
+            raise UserError(f"faults: expected some of {', '.join(KNOWN)}, got {', '.join(faults) or 'none'}")
         if not 0 <= rate <= 1:
-            raise ValueError(f"rate: must be in [0, 1], got {rate}")
+            raise UserError(f"rate: must be in [0, 1], got {rate}")
         target = urlsplit(upstream)
         if target.scheme != "http" or not target.hostname:
-            raise ValueError(f"upstream: expected http://host:port, got {upstream!r}")
+            raise UserError(f"upstream: expected http://host:port, got {upstream!r}")
         self.upstream = (target.hostname, target.port or 80)
         self.rate, self.faults, self.stall_s = rate, tuple(faults), stall_s
         # Request kinds (request_kind's names) whose first request is always faulted: a run that makes few of

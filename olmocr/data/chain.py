@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from olmocr.data.steps import Reject, Step
+from olmocr.errors import UserError
 from olmocr.utils.jsonl import mend, read_rows
 
 
@@ -43,8 +44,8 @@ def step_order(steps: Mapping) -> list[str]:
         placed = [name for name in pending if steps[name][AFTER_KEY] in order]
         if not placed:
             name = pending[0]
-            raise ValueError(f"data.steps.{name}._after_: {steps[name][AFTER_KEY]!r} is not an enabled step "
-                             f"(enabled: {', '.join(enabled)})")
+            raise UserError(f"data.steps.{name}._after_: {steps[name][AFTER_KEY]!r} is not an enabled step "
+                            f"(enabled: {', '.join(enabled)})")
         for name in placed:
             anchor = steps[name][AFTER_KEY]
             order.insert(order.index(last_follower.get(anchor, anchor)) + 1, name)
@@ -133,4 +134,4 @@ class MadeWhenRead:
                 self.rejected.add(at)
                 self.report.add(self.items[at], exc)
         where = self.report.path or "the log"
-        raise ValueError(f"data: no row could be made of {len(self.items)} items (the reasons: {where})")
+        raise UserError(f"data: no row could be made of {len(self.items)} items (the reasons: {where})")

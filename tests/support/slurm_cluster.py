@@ -1,6 +1,6 @@
 """A SLURM cluster on this machine, for trying a job before spending allocation hours, and for tests.
 
-    sudo .venv/bin/python -m olmocr.utils.slurm_cluster --dir /tmp/slurm --nodes 2
+    sudo .venv/bin/python tests/support/slurm_cluster.py --dir /tmp/slurm --nodes 2
     export SLURM_CONF=/tmp/slurm/slurm.conf SLURM_ACCOUNT=lab     # in another shell
     python -m olmocr.train cluster=slurm hydra.launcher.tasks_per_node=2 hydra.launcher.gpus_per_task=0 …
 
@@ -24,6 +24,8 @@ import signal
 import socket
 import subprocess
 import time
+
+from olmocr.errors import UserError
 
 PROGRAMS = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sacctmgr")
 PACKAGES = "slurmctld slurmd slurmdbd slurm-client munge mariadb-server"
@@ -89,7 +91,7 @@ def end(pid: int, grace_s: float = 15) -> None:
 class LocalSlurm:
     def __init__(self, root: str, nodes: int = 2, cpus: int | None = None, kill_wait_s: int = 5):
         if nodes < 1 or nodes > 250:
-            raise ValueError(f"nodes={nodes}: a local cluster has 1 to 250 nodes (127.0.0.1 to 127.0.0.250)")
+            raise UserError(f"nodes={nodes}: a local cluster has 1 to 250 nodes (127.0.0.1 to 127.0.0.250)")
         self.root = os.path.abspath(root)
         self.nodes = [f"127.0.0.{i}" for i in range(1, nodes + 1)]
         self.cpus = cpus or os.cpu_count() or 1

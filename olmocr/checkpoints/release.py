@@ -31,6 +31,7 @@ from olmocr.checkpoints.folders import (
 )
 from olmocr.checkpoints.tensors import DTYPES, SafetensorsFile, WeightsHash, to_bytes, to_tensor
 from olmocr.data.presented import copy_record
+from olmocr.errors import UserError
 from olmocr.utils.io import is_remote
 
 log = logging.getLogger(__name__)
@@ -43,18 +44,18 @@ def _check_same_tensors(tables: list[dict], givens: list[str]) -> None:
     for i, table in enumerate(tables[1:], start=1):
         for name in sorted(set(first) | set(table)):
             if name not in table:
-                raise ValueError(f"sources[{i}]: {givens[i]} has no tensor {name} (sources[0] has it); "
-                                 "only checkpoints of one architecture can be souped")
+                raise UserError(f"sources[{i}]: {givens[i]} has no tensor {name} (sources[0] has it); "
+                                "only checkpoints of one architecture can be souped")
             if name not in first:
-                raise ValueError(f"sources[{i}]: {givens[i]} has tensor {name}, which sources[0] has not; "
-                                 "only checkpoints of one architecture can be souped")
+                raise UserError(f"sources[{i}]: {givens[i]} has tensor {name}, which sources[0] has not; "
+                                "only checkpoints of one architecture can be souped")
             a, b = first[name][1], table[name][1]
             if a.shape != b.shape:
-                raise ValueError(f"sources[{i}]: tensor {name} has shape {list(b.shape)}, sources[0]'s has "
-                                 f"{list(a.shape)}; only checkpoints of one architecture can be souped")
+                raise UserError(f"sources[{i}]: tensor {name} has shape {list(b.shape)}, sources[0]'s has "
+                                f"{list(a.shape)}; only checkpoints of one architecture can be souped")
             if a.dtype != b.dtype:
-                raise ValueError(f"sources[{i}]: tensor {name} is {b.dtype}, sources[0]'s is {a.dtype}; "
-                                 "save the sources in one dtype")
+                raise UserError(f"sources[{i}]: tensor {name} is {b.dtype}, sources[0]'s is {a.dtype}; "
+                                "save the sources in one dtype")
 
 
 def _combine(name: str, entry, datas: list[bytearray], weights: list[float]):
@@ -63,8 +64,8 @@ def _combine(name: str, entry, datas: list[bytearray], weights: list[float]):
     if not entry.floating:
         for i, data in enumerate(datas[1:], start=1):
             if data != datas[0]:
-                raise ValueError(f"sources[{i}]: tensor {name} ({entry.dtype}) differs from sources[0]'s; only "
-                                 "floating-point tensors are averaged, others must be equal")
+                raise UserError(f"sources[{i}]: tensor {name} ({entry.dtype}) differs from sources[0]'s; only "
+                                "floating-point tensors are averaged, others must be equal")
         return datas[0]
     total = None
     for weight, data in zip(weights, datas):
@@ -150,12 +151,12 @@ def _base_checkpoint(given: str, key: str, wait_s: float) -> Checkpoint:
         try:
             local = snapshot_download(given, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja"])
         except Exception as exc:  # noqa: BLE001 - no network, no such repo: one line
-            raise ValueError(f"{key}: cannot fetch {given} from the Hugging Face Hub "
-                             f"({str(exc).splitlines()[0]}); give {key}=<local folder>") from None
+            raise UserError(f"{key}: cannot fetch {given} from the Hugging Face Hub "
+                            f"({str(exc).splitlines()[0]}); give {key}=<local folder>") from None
         given = local
     base = resolve(given, key=key, wait_s=wait_s)
     if base.kind != "full":
-        raise ValueError(f"{key}: {given} is an adapter, not a full model")
+        raise UserError(f"{key}: {given} is an adapter, not a full model")
     return base
 
 
@@ -169,7 +170,7 @@ def merge_adapter(adapter: Checkpoint, base: str | None, work: str, key: str,
     config = adapter.config()
     base_given = base or config.get("base_model_name_or_path")
     if not base_given:
-        raise ValueError(f"{key}: {adapter.given}'s adapter_config.json names no base model; give base=<folder>")
+        raise UserError(f"{key}: {adapter.given}'s adapter_config.json names no base model; give base=<folder>")
     base_key = "base" if base else f"{key} (its adapter's base model)"
     base_checkpoint = _base_checkpoint(base_given, base_key, wait_s)
     base_local = Checkpoint(base_given, local_copy(base_checkpoint, os.path.join(work, "base")), "full")
@@ -201,7 +202,7 @@ def _copy_release_files(first: Checkpoint, out: Output, processor: str | None, w
     try:
         AutoProcessor.from_pretrained(processor).save_pretrained(folder)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"processor: cannot load a processor from {processor}: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"processor: cannot load a processor from {processor}: {str(exc).splitlines()[0]}") from None
     added = sorted(os.listdir(folder))
     for name in added:
         out.put(os.path.join(folder, name), name)
@@ -210,13 +211,13 @@ def _copy_release_files(first: Checkpoint, out: Output, processor: str | None, w
 
 def check_weights(sources: list[str], weights: list[float] | None) -> list[float]:
     if not sources:
-        raise ValueError("sources: give at least one checkpoint, sources=[<run dir or folder>, …]")
+        raise UserError("sources: give at least one checkpoint, sources=[<run dir or folder>, …]")
     if weights is None:
         return [1.0] * len(sources)
     if len(weights) != len(sources):
-        raise ValueError(f"weights: {len(weights)} weights for {len(sources)} sources (one per source)")
+        raise UserError(f"weights: {len(weights)} weights for {len(sources)} sources (one per source)")
     if any(w < 0 for w in weights) or sum(weights) <= 0:
-        raise ValueError(f"weights: expected non-negative weights with a positive sum, got {list(weights)}")
+        raise UserError(f"weights: expected non-negative weights with a positive sum, got {list(weights)}")
     return list(weights)
 
 
@@ -232,10 +233,10 @@ def prepare(sources: list[str], output: str, weights: list[float] | None = None,
         log.info("sources[%d]: %s (%s%s)", i, checkpoint.path, checkpoint.kind,
                  f", step {checkpoint.step}" if checkpoint.step is not None else "")
         if len(resolved) > 1 and checkpoint.kind == "full" and "quantization_config" in checkpoint.config():
-            raise ValueError(f"sources[{i}]: {checkpoint.given} is quantized; soup before compressing")
+            raise UserError(f"sources[{i}]: {checkpoint.given} is quantized; soup before compressing")
     if resolved[0].kind == "full" and not resolved[0].has_processor() and processor is None:
-        raise ValueError(f"sources[0]: {sources[0]} has no processor files (processor_config.json or "
-                         "preprocessor_config.json, and tokenizer.json); give processor=<folder or hub id>")
+        raise UserError(f"sources[0]: {sources[0]} has no processor files (processor_config.json or "
+                        "preprocessor_config.json, and tokenizer.json); give processor=<folder or hub id>")
     out = Output(output, overwrite, storage_wait_s)
     try:
         with tempfile.TemporaryDirectory(prefix="olmocr-prepare-") as work:
@@ -249,7 +250,7 @@ def prepare(sources: list[str], output: str, weights: list[float] | None = None,
                 merges.append(info)
             architectures = {tuple(c.config().get("architectures") or ()) for c in full}
             if len(architectures) > 1:
-                raise ValueError(f"sources: architectures differ ({', '.join(map(str, sorted(architectures)))})")
+                raise UserError(f"sources: architectures differ ({', '.join(map(str, sorted(architectures)))})")
             output_hash, hashes = stream_weights(full, weights, out)
             files = _copy_release_files(full[0], out, processor, work)
     except BaseException:
