@@ -101,15 +101,20 @@ def pytest_xdist_auto_num_workers(config):
     return CORES + 1
 
 
+def long(item) -> bool:
+    """Whether a test is of the integration tier (``integration``, or ``vllm``: the real engine)."""
+    return "integration" in item.keywords or "vllm" in item.keywords
+
+
 def spread_slow_tests(items: list, workers: int) -> list:
-    """The order that starts every worker on its share of the slow tests. xdist's worksteal scheduler hands
+    """The order that starts every worker on its share of the long tests. xdist's worksteal scheduler hands
     worker i the i-th contiguous slice of the list and later moves tests from the end of a worker's slice
-    to an idle one: so each slice starts with its slow tests, the fast ones fill the rest, and no worker
-    ends the run alone on a long test drawn last. The slow `vllm` tests share the first slice: the first of
+    to an idle one: so each slice starts with its long tests, the fast ones fill the rest, and no worker
+    ends the run alone on a long test drawn last. The `vllm` tests share the first slice: the first of
     them compiles vLLM's CPU kernels into that worker's inductor cache (its TMPDIR) and the others load
     them, where each worker would compile them again (~13 s of C++ each)."""
-    slow = [item for item in items if "slow" in item.keywords]
-    fast = iter([item for item in items if "slow" not in item.keywords])
+    slow = [item for item in items if long(item)]
+    fast = iter([item for item in items if not long(item)])
     shares = [[] for _ in range(workers)]
     shares[0] += [item for item in slow if item.get_closest_marker("vllm")]
     for item in slow:
@@ -119,13 +124,24 @@ def spread_slow_tests(items: list, workers: int) -> list:
     for i, mine in enumerate(shares):
         size = left // (workers - i)  # xdist's: what is left, shared among the workers not yet served
         if len(mine) > size:  # more slow tests than tests: nothing to spread
-            return sorted(items, key=lambda item: "slow" not in item.keywords)
+            return sorted(items, key=lambda item: not long(item))
         ordered += mine + [next(fast) for _ in range(size - len(mine))]
         left -= size
     return ordered
 
 
+def pytest_addoption(parser):
+    parser.addoption("--integration", action="store_true",
+                     help="also run the integration tier: real components and servers (vLLM, SLURM, S3 faults), runs "
+                          "that wait out faults, the reader guard and the benchmarks (README's test command does)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--integration"):  # the fast tier: unit tests and short runs
+        left_out = [item for item in items if long(item)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not long(item)]
     items[:] = spread_slow_tests(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if torch.cuda.is_available():
         return

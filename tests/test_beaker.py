@@ -288,6 +288,7 @@ def cli(python, tmp_path, overrides, env=None, cwd=PROJECT_ROOT):
                           cwd=cwd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.integration
 def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_python):
     env = {"BEAKER_TOKEN": "", "HOME": str(tmp_path)}  # no token, no ~/.beaker config
     proc = cli(warm_python, tmp_path, [], env=env)
@@ -422,7 +423,7 @@ def test_a_sweep_that_beaker_stops_part_way_says_what_was_submitted(monkeypatch,
                                       f"workspace quota reached; submitted before it: {name}\n")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
     """The spec's command, run as it is (bash -c …) with the result path on local disk: it trains."""
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
@@ -439,7 +440,7 @@ def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
     assert (tmp_path / "results" / "run" / "checkpoints" / "step_000002" / "model" / "model.safetensors").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_path, cache_dir, s3_server):
     """The spec's command, killed hard (SIGKILL: no exit handler runs) once a checkpoint reached S3, then
     retried on a fresh machine: it restores the run dir and continues with the uninterrupted run's losses."""

@@ -10,7 +10,7 @@ import pytest
 from olmocr.config import PROJECT_ROOT
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_hydra_launcher_suites_pass(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", PROJECT_ROOT,
                            os.path.join(PROJECT_ROOT, "tests", "beaker_suite.py")],

@@ -154,7 +154,7 @@ def test_decoding_does_not_trace_a_model_compiled_for_training(tmp_path, tiny):
     assert [r["output_tokens"] for r in results] == [4, 4] and not counters["stats"]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoint_is_kept_and_released(tmp_path,
                                                                                                          cache_dir):
     from olmocr.prepare import run as prepare

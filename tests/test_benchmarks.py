@@ -59,6 +59,7 @@ def test_bench_throughput_runs(warm_python):
     assert re.search(r"medoid over 8 completions of \d+ bytes: [\d.]+ ms", out)
 
 
+@pytest.mark.integration
 def test_stage_startup_runs(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/stage_startup.py", "--repeats", "1", "--stages", "olmocr.train",
                            "olmocr.pipeline.stats"], capture_output=True, text=True, timeout=300)
@@ -72,7 +73,7 @@ def test_stage_startup_runs(warm_python):
             assert abs(float(ratio) - float(seconds) / floor) <= 0.051 + 0.0051 * (1 + float(ratio)) / floor
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_checkpoint_tools_runs(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/checkpoint_tools.py", "--copies", "2", "--repeats", "1",
                            "--layers", "1"], capture_output=True, text=True, timeout=300)
@@ -85,7 +86,7 @@ def test_checkpoint_tools_runs(warm_python):
     assert re.search(r"soup of 2 \(median of 1\): time [\d.]+x", proc.stdout)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_workqueue_runs_in_bad_weather(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/workqueue.py", "--items", "12", "--workers", "3", "--runs", "1",
                            "--faults", "0.1", "--no-upstream"], capture_output=True, text=True, timeout=300)
@@ -98,7 +99,7 @@ def test_workqueue_runs_in_bad_weather(warm_python):
     assert re.search(r"^ours\s+[\d.]+\s+\d+\s+0\s+0\s+[\d.]+$", proc.stdout, re.M), proc.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_pipeline_recovery_runs(warm_python):
     proc = subprocess.run([warm_python, "benchmarks/pipeline_recovery.py", "--pdfs", "8", "--pages-per-item", "1",
                            "--page-s", "1", "--outages", "3", "--runs", "1"], capture_output=True, text=True, timeout=300)
@@ -137,12 +138,14 @@ def test_export_scale_runs(warm_python):
     assert re.search(r"^peak RSS 4 vs 2 items: [\d.]+x", proc.stdout, re.M), proc.stdout
 
 
+@pytest.mark.integration
 def test_dpo_learning_runs(monkeypatch, capsys):
     out = in_process("dpo_learning.py", ["--steps", "3", "--seeds", "0"], monkeypatch, capsys)
     assert re.search(r"^seed 0 lr 0 +0\.000 +\| 0\.00$", out, re.M), out  # lr 0: policy == reference
     assert "median over seeds, last window: margin" in out
 
 
+@pytest.mark.integration
 def test_bench_eval_cost_runs(monkeypatch, capsys):
     out = in_process("bench_eval.py", ["--repeats", "1", "--steps", "2", "--eval-interval", "2"], monkeypatch, capsys)
     parts = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(decode|score|total|train step)\s+([\d.]+)", out, re.M)}
@@ -157,7 +160,7 @@ def test_bench_eval_cost_runs(monkeypatch, capsys):
     assert lowest <= share <= highest, out
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
     """The reading benchmark's chain at toy sizes: the recipe's pages, the untrained reader through the pipeline,
     SFT and its blind control, each scored on every page of the four held-out categories on what it wrote itself,

@@ -157,7 +157,7 @@ def test_s3_sources_and_output_round_trip(grpo_runs, s3_server, tmp_path):
     assert fs.exists("s3://ckpt/released/provenance.json")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_release_stages_wait_out_storage_that_stops_answering_and_stop_in_one_line_past_their_patience(
         grpo_runs, s3_server, tmp_path, caplog, monkeypatch):
     """Outages met mid-run, through a proxy: one as the second source's weights are first read, one as the
@@ -241,6 +241,7 @@ def test_processor_files_come_from_processor_when_a_checkpoint_has_none(grpo_run
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (bare / "model.safetensors").read_bytes()
 
 
+@pytest.mark.integration
 def test_every_stage_that_loads_a_model_presents_pages_as_it_was_trained(lora_run, tmp_path, warm_python):
     """The merged adapter was trained on pages rendered at 256 px: the pipeline, its bench mode, compress and
     training from it present pages at 256 (their configs say 1288 or 512); a size given on the command line wins,
@@ -324,7 +325,7 @@ def test_calibration_pages_are_rendered_at_inference_size(grpo_runs, tmp_path):
         compress(grpo_runs[0], f"{tmp_path}/other", scheme="FP8")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_compare_against_itself_and_against_fp8(grpo_runs, fp8, tmp_path, warm_python):
     common = ["pages.count=3", "max_new_tokens=24"]
     same = stage("compare", [f"reference={grpo_runs[0]}", f"candidate={grpo_runs[0]}", *common], tmp_path / "same")

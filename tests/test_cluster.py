@@ -189,6 +189,7 @@ def test_every_cluster_file_is_checked():
 
 
 @pytest.mark.parametrize("cluster", sorted(LAUNCHERS))
+@pytest.mark.integration
 def test_every_cluster_composes_for_every_stage(cluster):
     from hydra import compose, initialize_config_dir
 

@@ -45,6 +45,7 @@ def test_every_primary_config_is_one_stages():
 
 
 @pytest.mark.parametrize("name", PRIMARY)
+@pytest.mark.integration
 def test_every_primary_config_composes(name):
     cfg = compose(name, BY_CONFIG[name].placeholders())
     assert OmegaConf.to_container(cfg, resolve=True)
@@ -96,6 +97,7 @@ def test_every_bench_data_and_prompt_steps_option_builds(data, steps, processor)
 
 @pytest.mark.parametrize("data", SFT_DATA)
 @pytest.mark.parametrize("steps", SFT_STEPS)
+@pytest.mark.integration
 def test_every_data_and_steps_option_builds(data, steps, processor):
     cfg = compose("check_data", [f"data={data}", f"data/steps={steps}", *DATA_REQUIRED.get(data, [])])
     container = OmegaConf.to_container(cfg.data, resolve=True)
@@ -146,6 +148,7 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("synth", "+num_pagez=3", "num_pagez: no such key in SynthConfig (did you mean num_pages?)"),
     ("pipeline", "+queue.leas=60", "queue.leas: no such key"),
 ])
+@pytest.mark.integration
 def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     with pytest.raises((ConfigCompositionException, ValueError)) as info:
         compose(config, override if isinstance(override, list) else [override])
@@ -184,6 +187,7 @@ def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
      "algo.loss_type: expected one of grpo, dr_grpo, dapo, bnpo, cispo, sapo, luspo, vespo, got 'ppo'"),
     (["+experiment=dpo_tiny", "algo.label_smoothing=0.5"], "algo.label_smoothing: must be in [0, 0.5), got 0.5"),
 ])
+@pytest.mark.integration
 def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(override, message, tmp_path):
     with pytest.raises(ValueError) as info:
         STAGES["olmocr.train"](compose("train", override if isinstance(override, list) else [override]),
@@ -229,6 +233,7 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
     ("compare", ["pages.count=0"], "pages.count: must be at least 1, got 0"),
     ("compress", ["scheme=FP9"], f"scheme: expected one of {', '.join(SCHEMES)}, got 'FP9'"),  # was 7 s in
 ])
+@pytest.mark.integration
 def test_a_value_outside_its_declared_bounds_fails_validation_naming_the_key(config, overrides, message):
     with pytest.raises(ValueError) as info:
         compose(config, [*BY_CONFIG[config].placeholders(), *overrides])
@@ -360,6 +365,7 @@ def test_cli_reports_a_typo_and_exits_nonzero(tmp_path, warm_python):
 
 
 @pytest.mark.parametrize("module", STAGES)
+@pytest.mark.integration
 def test_every_stage_answers_help_and_dry_run_without_working(module, tmp_path, warm_python):
     run = [warm_python, "-m", module]
     proc = subprocess.run([*run, "--help", "dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=120)

@@ -142,7 +142,7 @@ def _upload(folder, bucket_path: str) -> None:
             fs.put_file(path, f"{bucket_path}/{os.path.relpath(path, folder)}")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_killed_run_resumes_to_the_same_tree_and_s3_gives_the_local_one(tmp_path, s3_server):
     """From a local S3 server through a proxy that stalls every request (so the kill lands mid-run): the
     run is killed once its first tarball is done; the next run finishes what is left and the tree is the
@@ -180,6 +180,7 @@ def test_a_killed_run_resumes_to_the_same_tree_and_s3_gives_the_local_one(tmp_pa
     assert tree(resumed) == tree(straight)
 
 
+@pytest.mark.integration
 def test_a_source_that_stops_answering_is_waited_out_and_gives_the_same_tree(tmp_path, s3_server, monkeypatch):
     """Outages (the client's own retries off) as the parquet is read, as a tarball is streamed and as the
     rows are converted: the run waits and ends with the tree an outage-free run gives; past the wait, one line
@@ -340,6 +341,7 @@ def test_the_hub_as_source(tmp_path, monkeypatch):
     assert not (tmp_path / "other").exists()
 
 
+@pytest.mark.integration
 def test_a_hub_that_stops_answering_is_waited_out_and_a_refusal_is_said_at_once(tmp_path, monkeypatch, caplog):
     """The Hub faked where it begins, as above: a download cut off time and again (a 503, a read timeout) by a
     Hub that answers a little more each time is waited out to the end, the wait starting again whenever a file
@@ -418,7 +420,7 @@ def test_local_cache_copies_remote_roots_once(tmp_path, s3_server):
     assert not os.path.exists(os.path.join(local, "synth_s0_00001.md")) and len(os.listdir(local)) == 63
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_local_cache_waits_out_storage_that_stops_answering_mid_copy(tmp_path, s3_server, monkeypatch, caplog):
     """An outage longer than s3fs and botocore wait out by themselves (~10 s), as the first files land: the copy
     waits and ends whole; credentials refused end it at once in one line."""

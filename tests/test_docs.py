@@ -25,11 +25,11 @@ def test_readme_is_short_and_links_every_page():
     readme = open(os.path.join(PROJECT_ROOT, "README.md")).read()
     assert len(readme.splitlines()) < 200
     assert readme.startswith("```bash\nbash scripts/setup.sh && .venv/bin/python -m olmocr.train\n"
-                             "bash scripts/setup.sh --dev && .venv/bin/python -m pytest -n auto\n```\n")
+                             "bash scripts/setup.sh --dev && .venv/bin/python -m pytest -n auto --integration\n```\n")
     assert all(f"]({page})" in readme for page in PAGES if page != "README.md")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_every_documented_command_composes_and_every_link_leads_somewhere():
     proc = check(*PAGES)
     assert proc.returncode == 0, "\n".join(line for line in proc.stdout.splitlines() if not line.startswith("ok"))

@@ -21,7 +21,7 @@ from olmocr.config import PROJECT_ROOT, compose
 PAGES = sorted(glob.glob(f"{SAMPLE}/train/pdfs/*.pdf"))[:10]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_recipe_turns_a_pdf_folder_into_a_model_scored_on_its_own_pages(tmp_path, cache_dir, warm_python):
     pdfs = tmp_path / "my_pdfs"
     pdfs.mkdir()

@@ -49,6 +49,7 @@ def rows(out: str) -> dict[int, dict]:
     return {r["step"]: r for r in map(json.loads, open(os.path.join(out, "metrics.jsonl"))) if r["kind"] == "train"}
 
 
+@pytest.mark.integration
 def test_dpo_trains_on_pairs_and_resumes_exactly(tmp_path, cache_dir):
     overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2"]
     full, full_out = dpo(tmp_path, overrides, "full")
@@ -165,7 +166,7 @@ def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
     assert not os.path.exists(os.path.join(result["checkpoint"], "model.safetensors"))
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_compiled_blocks_train_lora_against_the_disabled_adapter(tmp_path, cache_dir):
     """trainer.compile compiles the blocks, as in SFT (not trl's whole-model compile, which recompiled the vision
     tower at every window count). The policy's blocks and the reference's (the same blocks, adapter off, no
@@ -177,7 +178,7 @@ def test_compiled_blocks_train_lora_against_the_disabled_adapter(tmp_path, cache
     assert rows(out)[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at the start
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("algo", ["sft", "dpo"])
 def test_loader_workers_leave_the_jobs_signals_to_the_trainer(tmp_path, cache_dir, algo):
     """A scheduler's requeue sends SIGTERM to every process of the job and a preemption notice SIGUSR1/2: the

@@ -24,7 +24,7 @@ def factory(out, python: str) -> subprocess.CompletedProcess:
                           text=True, timeout=1200)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_factory_runs_end_to_end_and_reruns_as_a_no_op(tmp_path, cache_dir, warm_python):
     from olmocr.models import HubModel
 

@@ -70,7 +70,7 @@ def log_of(proc: subprocess.Popen) -> str:
 CHAOS_ITEMS, CHAOS_PROCESSES, CHAOS_THREADS, OUTAGE_S = 160, 2, 4, 30
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_every_pdf_exactly_once_through_a_faulty_network_an_outage_and_kills(tmp_path, s3_server):
     """Two workspaces at once, each worked on by 8 workers (2 processes of 4 threads) over 160 one-PDF
     items: one on S3 with its PDFs, and one local whose PDFs are on S3. Every request to S3 goes through a
@@ -135,6 +135,7 @@ def test_every_pdf_exactly_once_through_a_faulty_network_an_outage_and_kills(tmp
 GIVE_UP_S = 3
 
 
+@pytest.mark.integration
 def test_sigterm_while_a_read_never_returns_ends_the_worker_within_seconds(tmp_path, monkeypatch):
     """The PDFs' S3 holds every request for ten minutes (a hung mount reads the same): SIGTERM gives the
     claim back and the process ends within 10 s, whatever its reading thread is doing."""
@@ -174,6 +175,7 @@ def test_sigterm_while_a_read_never_returns_ends_the_worker_within_seconds(tmp_p
 
 
 @pytest.mark.parametrize("trouble", ["server stopped", "credentials refused"])
+@pytest.mark.integration
 def test_a_worker_that_cannot_read_any_pdf_stops_with_the_cause_and_gives_nothing_up(tmp_path, monkeypatch, trouble):
     """PDFs on an S3 server that is stopped, or that refuses this worker's credentials (403 at the proxy):
     the worker pauses, then exits after queue.give_up_after_s with one line naming the cause; nothing is
@@ -324,7 +326,7 @@ def test_a_missing_bucket_is_one_line_in_seconds_when_adding_working_and_looking
         stats(compose("pipeline_stats", ["workspace=s3://no-such-bucket/ws", f"paths.cache={tmp_path}/cache"]))
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_hung_s3_endpoint_ends_a_worker_within_its_give_up_time_and_stats_in_bounded_time(tmp_path, monkeypatch):
     """An endpoint that takes connections and never answers: every S3 request gives up within its budget
     (S3_CALL_S), so a worker stops within queue.give_up_after_s (was: 829 s at 60) and stats within a
@@ -425,7 +427,7 @@ def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_se
     assert transient(caught.value)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_full_disk_under_the_workspace_is_waited_out_without_litter_and_left_within_seconds(small_disk, tmp_path,
                                                                                                caplog):
     """The disk fills as an item finishes converting: its outputs wait, claim held, for the disk to have room

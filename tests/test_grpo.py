@@ -132,6 +132,7 @@ def test_the_control_sees_every_reward_of_its_batch_on_another_completion():
     assert logged["signal/alike_groups"][-1] == 1.0 and logged["signal/group_std"][-1] == 0.0
 
 
+@pytest.mark.integration
 def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir, caplog):
     overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2", "rewards=all", *EVALS]  # evals: RNG kept
     full, full_out = grpo(tmp_path, overrides, "full")
@@ -151,6 +152,7 @@ def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir, caplog
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+@pytest.mark.integration
 def test_each_eval_scores_the_held_out_bench_and_reports_eval_benches_rewards(tmp_path, cache_dir):
     result, out = grpo(tmp_path, [*EVALS, "trainer.max_duration.value=2", "trainer.save_interval=null",
                                   f"+data.eval.synth.root={SAMPLE}/eval", "+data.eval.synth.types=[present,absent]",
@@ -196,7 +198,7 @@ def check_plots(rl: str) -> None:
     assert os.path.join(rl, "plots", "kl.png") in proc.stdout.splitlines()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_compiled_blocks_train_while_generation_runs_eagerly(tmp_path, cache_dir):
     """trainer.compile compiles the blocks, as in SFT: trl's whole-model compile recompiled the vision tower at
     every window count (117 recompiles in two steps of the tiny model). Generation runs eagerly: through the
@@ -316,7 +318,7 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
     assert set(r["rewards"]) == {"bench", "front_matter", "eos"}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.vllm
 def test_colocated_vllm_generates_from_the_weights_each_step_updated(tmp_path, cache_dir, tiny, warm_python):
     """GRPO with vLLM inside the trainer (the CPU build here): two steps, then the bench eval decodes with that

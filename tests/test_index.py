@@ -239,7 +239,7 @@ def test_unreachable_s3_endpoint_is_a_clear_error(monkeypatch):
         index_root("s3://pages/x")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_storage_failing_while_an_s3_root_is_indexed_drops_no_page_now_or_later(s3_server, messy, tmp_path,
                                                                                 monkeypatch):
     """The .md reads of indexing meet refused credentials, then errors past s3fs's own retries: the index says so

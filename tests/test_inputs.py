@@ -129,6 +129,7 @@ def test_a_directory_or_a_fifo_at_a_queued_path_is_a_bad_document_at_once(tmp_pa
     assert f"listed     each document with its reason in {workspace.root}/bad/ (unreadable and dropped)" in text
 
 
+@pytest.mark.integration
 def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for_or_named(tmp_path, s3_server,
                                                                                            monkeypatch):
     """Queuing a prefix, a glob, a list file and an archive on S3 through outages (the client's own retries off)
@@ -172,7 +173,7 @@ def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for
             run_pipeline([f"workspace={tmp_path / 'refused'}", *options], tmp_path / "run4")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one_line(tmp_path, s3_server,
                                                                                       monkeypatch):
     """The work index's read and write wait out a workspace that does not answer as a worker does, going on
@@ -273,7 +274,7 @@ def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, 
     assert os.path.exists(f"{labels}/{archive.lstrip('/')}/docs/second_pg2.pdf")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_tiny_model_converts_a_mixed_folder_locally_and_from_s3(tmp_path, tiny, s3_server):
     """The done-when run: the embedded model behind transformers serve over the mixed folder, local and S3
     copies in one run. The random model never answers in the page format: every page is its text layer

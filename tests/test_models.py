@@ -97,7 +97,7 @@ def test_label_masking_with_each_family_processor(family_model):
     assert torch.isfinite(out.loss)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_concurrent_builds_wait_for_one_another(tmp_path, warm_python):
     """Ranks of one job build the same tiny model at once: one builds, the others reuse it."""
     import subprocess

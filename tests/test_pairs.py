@@ -100,7 +100,7 @@ def test_a_page_the_server_answered_no_sample_of_is_not_recorded_when_the_server
         assert mine(tmp_path, server, bench_dir, "samples=2")["mined_now"] == 1
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny, warm_python):
     run_dir = tmp_path / "pairs"
     command = [warm_python, "-m", "olmocr.pairs", f"bench_dir={BENCH}", f"model.cache_dir={os.path.dirname(tiny.path)}",

@@ -86,6 +86,7 @@ def test_a_dropped_connection_is_sent_again_without_spending_an_attempt(tmp_path
     assert all(a["outcome"].startswith(f"connection lost {MAX_DROPS} times") for a in result.attempts)
 
 
+@pytest.mark.integration
 def test_a_busy_server_is_asked_again_and_a_busy_or_refusing_one_sends_the_item_back(tmp_path):
     """429/5xx gateway answers are the server's state, not the page's: asked again without spending an
     attempt; busy past convert.busy_s, or refusing the key (401), the item goes back to the queue."""
@@ -336,6 +337,7 @@ def test_a_server_that_answers_no_page_stops_the_run_and_marks_nothing_done(tmp_
 
 
 @pytest.mark.parametrize("fault", ["HTTP 404", "HTTP 500", "HTTP 400 wrong model", "no answer"])
+@pytest.mark.integration
 def test_a_server_that_starts_failing_partway_through_an_item_drops_no_document(tmp_path, fault):
     """The server answers the start check and the first pages, then fails every request (a redeploy that
     lost the route, a crashing replica, another model behind the name, a hung server). None of the item's
@@ -380,6 +382,7 @@ def test_a_server_that_starts_failing_partway_through_an_item_drops_no_document(
     assert not glob.glob(f"{workspace}/bad/*")
 
 
+@pytest.mark.integration
 def test_a_silent_server_and_a_lingering_worker_say_what_they_wait_for_when_the_wait_begins(tmp_path, caplog):
     """The start check's request unanswered for 5 s is said, with how long it is waited for (convert.timeout_s);
     a worker whose only item another worker holds says that it waits, and for what, before it waits."""
@@ -508,7 +511,7 @@ def test_bench_mode_writes_no_page_of_a_server_that_stopped_answering(tmp_path):
     assert len([json.loads(line) for line in open(tmp_path / "run2" / "pages.jsonl")]) == 17
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_pdfs_and_workspace_on_s3(tmp_path, s3_server, monkeypatch):
     import s3fs
 
@@ -600,7 +603,7 @@ def server_pid(log: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_tiny_model_behind_transformers_serve_converts_the_bundled_pdfs_despite_a_killed_server(tmp_path, tiny):
     workspace, run_dir = tmp_path / "ws", tmp_path / "run"
     seen, killed = [], []
@@ -660,7 +663,7 @@ def session(sid: int) -> list[int]:
     return members
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_worker_killed_outright_takes_its_model_server_along(tmp_path, tiny):
     """SIGKILL runs no cleanup in the worker: its server's guard sees it gone and ends the server."""
     proc = subprocess.Popen([sys.executable, "-m", "olmocr.pipeline", f"workspace={tmp_path / 'ws'}",
@@ -683,7 +686,7 @@ def test_a_worker_killed_outright_takes_its_model_server_along(tmp_path, tiny):
     assert not session(guard), f"server processes left 10 s after the worker was killed: {session(guard)}"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_server_that_never_starts_is_one_line_with_its_log(tmp_path):
     (tmp_path / "not_a_model").mkdir()
     code, log = stage("olmocr.pipeline.bench", ["model=olmocr2_7b", f"model.name_or_path={tmp_path}/not_a_model",
@@ -694,7 +697,7 @@ def test_a_server_that_never_starts_is_one_line_with_its_log(tmp_path):
     assert f"(log: {tmp_path}/run/server.log)" in error[0]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index(tmp_path):
     pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
     workspace = str(tmp_path / "ws")

@@ -45,7 +45,7 @@ def mean_loss(model, processor, samples: list[dict]) -> float:
     return total / tokens
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_after_a_short_run_the_reader_does_better_with_its_page_than_with_another(tmp_path, cache_dir):
     """+experiment=read_tiny for 600 steps on its line pages of bank words alone (the recipe's other pages, random
     letters and paragraphs, take the reader longer to start looking). Its held-out loss with each page's own image

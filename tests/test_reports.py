@@ -265,6 +265,7 @@ def test_model_output_is_drawn_but_never_run():
     assert '<code class="fail" title="KaTeX cannot parse this">\\badmacro</code>' in html
 
 
+@pytest.mark.integration
 def test_a_stage_whose_storage_refuses_or_does_not_answer_ends_in_one_line_naming_the_remote_places(tmp_path,
                                                                                                   s3_server):
     """s3fs's errors name no bucket: the line gives the error's gist and the config's remote places."""
@@ -293,6 +294,7 @@ def test_a_stage_whose_storage_refuses_or_does_not_answer_ends_in_one_line_namin
     assert outside(RuntimeError("a bug")) is None
 
 
+@pytest.mark.integration
 def test_the_viewer_waits_out_storage_and_never_keeps_a_page_unreadable_because_of_an_outage(tmp_path, s3_server,
                                                                                             monkeypatch):
     """A document page is kept by later runs: an outage while its PDF was read wrote 'cannot read' into it for

@@ -20,7 +20,7 @@ from conftest import STORED_RUN, TWO_RANKS, stored_losses
 from olmocr.config import PROJECT_ROOT
 from olmocr.train.distributed import job_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 EPHEMERAL_LOW = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
 
 # A user's cluster file for the local cluster: SLURM's defaults, no GPUs, a core a task.

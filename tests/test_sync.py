@@ -118,6 +118,7 @@ def test_check_writes_and_removes_one_object_and_a_refused_write_is_one_line(tmp
     assert sync.main(["push", str(tmp_path)]) == 1
 
 
+@pytest.mark.integration
 def test_pull_and_check_wait_out_storage_that_stops_answering(tmp_path, s3_server, monkeypatch, capsys):
     """A job coming back in a brownout (the client's own retries off): its restore and its write check wait and
     succeed, where they ended the task; past --wait-s, one line naming the place."""

@@ -35,7 +35,7 @@ def samples_per_step(run_dir) -> list[int]:
     return [json.loads(line)["train/samples"] for line in open(os.path.join(run_dir, "metrics.jsonl"))]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_several_gpus_of_one_machine_are_one_torchrun_job(tmp_path, cache_dir):
     run_dir = tmp_path / "double"
     script = task_script(stage_command("olmocr.train", TINY + ["cluster=slurm"], str(run_dir)), run_dir=str(run_dir),
@@ -49,7 +49,7 @@ def test_several_gpus_of_one_machine_are_one_torchrun_job(tmp_path, cache_dir):
     assert "cluster=local" in overrides and "cluster=slurm" not in overrides  # the task runs where it is
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_outputs_are_synced_also_on_failure(tmp_path, cache_dir, s3_server):
     import boto3
 
@@ -108,7 +108,7 @@ def test_grpo_server_layout():
         task_script(["olmocr.train"], run_dir="/r", gpus=1, distributed=True, sidecar=vllm())
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
     """Two replicas of 2 "GPUs": the leader's first serves (a stand-in here: the server layout's weight sync
     needs CUDA, so the trainers generate with transformers; test_vllm runs the real server), the other of each

@@ -90,6 +90,7 @@ def test_padding_batch_equals_two_single_batches(processor, tiny):
     assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
 
 
+@pytest.mark.integration
 def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     """Also with bench evals (their decoding leaves the training RNG streams alone) and the saves keep_best adds."""
     common = ["trainer.max_duration.value=10", "trainer.save_interval=5", "optimizer=muon", "optimizer.lr=0.01",
@@ -121,7 +122,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     assert best[0] == best[1] and best[0]["step"] in (4, 8)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_ctrl_c_to_one_rank_stops_every_rank_after_the_same_step_and_the_run_resumes_to_the_stored_losses(tmp_path,
                                                                                                         cache_dir):
     """Ctrl-C reaches one rank of a two-process run (and its loader worker, which is deaf to it): the ranks agree
@@ -225,7 +226,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cache_dir, tiny):
     """One torchrun job of two processes runs a sweep: each strategy stops at step 2 (hard_stop, as a killed
     job would) and resumes to step 4 in the same job dir, all in the same process group. Replicated (DDP),
@@ -303,7 +304,7 @@ def test_an_unknown_compile_backend_is_refused_before_the_model_loads(tmp_path):
                          f"model.name_or_path={tmp_path}/nonexistent"])  # a model that would fail to load
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_compile_trains(tmp_path, cache_dir):
     """Compiled blocks train to the stored losses, and a bench eval between steps decodes without recompiling
     them shape after shape (which ended at dynamo's recompile limit: an error here)."""
@@ -444,7 +445,7 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_newest_and_says_so_in_one_line(sm
     assert no_space(RuntimeError("size mismatch for lm_head.weight")) is None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refused_credentials(tmp_path, s3_server,
                                                                                                monkeypatch, caplog):
     """Pages read from S3 while training: an outage is waited out (data.storage_wait_s), no page dropped for
@@ -490,7 +491,7 @@ def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refuse
     assert not (out / "rejected.jsonl").exists() or not open(out / "rejected.jsonl").read()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_read_that_waits_past_its_patience_and_a_fault_raised_in_a_loader_worker_are_one_line(s3_server,
                                                                                                  monkeypatch):
     import s3fs
@@ -566,6 +567,7 @@ def test_config_changes_name_every_value_added_gone_or_changed(tmp_path):
                                           "gone": "x", "same": {"deep": {"value": 2}}}) == []
 
 
+@pytest.mark.integration
 def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(tmp_path, cache_dir):
     """The same command in a second terminal, or a job submitted twice: both would resume from one checkpoint
     and write the same checkpoint names, each removing the other's half-written one."""

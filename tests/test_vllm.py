@@ -72,7 +72,7 @@ def run_stage(python: str, module: str, args: list[str], cwd, timeout: int = 500
     return result.stdout + result.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.vllm
 def test_the_pipeline_converts_the_sample_pdfs_through_vllm_serve(tmp_path, tiny, warm_python):
     workspace, run_dir = tmp_path / "ws", tmp_path / "run"
@@ -124,7 +124,7 @@ def trl_vllm_serve(tiny, log):
             proc.wait()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.vllm
 def test_one_vllm_server_for_the_grpo_server_layout_a_wrong_model_name_and_guided_bench(tmp_path, tiny, processor):
     """One `trl vllm-serve` start (most of what these cost) serves three checks, in one test so that one
@@ -221,7 +221,7 @@ def guided_bench_pages_are_in_the_page_format_and_scored(trl_server, tiny, tmp_p
     assert summary["missing_pages"] == [] and summary["tests"] > len(pages) and 0 <= summary["overall"] <= 1
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.vllm
 def test_compare_with_vllm_decodes_as_transformers_and_serves_the_fp8_compression(tmp_path, tiny, warm_python):
     """vLLM's offline engine against transformers: the tiny model token for token (float32 in both), and the

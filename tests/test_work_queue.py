@@ -127,6 +127,7 @@ def test_renewal_keeps_a_slow_item_claimed_past_its_lease(tmp_path):
     assert reports[0].done == 1 and reports[0].lost == 0 and reports[0].taken_over == 0
 
 
+@pytest.mark.integration
 def test_a_failed_item_waits_before_its_next_attempt_and_only_its_own_failures_give_it_up(root, tmp_path):
     ws = Workspace(root)
     ws.add(corpus(tmp_path / "pdfs", 1), pages_per_group=1)
@@ -191,6 +192,7 @@ def test_adding_groups_by_sampled_pages_and_is_idempotent(root, tmp_path):
     assert len(ws.items()) == len(items) + 5  # nothing queued by a refused call
 
 
+@pytest.mark.integration
 def test_concurrent_additions_keep_every_pdf(root, tmp_path):
     paths = corpus(tmp_path / "pdfs", 64)
     ws = Workspace(root)
@@ -382,7 +384,7 @@ def test_sigterm_gives_the_claim_back(tmp_path):
 ITEMS, WORKERS, KILLS = 200, 8, 10
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("root", ["local"], indirect=True)  # S3: workers are killed in tests/test_faults.py
 def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_path):
     """8 worker processes over 200 items of 0.2 s each; every ~0.5 s one of them that is working (not still
