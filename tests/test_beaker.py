@@ -187,7 +187,7 @@ def test_preemptible_training_needs_a_persistent_run_dir(monkeypatch, tmp_path, 
     # several replicas of DeepSpeed write optimizer shards on each machine: only a shared folder keeps them all
     with pytest.raises(SystemExit):
         launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.replicas=2",
-                                       "hydra.launcher.sync_to=s3://b/r", "trainer.strategy=deepspeed"],
+                                       "hydra.launcher.sync_to=s3://b/r", "strategy=deepspeed"],
                module="olmocr.train")
     assert "with several replicas use hydra.launcher.run_root" in capfd.readouterr().err
 
@@ -222,14 +222,14 @@ def test_replicas_of_a_stage_that_is_not_distributed_are_independent_workers(mon
 
 
 @pytest.mark.parametrize("replicas, parallel, server_gpus, host", [
-    (1, ["algo.vllm_data_parallel_size=1"], "0", "127.0.0.1"),
-    (2, ["algo.vllm_data_parallel_size=2"], "0,1", "$BEAKER_LEADER_REPLICA_HOSTNAME"),
+    (1, ["algo.vllm.data_parallel_size=1"], "0", "127.0.0.1"),
+    (2, ["algo.vllm.data_parallel_size=2"], "0,1", "$BEAKER_LEADER_REPLICA_HOSTNAME"),
 ])
 def test_grpo_server_layout_spec(monkeypatch, tmp_path, replicas, parallel, server_gpus, host):
     keep = "hydra.launcher.sync_to=s3://b/r" if replicas == 1 else "hydra.launcher.run_root=/weka/r"  # DeepSpeed
     launch(monkeypatch, tmp_path, ["+experiment=grpo_qwen25", "hydra.launcher.dry_run=true", "hydra.launcher.gpus=8",
                                    f"hydra.launcher.replicas={replicas}", keep,
-                                   "algo.vllm_server_port=8123", *parallel], module="olmocr.train")
+                                   "algo.vllm.server_port=8123", *parallel], module="olmocr.train")
     (spec,) = specs(tmp_path).values()
     script = spec["tasks"][0]["command"][2]
     # The leader's first GPUs serve; the trainers' config looks for the server where it listens.
@@ -237,7 +237,7 @@ def test_grpo_server_layout_spec(monkeypatch, tmp_path, replicas, parallel, serv
     assert (f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then CUDA_VISIBLE_DEVICES={server_gpus} trl vllm-serve --model '
             f"Qwen/Qwen2.5-VL-7B-Instruct --host {bind} --port 8123 --tensor-parallel-size 1 --data-parallel-size "
             f"{len(server_gpus.split(','))} --gpu-memory-utilization 0.5 --max-model-len 16384 & server=$!; fi") in script
-    assert "algo.vllm_server_port=8123" in script and "algo.vllm_server_port=8000" not in script
+    assert "algo.vllm.server_port=8123" in script and "algo.vllm.server_port=8000" not in script
     trainers = 8 - len(server_gpus.split(","))
     visible = ",".join(str(g) for g in range(8 - trainers, 8))
     launch_line = next(line for line in script.splitlines() if "-m olmocr.train" in line)
@@ -247,7 +247,7 @@ def test_grpo_server_layout_spec(monkeypatch, tmp_path, replicas, parallel, serv
         assert launch_line.startswith(
             f"CUDA_VISIBLE_DEVICES={visible} torchrun --nnodes=2 --node_rank=$BEAKER_REPLICA_RANK "
             f"--nproc_per_node={trainers} --master_addr=$BEAKER_LEADER_REPLICA_HOSTNAME --master_port=29400 ")
-    assert launch_line.endswith(f" algo.vllm_server_host={host}")
+    assert launch_line.endswith(f" algo.vllm.server_host={host}")
 
 
 def test_grpo_groups_must_split_over_the_processes_the_layout_gives(monkeypatch, tmp_path, capfd):
@@ -257,7 +257,7 @@ def test_grpo_groups_must_split_over_the_processes_the_layout_gives(monkeypatch,
     launch(monkeypatch, tmp_path, common, module="olmocr.train")  # 7 trainers beside a 1-GPU server: 28 completions
     assert len(specs(tmp_path)) == 1
     with pytest.raises(SystemExit):
-        launch(monkeypatch, tmp_path, [*common, "algo.vllm_data_parallel_size=2"], module="olmocr.train")
+        launch(monkeypatch, tmp_path, [*common, "algo.vllm.data_parallel_size=2"], module="olmocr.train")
     assert ("error: algo.num_generations=28 must divide the completions per step, trainer.batch_size × "
             "trainer.grad_accum × processes = 1 × 4 × 6 = 24 (batch_size counts completions)") in capfd.readouterr().err
 

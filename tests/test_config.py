@@ -144,6 +144,8 @@ def test_every_data_and_steps_option_builds(data, steps, processor):
     ("train", "+trainer.batch_sise=3", "trainer.batch_sise: no such key in TrainerConfig (did you mean "
                                        "trainer.batch_size?)"),
     ("train", "+trainer.max_duration.valu=3", "trainer.max_duration.valu: no such key in DurationConfig"),
+    # a key of another strategy than the one chosen
+    ("train", "+strategy.stage=1", "strategy.stage: no such key in ReplicatedConfig"),
     ("train", "+foo=1", "foo: no such key in TrainConfig (its keys: algo, callbacks,"),
     ("synth", "+num_pagez=3", "num_pagez: no such key in SynthConfig (did you mean num_pages?)"),
     ("pipeline", "+queue.leas=60", "queue.leas: no such key"),
@@ -165,8 +167,7 @@ def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     ("trainer.save_interval=-1", "trainer.save_interval: must be at least 0, or null for none, got -1"),
     ("trainer.keep_last=0", "trainer.keep_last: must be at least 1, or null for every checkpoint, got 0"),
     ("trainer.precision=fp16", "trainer.precision: expected one of fp32, bf16, got 'fp16'"),
-    ("trainer.strategy=zero", "trainer.strategy: expected one of ddp, fsdp, deepspeed, got 'zero'"),
-    ("trainer.zero_stage=3", "trainer.zero_stage: expected one of 1, 2, got 3"),
+    (["strategy=deepspeed", "strategy.stage=3"], "strategy.stage: expected one of 1, 2, got 3"),
     ("trainer.clip_grad_norm=0", "trainer.clip_grad_norm: must be positive, or null for no clipping, got 0"),
     ("algo.name=ppo", "algo.name: expected one of sft, grpo, dpo, got 'ppo'"),
     # What the libraries would refuse only once the model is loaded (torch, peft, transformers' generate) or
@@ -267,8 +268,8 @@ def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_pytho
 
 @pytest.mark.parametrize("overrides, error", [
     (["algo=grpo", "data=synth_bench"], "algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)"),
-    (["+experiment=grpo_tiny", "trainer.strategy=fsdp"],
-     "trainer.strategy=fsdp is not available for GRPO: use ddp or deepspeed (ZeRO-1/2)"),
+    (["+experiment=grpo_tiny", "strategy=fsdp"],
+     "strategy=fsdp is not available for GRPO: use ddp or deepspeed (ZeRO-1/2)"),
     (["+experiment=dpo_tiny", "+algo.trl_args.bta=0.2"], "algo.trl_args: bta not trl DPOConfig field(s)"),
     # trl's values, and its rules across them, were met after the model had loaded (on the node, after the queue)
     (["+experiment=dpo_tiny", "+algo.trl_args.padding_free=maybe"],
@@ -279,8 +280,10 @@ def test_a_dry_run_checks_the_values_of_what_it_would_build(tmp_path, warm_pytho
     # what Muon cannot train, refused by the optimizer once the model had loaded
     (["optimizer=muon", "finetune=lora"], "optimizer=muon does not support LoRA: orthogonalising rank-r adapter "
      "factors is not Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon"),
-    (["optimizer=muon", "trainer.strategy=fsdp"], "optimizer=muon orthogonalises whole matrices and cannot run on "
-     "FSDP shards: use trainer.strategy=ddp with Muon"),
+    (["optimizer=muon", "strategy=fsdp"], "optimizer=muon orthogonalises whole matrices and strategy=fsdp splits "
+     "them: use strategy=ddp with Muon"),
+    (["optimizer=muon", "strategy=deepspeed"], "optimizer=muon orthogonalises whole matrices and strategy=deepspeed "
+     "splits them: use strategy=ddp with Muon"),
 ])
 def test_what_the_algorithm_and_optimizer_need_is_checked_before_a_launcher_submits(overrides, error):
     # Was checked when the recipe started, on the node: a launcher submitted the job and a dry run passed it.
@@ -528,7 +531,8 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     assert cfg.run_name == experiment
     from olmocr.train.hf import training_arguments
 
-    base = training_arguments(resolved["trainer"], output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
+    strategy = build(cfg.strategy, info=None, precision="fp32").trainer_arguments()
+    base = training_arguments(resolved["trainer"], strategy, output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
     if cfg.algo.name == "sft":
         assert "tokenize" in pipeline and not cfg.rewards
         return
@@ -554,9 +558,9 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     args = algos.grpo_arguments(base, resolved["algo"])
     assert (args.num_generations, args.temperature, args.beta) == \
         (cfg.algo.num_generations, cfg.algo.temperature, cfg.algo.beta)
-    assert (args.ddp_find_unused_parameters, args.gradient_checkpointing) == \
-        (cfg.trainer.ddp_find_unused_parameters, cfg.trainer.activation_checkpointing)
-    compiled = training_arguments({**resolved["trainer"], "compile": True, "compile_backend": "aot_eager"},
+    assert (args.ddp_find_unused_parameters, args.deepspeed, args.gradient_checkpointing) == \
+        (strategy.get("ddp_find_unused_parameters"), strategy.get("deepspeed"), cfg.trainer.activation_checkpointing)
+    compiled = training_arguments({**resolved["trainer"], "compile": True, "compile_backend": "aot_eager"}, {},
                                   output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
     compiled = algos.grpo_arguments(compiled, resolved["algo"])  # our blocks are compiled, not trl's whole model
     assert (compiled.torch_compile, compiled.torch_compile_backend) == (False, None)

@@ -58,7 +58,7 @@ def test_grpo_bench_eval_decodes_with_the_colocated_vllm_engine(tmp_path, cache_
     from test_grpo import EVALS, grpo
 
     result, out = grpo(tmp_path, [*EVALS, "trainer.device=cuda", "trainer.precision=bf16", "trainer.max_duration.value=2",
-                                  "algo.generation=vllm_colocate", "algo.vllm_gpu_memory_utilization=0.2",
+                                  "algo.generation=vllm_colocate", "algo.vllm.gpu_memory_utilization=0.2",
                                   "eval.bench.engine=vllm"])
     evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"eval"' in line]
     assert [r["step"] for r in evals] == [2] and 0 <= evals[0]["eval/bench/overall"] <= 1

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from conftest import COMPILE, SAMPLE, compiling, write_pdf
-from olmocr.config import compose
+from olmocr.config import build, compose
 
 SEEN: list[dict] = []
 
@@ -225,7 +225,7 @@ def test_config_errors_come_before_any_work(tmp_path):
     assert "GRPO counts steps or epochs" in error(["+experiment=grpo_tiny", "trainer.max_duration.unit=tokens"])
     if not torch.cuda.is_available():  # before the model loads or the server is waited for: at once
         assert "over NCCL, which needs CUDA GPUs" in error(["+experiment=grpo_tiny", "algo.generation=vllm_server",
-                                                            "algo.vllm_server_timeout=600"])
+                                                            "algo.vllm.server_timeout=600"])
     with pytest.raises(ValueError, match=r"data\.train\.synth\.roots: .*algo=grpo takes bench data"):
         compose("train", ["algo=grpo", "rewards=olmocr2"])  # SFT sources are not benches
 
@@ -302,8 +302,9 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
 
     cfg = compose("train", ["+experiment=grpo_qwen25"])
     r = OmegaConf.to_container(cfg, resolve=True)
-    base = training_arguments(r["trainer"], output_dir="/tmp/unused", max_steps=10, seed=cfg.seed, use_cpu=True,
-                              evaluate=False)
+    strategy = build(cfg.strategy, info=None, precision=cfg.trainer.precision).trainer_arguments()
+    base = training_arguments(r["trainer"], strategy, output_dir="/tmp/unused", max_steps=10, seed=cfg.seed,
+                              use_cpu=True, evaluate=False)
     args = grpo_arguments(base, r["algo"], reward_weights=[1.0, 1.0, 1.0])
     assert (args.num_generations, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (28, 1, 28)
     assert (args.temperature, args.top_p, args.beta, args.seed) == (0.8, 1.0, 0.01, 1)
@@ -311,7 +312,7 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
     assert args.vllm_importance_sampling_correction and args.vllm_importance_sampling_mode == "sequence_mask"
     assert args.vllm_importance_sampling_clip_max == 3.0 and args.dataloader_drop_last
     assert (args.vllm_mode, args.vllm_max_model_length, args.max_completion_length) == ("server", 16384, 8000)
-    assert args.deepspeed and args.bf16 and (args.save_steps, r["trainer"]["keep_last"]) == (25, 30)
+    assert args.deepspeed["zero_optimization"] == {"stage": 2} and args.bf16 and (args.save_steps, r["trainer"]["keep_last"]) == (25, 30)
     assert not args.cast_lm_head_to_fp32
     assert (r["optimizer"]["lr"], r["scheduler"]["_target_"], r["scheduler"]["warmup"]) == (
         2e-6, "olmocr.train.schedules.linear", 100)

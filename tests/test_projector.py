@@ -1,4 +1,4 @@
-"""finetune.centre_projector: the projector's output centred and scaled on training pages before SFT."""
+"""algo.centre_projector: the projector's output centred and scaled on training pages before SFT."""
 
 from __future__ import annotations
 
@@ -61,14 +61,12 @@ def test_blank_pages_are_centred_and_left_unscaled(tiny, processor):
 
 
 def test_a_model_without_a_projector_or_a_recipe_that_starts_trained_is_one_line():
-    from olmocr.train.recipe import check_finetune
-
-    with pytest.raises(ValueError, match=r"^finetune.centre_projector: Linear has no visual.merger"):
+    with pytest.raises(ValueError, match=r"^algo.centre_projector: Linear has no visual.merger"):
         centre_projector(torch.nn.Linear(2, 2), [])
-    with pytest.raises(ValueError, match=r"^finetune.centre_projector: SFT's, .* grpo starts from a trained model"):
-        check_finetune(False, False, None, 64, "grpo")
-    with pytest.raises(Exception, match="finetune.centre_projector"):
-        compose("train", ["finetune.centre_projector=0"])
+    with pytest.raises(Exception, match="algo.centre_projector: no such key in GRPOAlgoConfig"):
+        compose("train", ["+experiment=grpo_tiny", "+algo.centre_projector=64"])  # GRPO starts from a trained model
+    with pytest.raises(Exception, match="algo.centre_projector"):
+        compose("train", ["algo.centre_projector=0"])
 
 
 def test_sft_centres_the_projector_before_its_first_step_and_not_again_on_resume(tmp_path, cache_dir, tiny, caplog):
@@ -76,7 +74,7 @@ def test_sft_centres_the_projector_before_its_first_step_and_not_again_on_resume
     centred one (its last bias moved); resumed, the run does not centre again."""
     from olmocr.train.__main__ import run
 
-    overrides = ["finetune.centre_projector=4", "trainer.save_interval=1", "trainer.eval_interval=null",
+    overrides = ["algo.centre_projector=4", "trainer.save_interval=1", "trainer.eval_interval=null",
                  "callbacks.plots=null", "data.steps.render.longest_side=256"]
     out = str(tmp_path / "run")
     caplog.set_level("INFO", logger="olmocr.train")

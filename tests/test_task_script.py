@@ -88,7 +88,7 @@ def test_a_sync_target_that_refuses_writes_ends_the_task_before_its_stage(tmp_pa
 
 def vllm(gpus: int = 1) -> Sidecar:
     return Sidecar(command=lambda host: ["trl", "vllm-serve", "--model", "m", "--host", host], gpus=gpus,
-                   host_key="algo.vllm_server_host")
+                   host_key="algo.vllm.server_host")
 
 
 def test_grpo_server_layout():
@@ -99,7 +99,7 @@ def test_grpo_server_layout():
             "127.0.0.1 & server=$!; fi") in lines
     launch = next(line for line in lines if "-m olmocr.train" in line)
     assert launch.startswith("CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7 torchrun --standalone --nproc_per_node=7 -m olmocr.train")
-    assert launch.endswith("+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run algo.vllm_server_host=127.0.0.1")
+    assert launch.endswith("+experiment=grpo_qwen25 cluster=local hydra.run.dir=/results/run algo.vllm.server_host=127.0.0.1")
     # a server of tensor x data parallel 4 takes GPUs 0-3
     launch = next(line for line in task_script(["olmocr.train"], run_dir="/r", gpus=8, distributed=True,
                                                sidecar=vllm(4)).splitlines() if "-m olmocr.train" in line)
@@ -121,11 +121,11 @@ def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
         run_dir = str(tmp_path / f"replica{rank}")
         command = stage_command("olmocr.train", ["+experiment=grpo_tiny", "trainer.max_duration.value=2",
                                                  "trainer.save_interval=null", "callbacks.plots=null"], run_dir)
-        sidecar = Sidecar(command=lambda host: stand_in, gpus=1, host_key="algo.vllm_server_host")
+        sidecar = Sidecar(command=lambda host: stand_in, gpus=1, host_key="algo.vllm.server_host")
         script = task_script(command, run_dir=run_dir, gpus=2, replicas=2, distributed=True, rendezvous_port=port,
                              sidecar=sidecar)
         assert "--nnodes=2 --node_rank=$BEAKER_REPLICA_RANK --nproc_per_node=1" in script
-        assert "algo.vllm_server_host=$BEAKER_LEADER_REPLICA_HOSTNAME" in script
+        assert "algo.vllm.server_host=$BEAKER_LEADER_REPLICA_HOSTNAME" in script
         procs.append(run_script(script, cache_dir, BEAKER_REPLICA_RANK=str(rank),
                                 BEAKER_LEADER_REPLICA_HOSTNAME="127.0.0.1"))
     for proc in procs:
@@ -139,4 +139,4 @@ def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
     assert not (tmp_path / "replica1" / "metrics.jsonl").exists()
     assert marker.read_text() == "x"  # the server ran on the leader only, and was stopped with the job
     overrides = (tmp_path / "replica1" / ".hydra" / "overrides.yaml").read_text()
-    assert "algo.vllm_server_host=127.0.0.1" in overrides  # the leader's address, on every replica
+    assert "algo.vllm.server_host=127.0.0.1" in overrides  # the leader's address, on every replica

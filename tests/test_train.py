@@ -61,7 +61,7 @@ def test_fsdp_in_one_process_trains_to_the_stored_losses_and_ends_its_process_gr
     import torch.distributed as dist
 
     result, out = train(tmp_path, ["trainer.max_duration.value=30", "trainer.hard_stop.value=3",
-                                   "trainer.save_interval=null", "trainer.strategy=fsdp"])
+                                   "trainer.save_interval=null", "strategy=fsdp"])
     expected = json.load(open(EXPECTED))
     assert result["state"]["step"] == 3 and not dist.is_initialized()
     for step, value in losses(out).items():
@@ -236,7 +236,7 @@ def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cach
     env = dict(os.environ, OLMOCR_CACHE=cache_dir, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-         "-m", "olmocr.train", "-m", "trainer.strategy=ddp,fsdp,deepspeed", "trainer.hard_stop.value=2,null", *FAST,
+         "-m", "olmocr.train", "-m", "strategy=ddp,fsdp,deepspeed", "trainer.hard_stop.value=2,null", *FAST,
          "trainer.max_duration.value=4", "trainer.save_interval=2", "trainer.batch_size=1", "trainer.eval_interval=4",
          f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
@@ -244,7 +244,7 @@ def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cach
     # One dir per job, named by its overrides; hard_stop is not part of the name, so the resumed job is in it too.
     dirs = sorted(d for d in os.listdir(tmp_path / "sweep") if d != "multirun.yaml")
     assert len(dirs) == 3 and not any("hard_stop" in d for d in dirs)
-    runs = {s: str(tmp_path / "sweep" / next(d for d in dirs if d.endswith(f"trainer.strategy={s}")))
+    runs = {s: str(tmp_path / "sweep" / next(d for d in dirs if f"strategy={s}" in d.split(",")))
             for s in ("ddp", "fsdp", "deepspeed")}
     got = {}
     for strategy, run in runs.items():
@@ -282,7 +282,7 @@ def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cach
 
 
 def test_deepspeed_in_one_process(tmp_path, cache_dir):
-    result, out = train(tmp_path, ["trainer.strategy=deepspeed", "trainer.max_duration.value=2",
+    result, out = train(tmp_path, ["strategy=deepspeed", "trainer.max_duration.value=2",
                                    "trainer.save_interval=null"])
     expected = json.load(open(EXPECTED))
     assert losses(out)[1] == pytest.approx(expected["1"], abs=1e-4)

@@ -36,7 +36,7 @@ def projector_output(model: nn.Module) -> nn.Linear:
     merger = getattr(getattr(getattr(base, "model", base), "visual", None), "merger", None)
     linears = [m for m in merger.modules() if isinstance(m, nn.Linear)] if merger is not None else []
     if not linears:
-        raise UserError(f"finetune.centre_projector: {type(base).__name__} has no visual.merger with a linear "
+        raise UserError(f"algo.centre_projector: {type(base).__name__} has no visual.merger with a linear "
                         "layer to centre (expected a Qwen2-VL family model)")
     return linears[-1]
 
@@ -57,12 +57,12 @@ def centre_projector(model: nn.Module, images: Iterable[tuple[torch.Tensor, torc
     average. Images whose tokens are all alike (blanked ones) are centred only."""
     layer = projector_output(model)
     if layer.bias is None:
-        raise UserError("finetune.centre_projector: the projector's last layer has no bias to centre")
+        raise UserError("algo.centre_projector: the projector's last layer has no bias to centre")
     device = layer.weight.device
     feats = [image_features(model, pixel_values.to(device), grid_thw.to(device)).float()
              for pixel_values, grid_thw in images]
     if not feats:
-        raise UserError("finetune.centre_projector: no training sample loaded to centre the projector on")
+        raise UserError("algo.centre_projector: no training sample loaded to centre the projector on")
     every = torch.cat(feats)
     mean = every.mean(0)
     spread = float((every - mean).norm(dim=-1).mean())

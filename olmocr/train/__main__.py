@@ -14,7 +14,6 @@ from olmocr.data.presented import presents_as_trained
 from olmocr.errors import UserError
 from olmocr.train import algos, optim
 from olmocr.train.recipe import check_finetune, check_trainer
-from olmocr.train.vllm_server import server_command
 
 
 def cluster_needs(cfg: DictConfig) -> Launch:
@@ -25,13 +24,11 @@ def cluster_needs(cfg: DictConfig) -> Launch:
         model = cfg.model.get("name_or_path")
         if not model:
             raise UserError("the GRPO server layout serves a hub model: model.name_or_path must be set")
-        algo = OmegaConf.to_container(cfg.algo, resolve=True)
-        sidecar = Sidecar(command=functools.partial(server_command, model, algo), host_key="algo.vllm_server_host",
-                          gpus=algo["vllm_tensor_parallel_size"] * algo["vllm_data_parallel_size"])
-    replica_state = None
-    if cfg.trainer.strategy == "deepspeed":
-        replica_state = "DeepSpeed checkpoints hold every rank's optimizer shard, written on each replica's own disk"
-    return Launch(distributed=True, resumes=True, sidecar=sidecar, replica_state=replica_state,
+        vllm = OmegaConf.to_object(cfg.algo.vllm)
+        sidecar = Sidecar(command=functools.partial(vllm.server_command, model), host_key="algo.vllm.server_host",
+                          gpus=vllm.server_gpus)
+    return Launch(distributed=True, resumes=True, sidecar=sidecar,
+                  replica_state=locate(cfg.strategy._target_).replica_state,
                   check_world=functools.partial(algos.check_world, cfg))
 
 
@@ -43,10 +40,10 @@ def check(cfg: DictConfig) -> None:
     if cfg.algo.name not in RECIPES:
         raise UserError(f"algo.name: expected one of {', '.join(RECIPES)}, got {cfg.algo.name!r}")
     check_trainer(cfg.trainer)
-    check_finetune(cfg.finetune.freeze_vision, cfg.finetune.freeze_language, cfg.finetune.lora,
-                   cfg.finetune.centre_projector, cfg.algo.name)
+    check_finetune(cfg.finetune.freeze_vision, cfg.finetune.freeze_language, cfg.finetune.lora)
     if cfg.optimizer._target_ == f"{optim.muon.__module__}.{optim.muon.__name__}":
-        optim.check_muon(sharded=cfg.trainer.strategy == "fsdp", lora=cfg.finetune.lora is not None)
+        strategy = locate(cfg.strategy._target_)
+        optim.check_muon(split_by=None if strategy.whole_matrices else strategy.name, lora=cfg.finetune.lora is not None)
     algos.check(cfg)
 
 

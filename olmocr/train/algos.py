@@ -15,6 +15,7 @@ import typing
 
 from omegaconf import DictConfig, OmegaConf
 
+from olmocr.config import locate
 from olmocr.errors import UserError
 
 
@@ -35,12 +36,9 @@ def grpo_fields(base: dict, algo: dict, reward_weights: list[float] | None = Non
         use_vllm=backend != "transformers", reward_weights=reward_weights,
     )
     if backend != "transformers":
-        args.update(vllm_mode="server" if backend == "vllm_server" else "colocate",
-                    vllm_server_host=algo["vllm_server_host"], vllm_server_port=algo["vllm_server_port"],
-                    vllm_server_timeout=algo["vllm_server_timeout"],
-                    vllm_gpu_memory_utilization=algo["vllm_gpu_memory_utilization"],
-                    vllm_tensor_parallel_size=algo["vllm_tensor_parallel_size"],
-                    vllm_max_model_length=algo["vllm_max_model_length"])
+        from olmocr.train.vllm_server import VLLMGeneration
+
+        args.update(VLLMGeneration(**algo["vllm"]).trl_fields("server" if backend == "vllm_server" else "colocate"))
         if image_token_id is not None:
             # A completion may never hold the image placeholder: the trainer's forward would look for an image
             # behind it. trl keeps it out of transformers generation itself; vLLM is told the same.
@@ -159,8 +157,8 @@ def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
     checked = type(config_class, (getattr(trl, config_class),), {"world_size": property(lambda self: world_size)})
     # What depends on the machine that runs it (the device, bf16, DeepSpeed) is left out: a launcher checks on a
     # machine without the job's GPUs.
-    trainer = {**OmegaConf.to_container(cfg.trainer, resolve=True), "precision": "fp32", "strategy": "ddp"}
-    base = training_arguments(trainer, output_dir="checkpoints", max_steps=1, seed=cfg.seed, use_cpu=True,
+    trainer = {**OmegaConf.to_container(cfg.trainer, resolve=True), "precision": "fp32"}
+    base = training_arguments(trainer, {}, output_dir="checkpoints", max_steps=1, seed=cfg.seed, use_cpu=True,
                               evaluate=False)
     try:
         checked(**fields(base, OmegaConf.to_container(cfg.algo, resolve=True)))
@@ -171,25 +169,27 @@ def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
         AcceleratorState._reset_state(reset_partial_state=True)  # the process's devices stay for the run to set up
 
 
-def _check_trl_run(name: str, trainer) -> None:
+def _check_trl_run(name: str, cfg: DictConfig) -> None:
     """What trl's trainers of both algorithms refuse."""
-    if trainer.max_duration.unit not in ("steps", "epochs"):
-        raise UserError(f"trainer.max_duration.unit: {name} counts steps or epochs, got {trainer.max_duration.unit!r}")
-    if trainer.strategy == "fsdp":
-        raise UserError(f"trainer.strategy=fsdp is not available for {name}: use ddp or deepspeed (ZeRO-1/2)")
+    unit = cfg.trainer.max_duration.unit
+    if unit not in ("steps", "epochs"):
+        raise UserError(f"trainer.max_duration.unit: {name} counts steps or epochs, got {unit!r}")
+    strategy = locate(cfg.strategy._target_)
+    if strategy.trainer_arguments is None:
+        raise UserError(f"strategy={strategy.name} is not available for {name}: use ddp or deepspeed (ZeRO-1/2)")
 
 
 def check_grpo(cfg: DictConfig, world_size: int | None = None) -> None:
     """``world_size``: the processes that will train, where known (a launcher checks before the job has any):
     :func:`check_world` then."""
-    algo, t = cfg.algo, cfg.trainer
+    algo = cfg.algo
     if not cfg.rewards:
         raise UserError("algo=grpo needs rewards: add rewards=olmocr2 (or another file in conf/rewards/)")
     if algo.generation != "transformers" and importlib.util.find_spec("vllm") is None:
         raise UserError(f"algo.generation={algo.generation} needs vLLM: run bash scripts/setup.sh (it installs "
                         "vLLM, or its CPU build on a machine without CUDA)")
     _check_trl_args(cfg)
-    _check_trl_run("GRPO", t)
+    _check_trl_run("GRPO", cfg)
     if world_size is not None:
         check_world(cfg, world_size)
 
@@ -213,7 +213,7 @@ def check_dpo(cfg: DictConfig, world_size: int | None = None) -> None:
     if "train" not in cfg.data or isinstance(cfg.data.train, DictConfig):
         raise UserError("algo=dpo trains on preference pairs: add data=pairs (data.train=[<pairs.jsonl>, …])")
     _check_trl_args(cfg)
-    _check_trl_run("DPO", cfg.trainer)
+    _check_trl_run("DPO", cfg)
     if world_size is not None:
         check_world(cfg, world_size)
 

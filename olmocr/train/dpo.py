@@ -30,11 +30,11 @@ class DPO(HFRecipe):
     def check(self) -> None:
         check_dpo(self.cfg, self.dist.world_size)
 
-    def datasets(self) -> tuple:
+    def datasets(self, processor) -> tuple:
         from olmocr.data.preference import build_preference_dataset
 
         data, report = self.resolved["data"], os.path.join(self.output_dir, "rejected.jsonl")
-        special = self.processor.tokenizer.all_special_tokens
+        special = processor.tokenizer.all_special_tokens
         train = build_preference_dataset(data["train"], data["steps"], special, report)
         return train, build_preference_dataset(data["eval"], data["steps"], special, report) if data["eval"] else None
 

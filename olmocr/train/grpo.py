@@ -16,6 +16,7 @@ import os
 
 import torch
 import trl
+from omegaconf import OmegaConf
 
 from olmocr.errors import UserError
 from olmocr.train.algos import check_grpo, grpo_arguments
@@ -58,8 +59,6 @@ class GRPO(HFRecipe):
         check_grpo(self.cfg, self.dist.world_size)
 
     def before_loading(self) -> None:
-        from olmocr.train.vllm_server import server_command, wait_for_server
-
         algo = self.resolved["algo"]
         if algo["generation"] == "vllm_server" and not torch.cuda.is_available():
             # Here, on the machine that trains, not when the config is checked (a login node has no GPU):
@@ -68,21 +67,22 @@ class GRPO(HFRecipe):
                             "NCCL, which needs CUDA GPUs; on this machine use algo.generation=vllm_colocate or "
                             "transformers")
         if algo["generation"] == "vllm_server":
-            command = server_command(self.source.path, algo, algo["vllm_server_host"])
+            vllm = OmegaConf.to_object(self.cfg.algo.vllm)
+            command = vllm.server_command(self.source.path)
             if self.dist.rank == 0:
                 with open(os.path.join(self.output_dir, "launch_commands.json"), "w") as fh:
                     json.dump({"vllm_server": command}, fh, indent=2)
-            wait_for_server(algo["vllm_server_host"], algo["vllm_server_port"], algo["vllm_server_timeout"], command)
+            vllm.wait(command)
 
-    def datasets(self) -> tuple:
+    def datasets(self, processor) -> tuple:
         from olmocr.data.bench_prompts import build_prompt_dataset
 
         data, report = self.resolved["data"], os.path.join(self.output_dir, "rejected.jsonl")
         cache, wait_s = data.get("local_cache"), data["storage_wait_s"]
-        train = build_prompt_dataset(data["train"], data["steps"], report, cache, wait_s, processor=self.processor)
+        train = build_prompt_dataset(data["train"], data["steps"], report, cache, wait_s, processor=processor)
         evals = None
         if data["eval"] and self.settings.eval_interval:
-            evals = build_prompt_dataset(data["eval"], data["steps"], report, cache, wait_s, processor=self.processor)
+            evals = build_prompt_dataset(data["eval"], data["steps"], report, cache, wait_s, processor=processor)
         return train, evals
 
     def epoch_samples(self) -> int:

@@ -74,20 +74,15 @@ def _deaf_then(first, worker_id: int) -> None:
         first(worker_id)
 
 
-def training_arguments(t: dict, *, output_dir: str, max_steps: int, seed: int, use_cpu: bool,
+def training_arguments(t: dict, strategy: dict, *, output_dir: str, max_steps: int, seed: int, use_cpu: bool,
                        evaluate: bool) -> dict:
-    """transformers ``TrainingArguments`` fields from the ``trainer`` keys (``t``, resolved)."""
-    deepspeed = None
-    if t["strategy"] == "deepspeed":
-        deepspeed = {"zero_optimization": {"stage": t["zero_stage"]}, "bf16": {"enabled": t["precision"] == "bf16"},
-                     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-                     "gradient_clipping": "auto"}
+    """transformers ``TrainingArguments`` fields from the ``trainer`` keys (``t``, resolved) and the strategy's
+    own (:meth:`olmocr.train.strategy.Replicated.trainer_arguments`)."""
     return dict(
         output_dir=output_dir, max_steps=max_steps, seed=seed, use_cpu=use_cpu, bf16=t["precision"] == "bf16",
         per_device_train_batch_size=t["batch_size"], gradient_accumulation_steps=t["grad_accum"],
         max_grad_norm=t["clip_grad_norm"] or 0.0, gradient_checkpointing=t["activation_checkpointing"],
-        dataloader_num_workers=t["num_workers"], deepspeed=deepspeed,
-        ddp_find_unused_parameters=t["ddp_find_unused_parameters"],
+        dataloader_num_workers=t["num_workers"], **strategy,
         save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
         eval_strategy="steps" if evaluate and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
         # Every step's own loss, NaN included (the Trainer would log the mean of the finite ones before it).
@@ -108,22 +103,25 @@ class HFRecipe(Recipe):
     def checkpoint_step(self, checkpoint: str) -> int:
         return int(os.path.basename(checkpoint).rsplit("-", 1)[1])  # checkpoint-<step>
 
-    def load_model(self):
-        """The policy (full, frozen parts or LoRA), with a resumed run's weights (see KeepLoadedWeights)."""
+    def load_model(self, resume_from: str | None, train_data):
+        """The policy (full, frozen parts or LoRA), with a resumed run's weights (see RunCheckpoints)."""
         from olmocr.models.loader import load_trainable
 
         finetune = self.resolved["finetune"]
         model = load_trainable(self.source, "cpu", finetune["freeze_vision"], finetune["freeze_language"],
-                               finetune["lora"], self.resume_from)
+                               finetune["lora"], resume_from)
         # trl loads its reference model (GRPO's KL, DPO's) from this path: the starting model, also when resuming.
         model.config._name_or_path = self.source.path
         return model
 
     def arguments(self) -> dict:
         """TrainingArguments fields of this run (the recipe adds its algorithm's)."""
-        return training_arguments(self.resolved["trainer"], output_dir=self.checkpoints_dir, max_steps=self.length.stop,
-                                  seed=self.cfg.seed, use_cpu=self.dist.device.type == "cpu",
-                                  evaluate=self.eval_data is not None)
+        from olmocr.config import build
+
+        strategy = build(self.cfg.strategy, info=self.dist, precision=self.settings.precision)
+        return training_arguments(self.resolved["trainer"], strategy.trainer_arguments(), output_dir=self.checkpoints_dir,
+                                  max_steps=self.length.stop, seed=self.cfg.seed,
+                                  use_cpu=self.dist.device.type == "cpu", evaluate=self.eval_data is not None)
 
     def trainer(self, callbacks: list):
         raise NotImplementedError

@@ -50,7 +50,7 @@ def muon(model: nn.Module, lr: NonNegative = 0.02, momentum: Annotated[float, Ra
     from olmocr.train.muon import SingleDeviceMuonWithAuxAdam, muon_param_groups
 
     model = model.module if hasattr(model, "module") else model  # DDP wrapper
-    check_muon(sharded=any(hasattr(p, "full_tensor") for p in model.parameters()),
+    check_muon(split_by="fsdp" if any(hasattr(p, "full_tensor") for p in model.parameters()) else None,
                lora=any("lora_" in name for name, p in model.named_parameters() if p.requires_grad))
     groups = muon_param_groups(model)
     adam = {"use_muon": False, "betas": tuple(adam_betas), "eps": adam_eps, "weight_decay": weight_decay}
@@ -65,12 +65,12 @@ def muon(model: nn.Module, lr: NonNegative = 0.02, momentum: Annotated[float, Ra
     return SingleDeviceMuonWithAuxAdam([g for g in spec if g["params"]])
 
 
-def check_muon(sharded: bool, lora: bool) -> None:
+def check_muon(split_by: str | None, lora: bool) -> None:
     """What Muon cannot train: known from the config (the train stage checks it before anything loads) and
-    from the model it is given."""
-    if sharded:
-        raise UserError("optimizer=muon orthogonalises whole matrices and cannot run on FSDP shards: "
-                        "use trainer.strategy=ddp with Muon")
+    from the model it is given. ``split_by``: the strategy that hands the optimizer parts of matrices, if any."""
+    if split_by is not None:
+        raise UserError(f"optimizer=muon orthogonalises whole matrices and strategy={split_by} splits them: "
+                        "use strategy=ddp with Muon")
     if lora:
         raise UserError("optimizer=muon does not support LoRA: orthogonalising rank-r adapter factors is not "
                         "Muon's update; use optimizer=adamw with LoRA, or full fine-tuning with Muon")

@@ -58,11 +58,7 @@ def check_trainer(t) -> None:
         raise UserError(f"trainer.max_duration.value: required, the run's length in {t.max_duration.unit}")
 
 
-def check_finetune(freeze_vision: bool, freeze_language: bool, lora, centre_projector: int | None,
-                   algo: str) -> None:
-    if centre_projector is not None and algo != "sft":
-        raise UserError(f"finetune.centre_projector: SFT's, from a projector at random weights; {algo} starts from "
-                        "a trained model, whose projector it would undo (set it to null)")
+def check_finetune(freeze_vision: bool, freeze_language: bool, lora) -> None:
     if freeze_vision and freeze_language:
         raise UserError("finetune.freeze_vision and finetune.freeze_language are both true: nothing would train")
     if lora is not None and freeze_language:
@@ -120,7 +116,10 @@ def build_callbacks(configured: DictConfig, run_config: dict, output_dir: str) -
 
 
 class Recipe:
-    """A training run as named steps; :meth:`run` calls them in order."""
+    """A training run as named steps; :meth:`run` calls them in order. A hook is given what it needs and returns
+    what it makes; what the scaffold has loaded by the time :meth:`fit` runs (``source``, ``resume_from``,
+    ``processor``, ``train_data``, ``eval_data``, ``model``, ``length``, ``best``, ``bench_eval``) is on the
+    recipe for it."""
 
     whole_epochs = True  # see duration_steps
 
@@ -174,8 +173,8 @@ class Recipe:
         self.processor = self.source.load_processor()
         # The data before the weights: a missing folder, refused credentials or unusable pages stop the run
         # before minutes of loading a large model.
-        self.train_data, self.eval_data = self.datasets()
-        self.model = self.load_model()
+        self.train_data, self.eval_data = self.datasets(self.processor)
+        self.model = self.load_model(self.resume_from, self.train_data)
         trainable, total = trainable_summary(self.model)
         self.length = self.run_length()
         log.info("model %s: %.2fM of %.2fM parameters train; %d %s, %d steps of %d", self.source.path,
@@ -212,16 +211,18 @@ class Recipe:
         """Anything to wait for before the model loads (a generation server)."""
 
     def latest_checkpoint(self) -> str | None:
+        """The newest complete checkpoint under ``checkpoints_dir``, or None."""
         raise NotImplementedError
 
     def checkpoint_step(self, checkpoint: str) -> int:
         raise NotImplementedError
 
-    def load_model(self):
+    def load_model(self, resume_from: str | None, train_data):
+        """The model to train: the source's, or ``resume_from``'s weights when the run resumes."""
         raise NotImplementedError
 
-    def datasets(self) -> tuple:
-        """The training data and the eval data (or None) of the run."""
+    def datasets(self, processor) -> tuple:
+        """The training data and the eval data (or None) of the run, prepared for ``processor``."""
         raise NotImplementedError
 
     @property

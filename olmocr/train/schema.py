@@ -1,5 +1,5 @@
-"""Schemas of ``python -m olmocr.train`` (conf/train.yaml) and of its ``algo``, ``optimizer`` and
-``scheduler`` groups (the latter generated from the builders' signatures)."""
+"""Schemas of ``python -m olmocr.train`` (conf/train.yaml) and of its ``algo``, ``optimizer``, ``scheduler`` and
+``strategy`` groups (the last three generated from the builders' signatures)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,17 @@ from omegaconf import MISSING
 
 import olmocr.data.schema  # noqa: F401 - training composes the data and model groups
 from olmocr.config import OneOf, Range, StageConfig, schema_for, store
-from olmocr.train import optim, schedules
+from olmocr.train import optim, schedules, strategy
+from olmocr.train.vllm_server import VLLMGeneration
 
 
 @dataclass
 class SFTAlgoConfig:
     name: str = "sft"
+    # From a projector at random weights: before the first step, its output is centred and scaled on this many
+    # training pages (olmocr.models.projector), so image tokens differ by what they show. GRPO and DPO start
+    # from a trained model, whose projector this would undo: the key is SFT's alone.
+    centre_projector: Annotated[int | None, Range(at_least=1, null="off")] = None
 
 
 @dataclass
@@ -37,15 +42,7 @@ class GRPOAlgoConfig:
     # transformers (plain generate; CPU and tests), vllm_colocate (vLLM inside each trainer process) or
     # vllm_server (a `trl vllm-serve` process on its own GPU; see launch_commands.json in the run dir)
     generation: Annotated[str, OneOf("transformers", "vllm_colocate", "vllm_server")] = "transformers"
-    vllm_server_host: str = "127.0.0.1"
-    vllm_server_port: Annotated[int, Range(at_least=1, at_most=65535)] = 8000
-    vllm_server_timeout: Annotated[float, Range(above=0)] = 240.0
-    vllm_gpu_memory_utilization: Annotated[float, Range(above=0, at_most=1)] = 0.3
-    vllm_tensor_parallel_size: Annotated[int, Range(at_least=1)] = 1
-    # server: model copies; it takes tensor x data parallel GPUs
-    vllm_data_parallel_size: Annotated[int, Range(at_least=1)] = 1
-    # prompt + completion tokens vLLM makes room for
-    vllm_max_model_length: Annotated[int | None, Range(at_least=1, null="the model's own")] = None
+    vllm: VLLMGeneration = field(default_factory=VLLMGeneration)  # how vLLM runs, for both vllm_* generations
     log_completions: bool = False
     # The control of a GRPO experiment: each batch's rewards permuted across its completions (the same values,
     # nothing about which text earned them; olmocr/train/grpo_signal.py). Not for training a model.
@@ -97,9 +94,6 @@ class FinetuneConfig:
     freeze_vision: bool = False
     freeze_language: bool = False
     lora: LoraConfig | None = None
-    # SFT from a projector at random weights: before the first step, its output is centred and scaled on this
-    # many training pages (olmocr.models.projector), so image tokens differ by what they show.
-    centre_projector: Annotated[int | None, Range(at_least=1, null="off")] = None
 
 
 @dataclass
@@ -127,11 +121,6 @@ class TrainerConfig:
     compile_backend: str = "inductor"
     resume: bool = True
     device: Annotated[str, OneOf("auto", "cuda", "cpu")] = "auto"
-    # ddp (replicas), fsdp (FSDP2, sharded per block) or deepspeed (ZeRO stage zero_stage)
-    strategy: Annotated[str, OneOf("ddp", "fsdp", "deepspeed")] = "ddp"
-    ddp_find_unused_parameters: bool = False
-    fsdp_reshard_after_forward: bool = True
-    zero_stage: Annotated[int, OneOf(1, 2)] = 2  # DeepSpeed's ZeRO stage
 
 
 @dataclass
@@ -150,6 +139,7 @@ class TrainConfig(StageConfig):
     rewards: dict[str, Any] = field(default_factory=dict)  # grpo: conf/rewards/, checked by validate()
     optimizer: Any = MISSING
     scheduler: Any = MISSING
+    strategy: Any = MISSING  # ddp, fsdp or deepspeed, by the strategy group (olmocr.train.strategy)
     callbacks: dict[str, Any] = field(default_factory=dict)
     eval: EvalConfig = field(default_factory=EvalConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -164,5 +154,7 @@ store("grpo_schema", GRPOAlgoConfig, group="algo")
 store("dpo_schema", DPOAlgoConfig, group="algo")
 for builder in (optim.adamw, optim.muon):
     store(f"{builder.__name__}_schema", schema_for(builder), group="optimizer")
+for kind in strategy.STRATEGIES:
+    store(f"{kind.name}_schema", schema_for(kind), group="strategy")
 for builder in (schedules.linear, schedules.cosine, schedules.constant, schedules.wsd, schedules.inverse_sqrt):
     store(f"{builder.__name__}_schema", schema_for(builder), group="scheduler")

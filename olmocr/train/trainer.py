@@ -20,7 +20,8 @@ from olmocr.faults import Stopped
 from olmocr.train.checkpoint import CheckpointManager, set_rng_state
 from olmocr.train.collate import model_inputs
 from olmocr.train.data import epoch_loader
-from olmocr.train.distributed import DistInfo, Replicated
+from olmocr.train.distributed import DistInfo
+from olmocr.train.strategy import Replicated
 from olmocr.train.schema import TrainerConfig
 
 log = logging.getLogger(__name__)

@@ -94,7 +94,7 @@ def task_script(command: list[str], *, run_dir: str, gpus: int = 0, replicas: in
     lines += [
         f'if [ "${{BEAKER_REPLICA_RANK:-0}}" = 0 ]; then CUDA_VISIBLE_DEVICES={_gpus(0, sidecar.gpus)} {server} & '
         "server=$!; fi",
-        # The stage waits until the server is healthy (GRPO: its algo.vllm_server_port already names the port).
+        # The stage waits until the server is healthy (GRPO: its algo.vllm.server_port already names the port).
         f"CUDA_VISIBLE_DEVICES={_gpus(sidecar.gpus, gpus)} "
         f"{_launch(stage, trainers, replicas, rendezvous_port)} {sidecar.host_key}={host}",
         "status=$?",
