@@ -24,7 +24,7 @@ import torch
 from olmocr.config import build, compose
 from olmocr.train.__main__ import run
 
-COMMON = ["data.steps.render.longest_side=256", "trainer.save_interval=null", "callbacks.console.interval=1000"]
+COMMON = ["data.steps.render.longest_side=256", "checkpoint.interval=null", "callbacks.console.interval=1000"]
 
 
 def per_page(repeats: int, tmp: str) -> dict:

@@ -36,7 +36,7 @@ from olmocr.bench.normalize import normalize
 from olmocr.bench.records import load_tests
 from olmocr.formats.frontmatter import parse_document, write_document
 from olmocr.formats.tables import html_tables, markdown_tables, parse_tables
-from olmocr.rewards import bench as bench_reward
+from olmocr.rewards import unit_tests as bench_reward
 from olmocr.rewards import text as text_rewards
 from olmocr.synth.generator import generate
 

@@ -38,8 +38,8 @@ def write_pairs(path: str) -> str:
 def train(tmp: str, pairs: str, seed: int, lr: float, steps: int) -> tuple[list[float], list[float]]:
     out = os.path.join(tmp, f"seed{seed}_lr{lr}")
     run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", "scheduler=constant", f"optimizer.lr={lr}",
-                          f"seed={seed}", f"trainer.max_duration.value={steps}", "trainer.save_interval=null",
-                          "trainer.eval_interval=null", "trainer.keep_best=null", "callbacks.plots=null",
+                          f"seed={seed}", f"trainer.max_duration.value={steps}", "checkpoint.interval=null",
+                          "trainer.eval_interval=null", "checkpoint.keep_best=null", "callbacks.plots=null",
                           "callbacks.console.interval=1000"]), out)
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     rows = [r for r in rows if r["kind"] == "train"]

@@ -28,7 +28,7 @@ def one_run(backend: str, out: str, steps: int, generations: int, length: int) -
     command = [sys.executable, "-m", "olmocr.train", "+experiment=grpo_tiny", f"algo.generation={backend}",
                f"algo.num_generations={generations}", f"algo.max_completion_length={length}",
                f"trainer.batch_size={generations}", f"trainer.max_duration.value={steps}",
-               "trainer.save_interval=null", "trainer.eval_interval=null", "trainer.keep_best=null",
+               "checkpoint.interval=null", "trainer.eval_interval=null", "checkpoint.keep_best=null",
                "callbacks.plots=null", f"hydra.run.dir={out}"]
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT})

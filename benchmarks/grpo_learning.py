@@ -31,8 +31,8 @@ def train(tmp: str, seed: int, lr: float, steps: int) -> list[float]:
     cfg = compose("train", [
         "+experiment=grpo_tiny", "rewards=eos", "scheduler=constant", f"optimizer.lr={lr}", f"seed={seed}",
         "algo.num_generations=8", "algo.max_completion_length=16", "algo.beta=0", "trainer.batch_size=16",
-        f"trainer.max_duration.value={steps}", "trainer.save_interval=null", "trainer.eval_interval=null",
-        "trainer.keep_best=null", "callbacks.plots=null",
+        f"trainer.max_duration.value={steps}", "checkpoint.interval=null", "trainer.eval_interval=null",
+        "checkpoint.keep_best=null", "callbacks.plots=null",
         "callbacks.console.interval=1000",
     ])
     run(cfg, out)

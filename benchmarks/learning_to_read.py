@@ -179,7 +179,7 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
     if steps:  # else the recipe's; here three evals of a sample of the bench, the last at the end
         every = steps // 3 if steps % 3 == 0 else steps
         sft_args += [f"trainer.max_duration.value={steps}", f"trainer.eval_interval={every}",
-                     f"trainer.save_interval={every}"]
+                     f"checkpoint.interval={every}"]
     candidates: dict[str, str] = {}
 
     def trained(row: str, args: list[str]) -> str:
@@ -200,10 +200,10 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
         return candidates
     sft = f.path("release", "sft")
     start = ["model=reader_trained", f"model.name_or_path={sft}", f"paths.reading={f.path('pages')}",
-             "trainer.eval_interval=null", "trainer.keep_best=null"]  # scored here, from its release
+             "trainer.eval_interval=null", "checkpoint.keep_best=null"]  # scored here, from its release
     grpo = ["+experiment=read_grpo", *start]
     if f.args.grpo_steps:  # else the recipe's
-        grpo += [f"trainer.max_duration.value={f.args.grpo_steps}", f"trainer.save_interval={f.args.grpo_steps}"]
+        grpo += [f"trainer.max_duration.value={f.args.grpo_steps}", f"checkpoint.interval={f.args.grpo_steps}"]
     if rows & {"grpo", "soup", "fp8"}:
         candidates["grpo"] = trained("grpo", [*grpo, "seed=1"])
     if "control" in rows:

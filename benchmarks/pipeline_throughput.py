@@ -221,7 +221,7 @@ def answering_model(folder: str) -> str:
     start = time.perf_counter()
     run_command([sys.executable, "-m", "olmocr.train", "data=folder", f"data.roots=[{pairs}]", "eval.bench=null",
                      "callbacks.plots=null", "optimizer.lr=2e-2", "trainer.max_duration.value=80",
-                     "trainer.save_interval=80", "trainer.eval_interval=80", "run_name=answering",
+                     "checkpoint.interval=80", "trainer.eval_interval=80", "run_name=answering",
                      f"hydra.run.dir={os.path.join(folder, 'run')}"], ROOT, {**os.environ, "PYTHONPATH": ROOT})
     print(f"served model: the tiny model trained to answer every page, 80 steps in {time.perf_counter() - start:.0f} s")
     return model

@@ -29,8 +29,8 @@ def train(out: str, name: str, steps: int, overrides: list[str]) -> tuple[float,
     run = os.path.join(out, "runs", name)
     shutil.rmtree(run, ignore_errors=True)
     command = [sys.executable, "-m", "olmocr.train", "+experiment=read_tiny", f"paths.reading={out}/pages",
-               f"trainer.max_duration.value={steps}", "trainer.eval_interval=null", "trainer.keep_best=null",
-               f"trainer.save_interval={steps}", "eval=null", "callbacks.plots=null", f"hydra.run.dir={run}",
+               f"trainer.max_duration.value={steps}", "trainer.eval_interval=null", "checkpoint.keep_best=null",
+               f"checkpoint.interval={steps}", "eval=null", "callbacks.plots=null", f"hydra.run.dir={run}",
                *overrides]
     start = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

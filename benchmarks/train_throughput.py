@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from olmocr.config import compose  # noqa: E402
 from olmocr.data.dataset import build_datasets  # noqa: E402
 from olmocr.models import TinyModel  # noqa: E402
-from olmocr.train.checkpoint import CheckpointManager  # noqa: E402
+from olmocr.train.checkpoint import CheckpointManager, Checkpointing  # noqa: E402
 from olmocr.train.collate import Collator, model_inputs  # noqa: E402
 from olmocr.train.distributed import DistInfo  # noqa: E402
 from olmocr.train.optim import adamw  # noqa: E402
@@ -93,9 +93,10 @@ def make_model(arch: str, source, processor, device: str, dtype: torch.dtype):
 def ours(model, processor, samples, steps, batch_size, lr, work, device, precision) -> float:
     optimizer = adamw(model, lr=lr, weight_decay=0.0)
     settings = TrainerConfig(batch_size=batch_size, grad_accum=1, precision=precision, clip_grad_norm=1.0,
-                             eval_interval=None, save_interval=None, num_workers=0)
+                             eval_interval=None, num_workers=0)
     trainer = Trainer(model, processor, optimizer, constant(optimizer, steps), InMemory(samples), {},
-                      Collator(processor.tokenizer.pad_token_id), CheckpointManager(os.path.join(work, "ckpt")), [],
+                      Collator(processor.tokenizer.pad_token_id),
+                      CheckpointManager(os.path.join(work, "ckpt"), Checkpointing(interval=None)), [],
                       settings, stop_step=steps, seed=0, dist=DistInfo(0, 1, 0, torch.device(device)))
     trainer.save = lambda: None  # measure training steps only
     synchronize(device)

@@ -161,8 +161,6 @@ class Stage:
             return
         from olmocr.private import hydra as hooks
 
-        global _running
-        _running = self
         sys.argv = submit_on_cluster(null_groups_left_out(sys.argv))
         with (hooks.mode_from_command_line(sys.argv[1:]), hooks.on_override_failure(override_failure_in_one_line),
               hooks.on_missing_option(missing_option_in_one_line), hooks.batch_checked_by_launcher()):
@@ -268,10 +266,18 @@ def stage(config: str, *, launch: Launch | Callable[[DictConfig], Launch] = Laun
 
     def declare(run: Callable) -> Stage:
         declared = Stage(run, config, launch, succeeded, check, paths, present)
+        other = declared_for(config)
+        assert other is None or other.module == declared.module, f"{declared} and {other} share conf/{config}.yaml"
         REGISTRY[declared.module] = declared
         return declared
 
     return declare
+
+
+def declared_for(config: str) -> Stage | None:
+    """The declared stage whose primary config is ``conf/<config>.yaml`` (each stage has its own), once its module
+    is imported: the one a Hydra app of that config runs."""
+    return next((s for s in REGISTRY.values() if s.config == config), None)
 
 
 def stages() -> dict[str, Stage]:
@@ -470,16 +476,13 @@ def job_dir(config: DictConfig, dir_key: str, subdir_key: str | None = None) -> 
         hydra.cfg = launching
 
 
-_running: Stage | None = None  # the stage this process's command line runs (Stage.main)
-
-
 class StageChecks(Callback):
     """A Hydra callback (``hydra.callbacks`` in ``conf/cluster/local.yaml``): a run is checked and its dir made
     before Hydra writes there (:func:`prepare_job`); a sweep's dir is made before the sweeper writes its
     ``multirun.yaml``, and the local launcher plugin prepares each of its jobs."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        prepare_job(_running, config, job_dir(config, "hydra.run.dir"))
+        prepare_job(declared_for(config.hydra.job.config_name), config, job_dir(config, "hydra.run.dir"))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         make_dir(str(config.hydra.sweep.dir), "sweep dir")

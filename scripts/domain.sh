@@ -56,7 +56,7 @@ step "your pages: to train on, and a held-out bench with tests from the teacher'
 step "fine-tune, scored on the held-out bench at each eval, the best checkpoint kept"
 $PY -m olmocr.train "${BASE[@]}" data=folder "data.roots=[$OUT/split/train]" data.eval_fraction=0 \
   eval.bench.root="$OUT/split/heldout" \
-  trainer.keep_best=eval/bench/overall "${TUNE[@]}" run_name=domain hydra.run.dir="$OUT/train"
+  checkpoint.keep_best=eval/bench/overall "${TUNE[@]}" run_name=domain hydra.run.dir="$OUT/train"
 [ -e "$OUT/release/finetuned" ] ||
   $PY -m olmocr.prepare "sources=[$OUT/train]" step=best output="$OUT/release/finetuned" \
     hydra.run.dir="$OUT/runs/prepare"

@@ -429,7 +429,7 @@ def test_the_task_command_trains_here(monkeypatch, tmp_path, cache_dir):
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
                                    "hydra.launcher.preemptible=false", f"hydra.launcher.result_path={tmp_path / 'results'}",
                                    "trainer.max_duration.value=2", "trainer.eval_interval=null",
-                                   "trainer.save_interval=2", "data.steps.render.longest_side=256", "callbacks.plots=null"],
+                                   "checkpoint.interval=2", "data.steps.render.longest_side=256", "callbacks.plots=null"],
            module="olmocr.train")
     (spec,) = specs(tmp_path).values()
     command = spec["tasks"][0]["command"]
@@ -455,7 +455,7 @@ def test_a_preempted_task_resumes_from_its_pushed_checkpoint(monkeypatch, tmp_pa
 
     s3 = boto3.client("s3", endpoint_url=s3_server)
     s3.create_bucket(Bucket="runs")
-    common = [*STORED_RUN, "trainer.hard_stop.value=16", "trainer.save_interval=4"]
+    common = [*STORED_RUN, "trainer.hard_stop.value=16", "checkpoint.interval=4"]
     results = tmp_path / "results"
     launch(monkeypatch, tmp_path, ["hydra.launcher.dry_run=true", "hydra.launcher.gpus=0",
                                    "hydra.launcher.sync_to=s3://runs/olmocr", "hydra.launcher.sync_every=1",

@@ -65,7 +65,7 @@ def bench_eval(root, tmp_path, **kwargs):
 
 
 def test_a_fixed_sample_spread_over_every_category_and_errors_in_one_line(tmp_path):
-    from olmocr.train.recipe import check_keep_best
+    from olmocr.train.checkpoint import Checkpointing
 
     root = bench_folder(tmp_path / "bench", {"tables": 6, "math": 1, "scans": 3})
     chosen = bench_eval(root, tmp_path, count=4, seed=3)
@@ -79,11 +79,11 @@ def test_a_fixed_sample_spread_over_every_category_and_errors_in_one_line(tmp_pa
     with pytest.raises(ValueError, match="eval.bench.count: must be at least 1"):
         bench_eval(root, tmp_path, count=0)
     with pytest.raises(ValueError, match="the bench eval logs no eval/bench/category/tabels; it logs .*category/tables"):
-        check_keep_best("eval/bench/category/tabels", 10, chosen)
+        Checkpointing(keep_best="eval/bench/category/tabels").check(10, chosen)
     with pytest.raises(ValueError, match="this run has no bench eval"):
-        check_keep_best("eval/bench/overall", 10, None)
+        Checkpointing(keep_best="eval/bench/overall").check(10, None)
     with pytest.raises(ValueError, match="needs evals: set trainer.eval_interval"):
-        check_keep_best("eval/bench/overall", None, chosen)
+        Checkpointing(keep_best="eval/bench/overall").check(None, chosen)
 
 
 def test_the_report_shows_the_first_eval_to_reach_the_best_score(tmp_path, caplog):
@@ -162,8 +162,8 @@ def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoin
 
     # A small lr keeps the weights near their random start, where what the model writes depends on the page
     # (trained further, the tiny model writes one string whatever the page): the equality below needs that.
-    result, out = train(tmp_path, ["trainer.max_duration.value=4", "trainer.eval_interval=2", "trainer.save_interval=1",
-                                   "trainer.keep_last=1", "trainer.keep_best=eval/bench/overall", "optimizer.lr=1e-5",
+    result, out = train(tmp_path, ["trainer.max_duration.value=4", "trainer.eval_interval=2", "checkpoint.interval=1",
+                                   "checkpoint.keep_last=1", "checkpoint.keep_best=eval/bench/overall", "optimizer.lr=1e-5",
                                    "eval.bench.fallback=true", f"callbacks.plots={PLOTS}"])
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     check_plots(out, rows)

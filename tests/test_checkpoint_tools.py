@@ -29,8 +29,8 @@ def grpo_runs(tmp_path_factory, cache_dir):
     def train(root):
         for seed in (1, 2):
             run(compose("train", ["+experiment=grpo_tiny", f"seed={seed}", "trainer.max_duration.value=3",
-                                  "trainer.save_interval=1", "trainer.eval_interval=null",
-                                  "trainer.keep_best=null", "callbacks.plots=null"]), str(root / f"seed{seed}"))
+                                  "checkpoint.interval=1", "trainer.eval_interval=null",
+                                  "checkpoint.keep_best=null", "callbacks.plots=null"]), str(root / f"seed{seed}"))
 
     root = built_once(tmp_path_factory, "grpo_seeds", train)
     return [os.path.join(root, f"seed{seed}") for seed in (1, 2)]
@@ -42,7 +42,7 @@ def lora_run(tmp_path_factory, cache_dir):
 
     out = str(tmp_path_factory.mktemp("lora") / "run")
     run(compose("train", ["finetune=lora", "optimizer.lr=1e-2", "trainer.max_duration.value=2",
-                          "trainer.save_interval=null", "trainer.eval_interval=null", "callbacks.plots=null",
+                          "checkpoint.interval=null", "trainer.eval_interval=null", "callbacks.plots=null",
                           "data.steps.render.longest_side=256"]), out)
     return out
 

@@ -164,8 +164,8 @@ def test_unknown_or_mistyped_key_fails_naming_it(config, override, key):
     ("trainer.max_duration.unit=epoch", "trainer.max_duration.unit: expected one of steps, epochs, tokens, got 'epoch'"),
     ("trainer.max_duration.value=null", "trainer.max_duration.value: required, the run's length in steps"),
     ("trainer.hard_stop.value=0", "trainer.hard_stop.value: must be positive, got 0"),
-    ("trainer.save_interval=-1", "trainer.save_interval: must be at least 0, or null for none, got -1"),
-    ("trainer.keep_last=0", "trainer.keep_last: must be at least 1, or null for every checkpoint, got 0"),
+    ("checkpoint.interval=-1", "checkpoint.interval: must be at least 0, or null for none, got -1"),
+    ("checkpoint.keep_last=0", "checkpoint.keep_last: must be at least 1, or null for every checkpoint, got 0"),
     ("trainer.precision=fp16", "trainer.precision: expected one of fp32, bf16, got 'fp16'"),
     (["strategy=deepspeed", "strategy.stage=3"], "strategy.stage: expected one of 1, 2, got 3"),
     ("trainer.clip_grad_norm=0", "trainer.clip_grad_norm: must be positive, or null for no clipping, got 0"),
@@ -446,7 +446,7 @@ def test_a_training_sweep_with_many_overrides_gets_a_folder_a_file_system_takes(
     assert "/" not in job_dirname("data.roots=[/" + "a" * 300 + "]")
 
     overrides = ["optimizer.lr=0.000123456", "optimizer.weight_decay=0.0123456", "trainer.batch_size=1",
-                 "trainer.save_interval=10", "trainer.eval_interval=10", "seed=12345", "callbacks.plots=null",
+                 "checkpoint.interval=10", "trainer.eval_interval=10", "seed=12345", "callbacks.plots=null",
                  "data.steps.render.longest_side=256", "model.dtype=float32", "eval.bench=null",
                  "trainer.clip_grad_norm=0.5", "trainer.max_duration.value=3"]
     proc = subprocess.run([warm_python, "-m", "olmocr.train", "-m", "dry_run=true", *overrides,
@@ -454,7 +454,7 @@ def test_a_training_sweep_with_many_overrides_gets_a_folder_a_file_system_takes(
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (job,) = [d for d in os.listdir(tmp_path / "sweep") if d != "multirun.yaml"]
-    assert re.fullmatch(r"callbacks\.plots=null,data\.steps.*-[0-9a-f]{12}", job), job
+    assert re.fullmatch(r"callbacks\.plots=null,checkpoint\.interval=10,data\.steps.*-[0-9a-f]{12}", job), job
 
 
 def test_no_config_sets_hydra_mode():
@@ -523,7 +523,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     for callback in cfg.callbacks.values():
         build(callback, run_config=resolved, output_dir="/tmp")
     # Every recipe scores a held-out bench at its evals (built here; the bench folder is read when a run starts).
-    assert cfg.trainer.eval_interval and cfg.trainer.keep_best == "eval/bench/overall"
+    assert cfg.trainer.eval_interval and cfg.checkpoint.keep_best == "eval/bench/overall"
     bench_eval = build(cfg.eval.bench, output_dir="/tmp")
     assert bench_eval.steps["render"]["longest_side"] == cfg.data.steps.render.longest_side
     steps = OmegaConf.to_container(cfg.data.steps, resolve=True)
@@ -532,7 +532,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
     from olmocr.train.hf import training_arguments
 
     strategy = build(cfg.strategy, info=None, precision="fp32").trainer_arguments()
-    base = training_arguments(resolved["trainer"], strategy, output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
+    base = training_arguments(resolved["trainer"], strategy, save_interval=cfg.checkpoint.interval, output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
     if cfg.algo.name == "sft":
         assert "tokenize" in pipeline and not cfg.rewards
         return
@@ -560,7 +560,7 @@ def test_every_experiment_composes_and_instantiates(experiment, processor, tiny)
         (cfg.algo.num_generations, cfg.algo.temperature, cfg.algo.beta)
     assert (args.ddp_find_unused_parameters, args.deepspeed, args.gradient_checkpointing) == \
         (strategy.get("ddp_find_unused_parameters"), strategy.get("deepspeed"), cfg.trainer.activation_checkpointing)
-    compiled = training_arguments({**resolved["trainer"], "compile": True, "compile_backend": "aot_eager"}, {},
+    compiled = training_arguments({**resolved["trainer"], "compile": True, "compile_backend": "aot_eager"}, {}, save_interval=None,
                                   output_dir="/tmp/x", max_steps=10, seed=0, use_cpu=True, evaluate=False)
     compiled = algos.grpo_arguments(compiled, resolved["algo"])  # our blocks are compiled, not trl's whole model
     assert (compiled.torch_compile, compiled.torch_compile_backend) == (False, None)

@@ -46,7 +46,7 @@ def test_a_renamed_key_a_renamed_stage_and_a_dead_link_fail_with_their_line(tmp_
 Keep the best checkpoint ([the training page](training.md)), then release it with `scripts/release.sh`:
 
 ```bash
-.venv/bin/python -m olmocr.train trainer.keep_bestt=eval/bench/overall     # the key was renamed
+.venv/bin/python -m olmocr.train checkpoint.keep_bestt=eval/bench/overall     # the key was renamed
 .venv/bin/python -m olmocr.releases 'sources=[outputs/train/tiny_sft]'     # so was the stage
 .venv/bin/python -m olmocr.prepare 'sources=[outputs/train/tiny_sft]' step=best output=outputs/release/best
 ```
@@ -58,6 +58,6 @@ Keep the best checkpoint ([the training page](training.md)), then release it wit
                for line in lines), lines
     assert any(line.endswith("scripts/release.sh does not exist") for line in lines), lines
     failed = [line for line in lines if line.startswith("FAIL") and ":6 " in line]
-    assert failed and "trainer.keep_bestt" in proc.stdout
+    assert failed and "checkpoint.keep_bestt" in proc.stdout
     assert any(line.startswith("FAIL") and ":7 " in line for line in lines), lines
     assert any(line.startswith("ok") and ":8 " in line for line in lines), lines

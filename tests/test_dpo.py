@@ -42,7 +42,7 @@ def dpo(tmp_path, overrides: list[str], name: str = "run"):
     pairs = easy_pairs(str(tmp_path / "pairs.jsonl"))
     # dpo_tiny's bench evals run through the same trainer bridge as GRPO's (tested there)
     return run(compose("train", ["+experiment=dpo_tiny", f"data.train=[{pairs}]", "trainer.eval_interval=null",
-                                 "trainer.keep_best=null", *overrides]), out), out
+                                 "checkpoint.keep_best=null", *overrides]), out), out
 
 
 def rows(out: str) -> dict[int, dict]:
@@ -51,7 +51,7 @@ def rows(out: str) -> dict[int, dict]:
 
 @pytest.mark.integration
 def test_dpo_trains_on_pairs_and_resumes_exactly(tmp_path, cache_dir):
-    overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2"]
+    overrides = ["trainer.max_duration.value=4", "checkpoint.interval=2"]
     full, full_out = dpo(tmp_path, overrides, "full")
     metrics = rows(full_out)
     assert sorted(metrics) == [1, 2, 3, 4]
@@ -158,7 +158,7 @@ def test_dpo_config_errors_name_the_key_before_any_model_loads(tmp_path):
 
 
 def test_dpo_with_lora_trains_the_adapter_against_the_base(tmp_path, cache_dir):
-    result, out = dpo(tmp_path, ["finetune=lora", "trainer.max_duration.value=3", "trainer.save_interval=3",
+    result, out = dpo(tmp_path, ["finetune=lora", "trainer.max_duration.value=3", "checkpoint.interval=3",
                                  "optimizer.lr=1e-3"])
     metrics = rows(out)
     assert metrics[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3) and metrics[3]["train/loss"] < 0.69
@@ -173,7 +173,7 @@ def test_compiled_blocks_train_lora_against_the_disabled_adapter(tmp_path, cache
     grad) take five graphs however many layers there are: the first layer's input needs no grad (the
     embeddings are frozen) and the others' does, and the adapter's first switch off and on is a new one."""
     with compiling(recompile_limit=5) as compiled:
-        result, out = dpo(tmp_path, ["finetune=lora", *COMPILE, "trainer.max_duration.value=2", "trainer.save_interval=null"])
+        result, out = dpo(tmp_path, ["finetune=lora", *COMPILE, "trainer.max_duration.value=2", "checkpoint.interval=null"])
     assert compiled and sorted(rows(out)) == [1, 2]
     assert rows(out)[1]["train/loss"] == pytest.approx(0.6931, abs=1e-3)  # policy == reference at the start
 
@@ -199,7 +199,7 @@ def test_loader_workers_leave_the_jobs_signals_to_the_trainer(tmp_path, cache_di
     with open(log, "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "olmocr.train", *recipe, "trainer.num_workers=1",
                                  "trainer.max_duration.value=6", "trainer.eval_interval=null",
-                                 "trainer.save_interval=null", "trainer.keep_best=null", "callbacks.plots=null",
+                                 "checkpoint.interval=null", "checkpoint.keep_best=null", "callbacks.plots=null",
                                  f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=err)
     trainer, signalled = psutil.Process(proc.pid), set()
     deadline = time.monotonic() + 300
@@ -227,7 +227,7 @@ def test_a_diverging_run_under_the_hugging_face_trainer_stops_as_our_loop_does(t
     with pytest.raises(ValueError, match=r"^step 4: loss \S+, gradient norm nan; 3 steps in a row, none applied: "
                                          r"training diverged and stops before saving anything of it; the newest "
                                          r"checkpoint is of step 1: lower optimizer.lr"):
-        dpo(tmp_path, ["optimizer.lr=1e9", "trainer.max_duration.value=8", "trainer.save_interval=1"])
+        dpo(tmp_path, ["optimizer.lr=1e9", "trainer.max_duration.value=8", "checkpoint.interval=1"])
     assert caplog.text.count("its update was not applied") == 2
     checkpoints = tmp_path / "run" / "checkpoints"
     assert sorted(n for n in os.listdir(checkpoints) if n.startswith("checkpoint-")) == ["checkpoint-1"]

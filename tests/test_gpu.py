@@ -16,8 +16,8 @@ pytestmark = pytest.mark.gpu
 
 def test_tiny_trains_on_cuda_in_bf16(tmp_path, cache_dir):
     result, out = train(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.max_duration.value=6",
-                                   "trainer.save_interval=3", "trainer.eval_interval=3",
-                                   "trainer.keep_best=eval/bench/overall"])
+                                   "checkpoint.interval=3", "trainer.eval_interval=3",
+                                   "checkpoint.keep_best=eval/bench/overall"])
     got = losses(out)
     assert sorted(got) == list(range(1, 7)) and all(torch.isfinite(torch.tensor(v)) for v in got.values())
     assert os.path.exists(os.path.join(result["checkpoint"], "model", "model.safetensors"))
@@ -31,7 +31,7 @@ def test_compiled_blocks_train_on_cuda_with_inductor(tmp_path, cache_dir):
     without generated kernels)."""
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         _, out = train(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.compile=true",
-                                  "trainer.max_duration.value=4", "trainer.eval_interval=2", "trainer.save_interval=null"])
+                                  "trainer.max_duration.value=4", "trainer.eval_interval=2", "checkpoint.interval=null"])
     got = losses(out)
     assert sorted(got) == [1, 2, 3, 4] and all(torch.isfinite(torch.tensor(v)) for v in got.values())
     evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"eval"' in line]
@@ -46,7 +46,7 @@ def test_compiled_grpo_trains_on_cuda_with_inductor(tmp_path, cache_dir):
 
     with compiling(recompile_limit=3):
         result, out = grpo(tmp_path, ["trainer.device=cuda", "trainer.precision=bf16", "trainer.compile=true",
-                                      "trainer.max_duration.value=2", "trainer.save_interval=null"])
+                                      "trainer.max_duration.value=2", "checkpoint.interval=null"])
     rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl")) if '"train"' in line]
     assert result["state"]["step"] == 2 and all(torch.isfinite(torch.tensor(r["train/loss"])) for r in rows)
 

@@ -24,8 +24,8 @@ def recording(completions, completion_ids=None, tests=None, reference=None, page
     return [len(ids) / 48 for ids in completion_ids]
 
 
-NO_EVALS = ["trainer.eval_interval=null", "trainer.keep_best=null"]
-EVALS = ["trainer.eval_interval=2", "trainer.keep_best=eval/bench/overall"]
+NO_EVALS = ["trainer.eval_interval=null", "checkpoint.keep_best=null"]
+EVALS = ["trainer.eval_interval=2", "checkpoint.keep_best=eval/bench/overall"]
 
 
 def grpo(tmp_path, overrides, name="run"):
@@ -52,7 +52,7 @@ def loaded(tiny, checkpoint=None):
 def test_rewards_see_real_generations_and_parameters_change(tmp_path, cache_dir, tiny):
     SEEN.clear()
     result, out = grpo(tmp_path, ["rewards=all", "+rewards.recording={_target_: test_grpo.recording, weight: 0.1}",
-                                  "trainer.max_duration.value=3", "trainer.save_interval=3"])
+                                  "trainer.max_duration.value=3", "checkpoint.interval=3"])
     assert result["state"]["step"] == 3 and result["checkpoint"].endswith("checkpoint-3")
     # One call per step; each sees the group of 4 completions of one bench page, decoded from real ids.
     processor = tiny.load_processor()
@@ -134,7 +134,7 @@ def test_the_control_sees_every_reward_of_its_batch_on_another_completion():
 
 @pytest.mark.integration
 def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir, caplog):
-    overrides = ["trainer.max_duration.value=4", "trainer.save_interval=2", "rewards=all", *EVALS]  # evals: RNG kept
+    overrides = ["trainer.max_duration.value=4", "checkpoint.interval=2", "rewards=all", *EVALS]  # evals: RNG kept
     full, full_out = grpo(tmp_path, overrides, "full")
     first, out = grpo(tmp_path, overrides + ["trainer.hard_stop.value=2"], "split")
     assert first["state"]["step"] == 2
@@ -154,7 +154,7 @@ def test_resume_continues_from_the_newest_checkpoint(tmp_path, cache_dir, caplog
 
 @pytest.mark.integration
 def test_each_eval_scores_the_held_out_bench_and_reports_eval_benches_rewards(tmp_path, cache_dir):
-    result, out = grpo(tmp_path, [*EVALS, "trainer.max_duration.value=2", "trainer.save_interval=null",
+    result, out = grpo(tmp_path, [*EVALS, "trainer.max_duration.value=2", "checkpoint.interval=null",
                                   f"+data.eval.synth.root={SAMPLE}/eval", "+data.eval.synth.types=[present,absent]",
                                   "callbacks.plots={_target_:olmocr.train.callbacks.Plots}"])
     evals = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
@@ -206,7 +206,7 @@ def test_compiled_blocks_train_while_generation_runs_eagerly(tmp_path, cache_dir
     on a large model before the first training step (here: past the limit below, which the training graphs
     fit with room for a no-grad pass)."""
     with compiling(recompile_limit=3) as compiled:
-        result, _ = grpo(tmp_path, [*COMPILE, "trainer.max_duration.value=2", "trainer.save_interval=null"])
+        result, _ = grpo(tmp_path, [*COMPILE, "trainer.max_duration.value=2", "checkpoint.interval=null"])
     assert compiled and result["state"]["step"] == 2
 
 
@@ -303,7 +303,7 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
     cfg = compose("train", ["+experiment=grpo_qwen25"])
     r = OmegaConf.to_container(cfg, resolve=True)
     strategy = build(cfg.strategy, info=None, precision=cfg.trainer.precision).trainer_arguments()
-    base = training_arguments(r["trainer"], strategy, output_dir="/tmp/unused", max_steps=10, seed=cfg.seed,
+    base = training_arguments(r["trainer"], strategy, save_interval=cfg.checkpoint.interval, output_dir="/tmp/unused", max_steps=10, seed=cfg.seed,
                               use_cpu=True, evaluate=False)
     args = grpo_arguments(base, r["algo"], reward_weights=[1.0, 1.0, 1.0])
     assert (args.num_generations, args.per_device_train_batch_size, args.gradient_accumulation_steps) == (28, 1, 28)
@@ -312,7 +312,7 @@ def test_grpo_qwen25_is_upstreams_best_recorded_run():
     assert args.vllm_importance_sampling_correction and args.vllm_importance_sampling_mode == "sequence_mask"
     assert args.vllm_importance_sampling_clip_max == 3.0 and args.dataloader_drop_last
     assert (args.vllm_mode, args.vllm_max_model_length, args.max_completion_length) == ("server", 16384, 8000)
-    assert args.deepspeed["zero_optimization"] == {"stage": 2} and args.bf16 and (args.save_steps, r["trainer"]["keep_last"]) == (25, 30)
+    assert args.deepspeed["zero_optimization"] == {"stage": 2} and args.bf16 and (args.save_steps, r["checkpoint"]["keep_last"]) == (25, 30)
     assert not args.cast_lm_head_to_fp32
     assert (r["optimizer"]["lr"], r["scheduler"]["_target_"], r["scheduler"]["warmup"]) == (
         2e-6, "olmocr.train.schedules.linear", 100)
@@ -333,8 +333,8 @@ def test_colocated_vllm_generates_from_the_weights_each_step_updated(tmp_path, c
     out = str(tmp_path / "run")
     proc = subprocess.run([warm_python, "-m", "olmocr.train", "+experiment=grpo_tiny", "callbacks.plots=null",
                            "algo.generation=vllm_colocate", "eval.bench.engine=vllm", "optimizer.lr=3e-2",
-                           "trainer.max_duration.value=2", "trainer.save_interval=2", "trainer.eval_interval=2",
-                           "trainer.keep_best=null", f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, capture_output=True,
+                           "trainer.max_duration.value=2", "checkpoint.interval=2", "trainer.eval_interval=2",
+                           "checkpoint.keep_best=null", f"hydra.run.dir={out}"], cwd=PROJECT_ROOT, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]  # vLLM's engine ends before the run's process group

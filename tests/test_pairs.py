@@ -136,6 +136,6 @@ def test_pairs_from_the_tiny_model_keep_the_margin_and_resume(tmp_path, tiny, wa
 
     result = run(compose("train", ["+experiment=dpo_tiny", f"model.cache_dir={os.path.dirname(tiny.path)}",
                                    f"data.train=[{run_dir / 'pairs.jsonl'}]", "trainer.max_duration.value=2",
-                                   "trainer.eval_interval=null", "trainer.keep_best=null", "callbacks.plots=null"]),
+                                   "trainer.eval_interval=null", "checkpoint.keep_best=null", "callbacks.plots=null"]),
                  str(tmp_path / "dpo"))
     assert result["state"]["step"] == 2

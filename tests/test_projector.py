@@ -74,7 +74,7 @@ def test_sft_centres_the_projector_before_its_first_step_and_not_again_on_resume
     centred one (its last bias moved); resumed, the run does not centre again."""
     from olmocr.train.__main__ import run
 
-    overrides = ["algo.centre_projector=4", "trainer.save_interval=1", "trainer.eval_interval=null",
+    overrides = ["algo.centre_projector=4", "checkpoint.interval=1", "trainer.eval_interval=null",
                  "callbacks.plots=null", "data.steps.render.longest_side=256"]
     out = str(tmp_path / "run")
     caplog.set_level("INFO", logger="olmocr.train")

@@ -65,8 +65,8 @@ def test_after_a_short_run_the_reader_does_better_with_its_page_than_with_anothe
     out = str(tmp_path / "run")
     cfg = compose("train", ["+experiment=read_tiny", f"paths.reading={root}", f"paths.cache={cache_dir}",
                             "~data.train.letters", "~data.train.mixed", "~data.train.lines", "data.train.reading.weight=1",
-                            "eval.bench=null", "trainer.keep_best=null", f"trainer.max_duration.value={STEPS}",
-                            "trainer.eval_interval=null", f"trainer.save_interval={STEPS}", "callbacks.plots=null"])
+                            "eval.bench=null", "checkpoint.keep_best=null", f"trainer.max_duration.value={STEPS}",
+                            "trainer.eval_interval=null", f"checkpoint.interval={STEPS}", "callbacks.plots=null"])
     run(cfg, out)
     source = build(cfg.model)
     model = source.load_model(path=os.path.join(out, "checkpoints", f"step_{STEPS:06d}", "model")).eval()

@@ -76,7 +76,7 @@ def bench_tests():
 
 
 def test_bench_micro_and_macro_hand_computed():
-    from olmocr.rewards.bench import bench
+    from olmocr.rewards.unit_tests import bench
 
     tests = bench_tests()
     # present 1/3 (alpha beta), absent 1/1, baseline 1/1: micro 3/5; macro (1/3 + 1 + 1) / 3.
@@ -97,7 +97,7 @@ def test_bench_accepts_records_json_and_chat_completions():
     import json
 
     from olmocr.bench.records import parse_test
-    from olmocr.rewards.bench import bench
+    from olmocr.rewards.unit_tests import bench
 
     tests = bench_tests()
     chat = [{"role": "assistant", "content": "alpha beta gamma delta epsilon"}]
@@ -143,9 +143,9 @@ def test_reward_configs_build_and_validate():
     got = [f(completions=[completion], completion_ids=[[4, 2]], tests=[bench_tests()], reference=[None],
              prompts=["p"], trainer_state=None) for f in funcs]
     assert got == [[1.0], [0.5], [1.0]]  # all five tests pass; front matter parses, no reference
-    bad = {"rewards": {"bench": {"_target_": "olmocr.rewards.bench.bench", "macr": True}}}
+    bad = {"rewards": {"bench": {"_target_": "olmocr.rewards.unit_tests.bench", "macr": True}}}
     with pytest.raises(ValueError, match=r"rewards\.bench\.macr"):
         validate(OmegaConf.create(bad))
-    wrong = {"rewards": {"bench": {"_target_": "olmocr.rewards.bench.bench", "weight": "heavy"}}}
+    wrong = {"rewards": {"bench": {"_target_": "olmocr.rewards.unit_tests.bench", "weight": "heavy"}}}
     with pytest.raises(ValueError, match=r"rewards\.bench\.weight"):
         validate(OmegaConf.create(wrong))

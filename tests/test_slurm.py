@@ -116,7 +116,7 @@ def job_evidence(tmp_path) -> str:
 def test_two_tasks_of_one_node_train_data_parallel_to_the_stored_losses(slurm, tmp_path, cache_dir):
     """Two tasks on one node join one gloo group from the job's SLURM environment: each step sees both
     ranks' samples, and the losses are the stored run's (one process, batch 2), its first 10 steps."""
-    proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.save_interval=null", "trainer.hard_stop.value=10"],
+    proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "checkpoint.interval=null", "trainer.hard_stop.value=10"],
                   env={"OLMOCR_CACHE": cache_dir})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = job_dir(tmp_path)
@@ -146,7 +146,7 @@ def test_two_nodes_preempted_and_requeued_resume_to_the_stored_losses(slurm, tmp
     enough to interrupt twice, and the whole stored run of 30 steps outlasts the scheduler's SIGKILL, which on
     a loaded machine comes seconds after KillWait: a job that ends first is done and not run again.)"""
     proc = submit(slurm, tmp_path, "olmocr.train",
-                  [*TWO_RANKS, "trainer.save_interval=2", "trainer.eval_interval=1",
+                  [*TWO_RANKS, "checkpoint.interval=2", "trainer.eval_interval=1",
                    "eval.bench=null",
                    "trainer.num_workers=1", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=1"],
                   env={"OLMOCR_CACHE": cache_dir}, block=False)
@@ -219,7 +219,7 @@ def test_a_pipeline_job_array_converts_a_workspace_exactly_once(slurm, tmp_path)
 
 def test_a_cancelled_job_leaves_no_process_and_says_so(slurm, tmp_path, cache_dir):
     proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.max_duration.value=100000",
-                                                    "trainer.save_interval=null"],
+                                                    "checkpoint.interval=null"],
                   env={"OLMOCR_CACHE": cache_dir}, block=False)
     folder = str(tmp_path / "sweep" / ".submitit")
     try:
@@ -248,7 +248,7 @@ def test_a_submission_says_where_its_job_is_returns_and_the_job_resumes_a_run_st
     the command says the job's id, run dir and log and returns while the job waits or runs; the job runs in the
     run dir the command has here (the cluster shares the files) and goes on from step 4 to the stored losses."""
     run = tmp_path / "run"
-    common = [*STORED_RUN, "trainer.save_interval=2", f"hydra.run.dir={run}"]
+    common = [*STORED_RUN, "checkpoint.interval=2", f"hydra.run.dir={run}"]
     env = {**os.environ, "OLMOCR_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     here = subprocess.run([sys.executable, "-m", "olmocr.train", *common, "trainer.hard_stop.value=4"], cwd=PROJECT_ROOT,
                           env=env, capture_output=True, text=True, timeout=600)
@@ -275,7 +275,7 @@ def test_a_submission_says_where_its_job_is_returns_and_the_job_resumes_a_run_st
 
 def test_ctrl_c_while_waiting_leaves_the_job_running_and_says_its_id(slurm, tmp_path, cache_dir):
     proc = submit(slurm, tmp_path, "olmocr.train", [*TWO_RANKS, "trainer.max_duration.value=100000",
-                                                    "trainer.save_interval=null", "hydra.launcher.tasks_per_node=1"],
+                                                    "checkpoint.interval=null", "hydra.launcher.tasks_per_node=1"],
                   env={"OLMOCR_CACHE": cache_dir}, block=False)
     try:
         job = submitted(tmp_path)

@@ -14,7 +14,7 @@ from hydra_plugins.olmocr_launchers.task_script import stage_command, task_scrip
 from olmocr.cli import Sidecar
 from olmocr.config import PROJECT_ROOT
 
-TINY = ["trainer.max_duration.value=2", "trainer.eval_interval=null", "trainer.save_interval=null",
+TINY = ["trainer.max_duration.value=2", "trainer.eval_interval=null", "checkpoint.interval=null",
         "data.steps.render.longest_side=256", "trainer.batch_size=2", "callbacks.plots=null"]
 
 
@@ -120,7 +120,7 @@ def test_grpo_server_layout_across_two_replicas(tmp_path, cache_dir):
     for rank in (0, 1):
         run_dir = str(tmp_path / f"replica{rank}")
         command = stage_command("olmocr.train", ["+experiment=grpo_tiny", "trainer.max_duration.value=2",
-                                                 "trainer.save_interval=null", "callbacks.plots=null"], run_dir)
+                                                 "checkpoint.interval=null", "callbacks.plots=null"], run_dir)
         sidecar = Sidecar(command=lambda host: stand_in, gpus=1, host_key="algo.vllm.server_host")
         script = task_script(command, run_dir=run_dir, gpus=2, replicas=2, distributed=True, rendezvous_port=port,
                              sidecar=sidecar)

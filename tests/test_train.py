@@ -34,7 +34,7 @@ def losses(out, kind="train"):
 
 
 def test_loss_falls_and_matches_stored_losses(tmp_path, cache_dir):
-    result, out = train(tmp_path, ["trainer.max_duration.value=30", "trainer.save_interval=null"])
+    result, out = train(tmp_path, ["trainer.max_duration.value=30", "checkpoint.interval=null"])
     got = losses(out)
     assert len(got) == 30 and result["state"]["step"] == 30
     first, last = sum(got[s] for s in range(1, 6)) / 5, sum(got[s] for s in range(26, 31)) / 5
@@ -61,7 +61,7 @@ def test_fsdp_in_one_process_trains_to_the_stored_losses_and_ends_its_process_gr
     import torch.distributed as dist
 
     result, out = train(tmp_path, ["trainer.max_duration.value=30", "trainer.hard_stop.value=3",
-                                   "trainer.save_interval=null", "strategy=fsdp"])
+                                   "checkpoint.interval=null", "strategy=fsdp"])
     expected = json.load(open(EXPECTED))
     assert result["state"]["step"] == 3 and not dist.is_initialized()
     for step, value in losses(out).items():
@@ -93,9 +93,9 @@ def test_padding_batch_equals_two_single_batches(processor, tiny):
 @pytest.mark.integration
 def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, caplog):
     """Also with bench evals (their decoding leaves the training RNG streams alone) and the saves keep_best adds."""
-    common = ["trainer.max_duration.value=10", "trainer.save_interval=5", "optimizer=muon", "optimizer.lr=0.01",
+    common = ["trainer.max_duration.value=10", "checkpoint.interval=5", "optimizer=muon", "optimizer.lr=0.01",
               "optimizer.adam_lr=1e-3", "finetune.freeze_vision=true", "trainer.eval_interval=4",
-              "trainer.keep_best=eval/bench/overall"]
+              "checkpoint.keep_best=eval/bench/overall"]
     _, straight = train(tmp_path, common, "straight")
     # hard_stop halts at step 5 with the schedule of a 10-step run, as a killed job would.
     first, resumed = train(tmp_path, common + ["trainer.hard_stop.value=5"], "resumed")
@@ -136,7 +136,7 @@ def test_ctrl_c_to_one_rank_stops_every_rank_after_the_same_step_and_the_run_res
 
     run = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
-               "-m", "olmocr.train", *TWO_RANKS, "trainer.hard_stop.value=10", "trainer.save_interval=null",
+               "-m", "olmocr.train", *TWO_RANKS, "trainer.hard_stop.value=10", "checkpoint.interval=null",
                "trainer.num_workers=1", f"hydra.run.dir={run}"]
     env = {**os.environ, "OLMOCR_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -168,16 +168,16 @@ def test_ctrl_c_to_one_rank_stops_every_rank_after_the_same_step_and_the_run_res
 
 
 def test_resume_false_refuses_to_overwrite(tmp_path, cache_dir):
-    train(tmp_path, ["trainer.max_duration.value=2", "trainer.save_interval=1"], "once")
+    train(tmp_path, ["trainer.max_duration.value=2", "checkpoint.interval=1"], "once")
     with pytest.raises(ValueError, match="holds checkpoints"):
-        train(tmp_path, ["trainer.max_duration.value=2", "trainer.resume=false"], "once")
+        train(tmp_path, ["trainer.max_duration.value=2", "checkpoint.resume=false"], "once")
 
 
 def test_lora_trains_only_adapters_and_reloads(tmp_path, cache_dir, tiny):
     from peft import PeftModel
 
     result, out = train(tmp_path, ["finetune=lora", "optimizer.lr=1e-2", "trainer.max_duration.value=6",
-                                   "trainer.save_interval=null"])
+                                   "checkpoint.interval=null"])
     adapter = os.path.join(result["checkpoint"], "model")
     assert os.path.exists(os.path.join(adapter, "adapter_model.safetensors"))
     assert not os.path.exists(os.path.join(adapter, "model.safetensors"))
@@ -199,7 +199,7 @@ def test_full_finetune_with_frozen_vision_keeps_vision_weights(tmp_path, cache_d
     from safetensors.torch import load_file
 
     result, _ = train(tmp_path, ["finetune.freeze_vision=true", "trainer.max_duration.value=3",
-                                 "trainer.save_interval=null"])
+                                 "checkpoint.interval=null"])
     before = load_file(os.path.join(tiny.path, "model.safetensors"))
     after = load_file(os.path.join(result["checkpoint"], "model", "model.safetensors"))
     # Saved files use the original checkpoint layout (visual.*, model.layers.*), not the in-memory names.
@@ -211,9 +211,9 @@ def test_full_finetune_with_frozen_vision_keeps_vision_weights(tmp_path, cache_d
 
 
 def test_epoch_and_token_durations(tmp_path, cache_dir):
-    result, _ = train(tmp_path, ["trainer.max_duration={unit: epochs, value: 0.5}", "trainer.save_interval=null"])
+    result, _ = train(tmp_path, ["trainer.max_duration={unit: epochs, value: 0.5}", "checkpoint.interval=null"])
     assert result["total_steps"] == 8  # 32 pages, 2 per step, half an epoch
-    result, _ = train(tmp_path, ["trainer.max_duration={unit: tokens, value: 3000}", "trainer.save_interval=null"],
+    result, _ = train(tmp_path, ["trainer.max_duration={unit: tokens, value: 3000}", "checkpoint.interval=null"],
                       "tokens")
     assert 2 <= result["total_steps"] <= 20
 
@@ -237,7 +237,7 @@ def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cach
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
          "-m", "olmocr.train", "-m", "strategy=ddp,fsdp,deepspeed", "trainer.hard_stop.value=2,null", *FAST,
-         "trainer.max_duration.value=4", "trainer.save_interval=2", "trainer.batch_size=1", "trainer.eval_interval=4",
+         "trainer.max_duration.value=4", "checkpoint.interval=2", "trainer.batch_size=1", "trainer.eval_interval=4",
          f"hydra.sweep.dir={tmp_path}/sweep"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -283,14 +283,14 @@ def test_two_process_gloo_ddp_fsdp_and_deepspeed_agree_and_resume(tmp_path, cach
 
 def test_deepspeed_in_one_process(tmp_path, cache_dir):
     result, out = train(tmp_path, ["strategy=deepspeed", "trainer.max_duration.value=2",
-                                   "trainer.save_interval=null"])
+                                   "checkpoint.interval=null"])
     expected = json.load(open(EXPECTED))
     assert losses(out)[1] == pytest.approx(expected["1"], abs=1e-4)
     assert os.path.isdir(os.path.join(result["checkpoint"], "deepspeed"))
 
 
 def test_activation_checkpointing_gives_the_same_training(tmp_path, cache_dir):
-    base = ["trainer.max_duration.value=3", "trainer.save_interval=null"]
+    base = ["trainer.max_duration.value=3", "checkpoint.interval=null"]
     _, plain = train(tmp_path, base, "plain")
     _, ckpt = train(tmp_path, base + ["trainer.activation_checkpointing=true"], "ckpt")
     a, b = losses(plain), losses(ckpt)
@@ -311,7 +311,7 @@ def test_compile_trains(tmp_path, cache_dir):
     expected = json.load(open(EXPECTED))
     with compiling() as compiled:
         result, out = train(tmp_path, [*COMPILE, "trainer.max_duration.value=2", "trainer.eval_interval=1",
-                                       "trainer.save_interval=null"])
+                                       "checkpoint.interval=null"])
     assert compiled  # the blocks were compiled, by the backend trainer.compile_backend names
     # Step 1 only: Adam's first update is about lr * sign(gradient), so compiled kernels' last-bit differences in
     # tiny gradients move step 2's loss by a few 1e-3.
@@ -325,7 +325,7 @@ def test_wandb_offline_logs_without_secrets_and_a_resumed_run_continues_its_wand
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_API_KEY", "secret-key-0123456789abcdef0123456789abcdef")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = ["logger=wandb", "trainer.max_duration.value=2", "trainer.save_interval=1"]
+    run = ["logger=wandb", "trainer.max_duration.value=2", "checkpoint.interval=1"]
     train(tmp_path, [*run, "trainer.hard_stop.value=1"])
     _, out = train(tmp_path, run)  # continues from step 1
     with pytest.raises(ValueError) as info:  # before the model loads, like every trainer value
@@ -397,7 +397,7 @@ def test_data_that_cannot_be_read_stops_the_run_before_the_weights_load(tmp_path
 
 def test_profiler_writes_a_trace(tmp_path, cache_dir):
     _, out = train(tmp_path, ["+callbacks.profiler={_target_: olmocr.train.callbacks.Profiler, wait: 0, warmup: 1, "
-                              "active: 1}", "trainer.max_duration.value=3", "trainer.save_interval=null"])
+                              "active: 1}", "trainer.max_duration.value=3", "checkpoint.interval=null"])
     assert glob.glob(os.path.join(out, "profile", "*.pt.trace.json"))
 
 
@@ -410,13 +410,13 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_newest_and_says_so_in_one_line(sm
 
     from safetensors.torch import save_file
 
-    from olmocr.train.checkpoint import CheckpointManager, complete_checkpoints, model_dir
+    from olmocr.train.checkpoint import CheckpointManager, Checkpointing, complete_checkpoints, model_dir
     from olmocr.faults import NoSpace, no_space
 
     model, processor = tiny.load_model(), tiny.load_processor()
     state = {"optimizer": {name: torch.randn_like(p) for name, p in model.state_dict().items()}}
     root = small_disk.path / "checkpoints"
-    manager = CheckpointManager(str(root), keep_last=3)
+    manager = CheckpointManager(str(root), Checkpointing(keep_last=3))
     manager.begin(1)
     first = manager.commit(1, model, processor, state)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(first) for f in files)
@@ -480,7 +480,7 @@ def test_training_data_in_s3_waits_out_an_outage_and_stops_in_one_line_on_refuse
         thread.start()
         with pytest.raises(Unreachable) as caught:
             train(tmp_path, ["data=folder", "data.roots=[s3://pages/train]", "data.eval_fraction=0", "data.storage_wait_s=120",
-                             "trainer.max_duration.value=40", "trainer.save_interval=null"])
+                             "trainer.max_duration.value=40", "checkpoint.interval=null"])
         thread.join(timeout=10)
     assert proxy.faulted()["outage"] > 0
     assert "the storage does not answer (EndpointConnectionError" in caplog.text
@@ -537,7 +537,7 @@ def test_a_diverging_run_stops_in_one_line_before_saving_what_it_diverged_into(t
     from safetensors.torch import load_file
 
     proc = subprocess.run([warm_python, "-m", "olmocr.train", *FAST, "optimizer.lr=1e9", "trainer.max_duration.value=10",
-                           "trainer.save_interval=1", f"hydra.run.dir={tmp_path / 'run'}"],
+                           "checkpoint.interval=1", f"hydra.run.dir={tmp_path / 'run'}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.endswith(
@@ -576,7 +576,7 @@ def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(t
 
     out = tmp_path / "run"
     first = subprocess.Popen([sys.executable, "-m", "olmocr.train", *FAST, "trainer.max_duration.value=500",
-                              "trainer.save_interval=2", f"hydra.run.dir={out}"], cwd=tmp_path,
+                              "checkpoint.interval=2", f"hydra.run.dir={out}"], cwd=tmp_path,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
@@ -584,7 +584,7 @@ def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(t
             assert first.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
         with pytest.raises(ValueError) as refused:
-            train(tmp_path, ["trainer.max_duration.value=500", "trainer.save_interval=2"], "run")
+            train(tmp_path, ["trainer.max_duration.value=500", "checkpoint.interval=2"], "run")
         assert re.fullmatch(rf"{re.escape(str(out))} is in use by another run \(pid \d+ on {re.escape(socket.gethostname())}, since "
                             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\): wait for it to end, or give this one its own "
                             r"run_name \(or hydra.run.dir\)", str(refused.value)), refused.value
@@ -601,6 +601,6 @@ def test_a_run_dir_in_use_refuses_a_second_run_and_a_killed_run_leaves_it_free(t
         first.wait()
     # Killed outright, it holds nothing: the next run resumes from its newest checkpoint, for one step.
     newest = max(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*") if "." not in p.name)
-    result, _ = train(tmp_path, ["trainer.max_duration.value=500", "trainer.save_interval=2",
+    result, _ = train(tmp_path, ["trainer.max_duration.value=500", "checkpoint.interval=2",
                                  f"trainer.hard_stop.value={newest + 1}"], "run")
     assert result["state"]["step"] == newest + 1 and max(losses(out)) == newest + 1

@@ -1,7 +1,7 @@
 """Where the checkpoint stages find a model, and how they write one.
 
     <run>/                          a training run dir: its newest complete checkpoint (or ``step=N``, or
-                                    ``step=best``: the best by trainer.keep_best, which its newest names)
+                                    ``step=best``: the best by checkpoint.keep_best, which its newest names)
     <run>/checkpoints/              the same
     <run>/checkpoints/step_N/       an SFT checkpoint: its ``model/`` folder
     <run>/checkpoints/checkpoint-N/ a GRPO (Hugging Face Trainer) checkpoint: the folder itself
@@ -154,13 +154,13 @@ def expand(sources: list[str], wait_s: float = 0.0) -> list[str]:
 
 
 def best_step(fs, given: str, checkpoints: dict[int, str], key: str) -> int:
-    """The step the newest checkpoint names as the run's best (trainer.keep_best)."""
+    """The step the newest checkpoint names as the run's best (checkpoint.keep_best)."""
     newest = checkpoints[max(checkpoints)]
     try:
         record = json.loads(fs.cat_file(join(newest, BEST)))
     except FileNotFoundError:
         raise UserError(f"{key}: step=best, but {given} records no best checkpoint ({newest} has no {BEST}: "
-                        "train with trainer.keep_best=eval/bench/overall)") from None
+                        "train with checkpoint.keep_best=eval/bench/overall)") from None
     if record["step"] not in checkpoints:
         raise UserError(f"{key}: {given}'s best checkpoint, step {record['step']} ({record['metric']} "
                         f"{record['value']:.4f}), is not there (removed by hand?)")

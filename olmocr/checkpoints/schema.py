@@ -32,7 +32,7 @@ class PrepareConfig(StageConfig):
     sources: list[str] = MISSING  # run dirs, checkpoints or Hugging Face folders; local or s3://
     output: str = MISSING  # a Hugging Face folder to write; local or s3://
     weights: list[float] | None = None  # one per source (soup); null: plain mean
-    # The checkpoint of every run dir source: a step, best (trainer.keep_best's), or null: its newest.
+    # The checkpoint of every run dir source: a step, best (checkpoint.keep_best's), or null: its newest.
     step: Any = None
     base: str | None = None  # the base model of LoRA sources; null: as their adapter_config.json says
     processor: str | None = None  # where to take processor files from when the sources have none

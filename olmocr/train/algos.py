@@ -158,7 +158,7 @@ def _check_trl_values(cfg: DictConfig, world_size: int) -> None:
     # What depends on the machine that runs it (the device, bf16, DeepSpeed) is left out: a launcher checks on a
     # machine without the job's GPUs.
     trainer = {**OmegaConf.to_container(cfg.trainer, resolve=True), "precision": "fp32"}
-    base = training_arguments(trainer, {}, output_dir="checkpoints", max_steps=1, seed=cfg.seed, use_cpu=True,
+    base = training_arguments(trainer, {}, save_interval=cfg.checkpoint.interval, output_dir="checkpoints", max_steps=1, seed=cfg.seed, use_cpu=True,
                               evaluate=False)
     try:
         checked(**fields(base, OmegaConf.to_container(cfg.algo, resolve=True)))

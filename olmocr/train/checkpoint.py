@@ -6,7 +6,7 @@ Layout of one checkpoint, written to a temporary name and renamed when complete:
         model/                    save_pretrained output (full weights, or the LoRA adapter) + processor, and
                                   olmocr_pages.json: how its pages were rendered and prompted (olmocr.data.presented)
         trainer_state.pt          optimizer, scheduler, step, data position, RNG states
-        best.json                 (trainer.keep_best) the best eval so far: metric, step, value
+        best.json                 (checkpoint.keep_best) the best eval so far: metric, step, value
         run_config.yaml           the resolved config it was trained with (a resumed run says what changed)
         deepspeed/                (strategy=deepspeed) the partitioned optimizer state, DeepSpeed format
 """
@@ -20,10 +20,12 @@ import random
 import re
 import shutil
 
-import numpy as np
-import torch
+from dataclasses import dataclass
+from typing import Annotated
+
 import yaml
 
+from olmocr.config import Range
 from olmocr.data.presented import write_record
 from olmocr.errors import UserError
 from olmocr.faults import NoSpace, no_space
@@ -57,7 +59,7 @@ def prune(checkpoints: dict[int, str], keep_last: int | None, keep: int | None =
 
 
 class BestCheckpoint:
-    """The run's best eval by ``metric`` (``trainer.keep_best``: higher is better, lower for a loss). A new
+    """The run's best eval by ``metric`` (``checkpoint.keep_best``: higher is better, lower for a loss). A new
     best is saved at once and never pruned; every checkpoint carries the best known when it was written
     (``best.json``), so the newest one names the run's best, also after a resume."""
 
@@ -136,6 +138,9 @@ def model_dir(checkpoint: str) -> str:
 
 
 def rng_state() -> dict:
+    import numpy as np
+    import torch
+
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -143,6 +148,9 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
+    import numpy as np
+    import torch
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -174,6 +182,8 @@ def _size(folder: str) -> int:
 def _save_state(state: dict, path: str) -> None:
     """``torch.save``, with the OS error of a failed write kept: torch reports a file it could not finish as
     a position mismatch, which would hide a full disk."""
+    import torch
+
     with open(path, "wb") as fh:
         writer = _Writes(fh)
         try:
@@ -199,11 +209,55 @@ class _Writes(io.RawIOBase):
             raise
 
 
+@dataclass(kw_only=True)
+class Checkpointing:
+    """``checkpoint``: when a run saves, what it keeps and whether it resumes, for every algorithm."""
+
+    interval: Annotated[int | None, Range(at_least=0, null="none")] = 500  # steps; the last step saves too
+    keep_last: Annotated[int | None, Range(at_least=1, null="every checkpoint")] = 3
+    # An eval metric (eval/bench/overall, eval/<name>/loss, …): its best checkpoint is saved when reached and
+    # kept besides the newest keep_last ones; null: none kept for its score.
+    keep_best: str | None = None
+    resume: bool = True  # continue from the newest complete checkpoint; false refuses a run dir that has one
+
+    def due(self, step: int) -> bool:
+        return bool(self.interval) and step % self.interval == 0
+
+    def resume_point(self, latest: str | None, root: str) -> str | None:
+        """The one resume rule: continue from ``latest``, the newest complete checkpoint under ``root``; with
+        ``resume=false``, refuse to start over a run that has checkpoints."""
+        if latest and not self.resume:
+            raise UserError(f"checkpoint.resume=false but {root} holds checkpoints that a new run would overwrite: "
+                            "choose another run_name (or hydra.run.dir), or resume")
+        return latest
+
+    def check(self, eval_interval: int | None, bench_eval) -> None:
+        """``keep_best`` names a metric this run's evals log."""
+        metric = self.keep_best
+        if metric is None:
+            return
+        if not eval_interval:
+            raise UserError(f"checkpoint.keep_best={metric} needs evals: set trainer.eval_interval (or "
+                            "checkpoint.keep_best=null)")
+        if not metric.startswith("eval/"):
+            raise UserError(f"checkpoint.keep_best: expected an eval metric (eval/bench/overall, eval/<name>/loss, …), "
+                            f"got {metric!r}")
+        if metric.startswith("eval/bench/"):
+            if bench_eval is None:
+                raise UserError(f"checkpoint.keep_best={metric}: this run has no bench eval (eval.bench is null; "
+                                "eval=sample_bench or eval=olmocr_bench adds one, checkpoint.keep_best=null keeps none)")
+            if metric not in bench_eval.metric_names():
+                raise UserError(f"checkpoint.keep_best: the bench eval logs no {metric}; it logs "
+                                f"{', '.join(bench_eval.metric_names())}")
+
+
 class CheckpointManager:
-    def __init__(self, root: str, keep_last: int | None = 3, best: BestCheckpoint | None = None,
+    """Our loop's checkpoints under ``root``, saved and pruned by ``policy``."""
+
+    def __init__(self, root: str, policy: Checkpointing | None = None, best: BestCheckpoint | None = None,
                  config: dict | None = None):
         self.root = root
-        self.keep_last = keep_last
+        self.policy = policy or Checkpointing()
         self.best = best or BestCheckpoint(None)
         self.config = config  # the run's resolved config, written into each checkpoint
 
@@ -242,9 +296,11 @@ class CheckpointManager:
             raise full from exc
         shutil.rmtree(final, ignore_errors=True)
         os.rename(staging, final)
-        prune({s: self.path(s) for s in self.steps()}, self.keep_last, self.best.step)
+        prune({s: self.path(s) for s in self.steps()}, self.policy.keep_last, self.best.step)
         return final
 
     @staticmethod
     def load_state(path: str) -> dict:
+        import torch
+
         return torch.load(os.path.join(path, "trainer_state.pt"), map_location="cpu", weights_only=False)

@@ -74,16 +74,16 @@ def _deaf_then(first, worker_id: int) -> None:
         first(worker_id)
 
 
-def training_arguments(t: dict, strategy: dict, *, output_dir: str, max_steps: int, seed: int, use_cpu: bool,
-                       evaluate: bool) -> dict:
-    """transformers ``TrainingArguments`` fields from the ``trainer`` keys (``t``, resolved) and the strategy's
-    own (:meth:`olmocr.train.strategy.Replicated.trainer_arguments`)."""
+def training_arguments(t: dict, strategy: dict, *, save_interval: int | None, output_dir: str, max_steps: int,
+                       seed: int, use_cpu: bool, evaluate: bool) -> dict:
+    """transformers ``TrainingArguments`` fields from the ``trainer`` keys (``t``, resolved), the strategy's
+    own (:meth:`olmocr.train.strategy.Replicated.trainer_arguments`) and ``checkpoint.interval``."""
     return dict(
         output_dir=output_dir, max_steps=max_steps, seed=seed, use_cpu=use_cpu, bf16=t["precision"] == "bf16",
         per_device_train_batch_size=t["batch_size"], gradient_accumulation_steps=t["grad_accum"],
         max_grad_norm=t["clip_grad_norm"] or 0.0, gradient_checkpointing=t["activation_checkpointing"],
         dataloader_num_workers=t["num_workers"], **strategy,
-        save_strategy="steps" if t["save_interval"] else "no", save_steps=t["save_interval"] or 500,
+        save_strategy="steps" if save_interval else "no", save_steps=save_interval or 500,
         eval_strategy="steps" if evaluate and t["eval_interval"] else "no", eval_steps=t["eval_interval"],
         # Every step's own loss, NaN included (the Trainer would log the mean of the finite ones before it).
         logging_steps=1, logging_nan_inf_filter=False, report_to=[], disable_tqdm=True, remove_unused_columns=False,
@@ -119,7 +119,8 @@ class HFRecipe(Recipe):
         from olmocr.config import build
 
         strategy = build(self.cfg.strategy, info=self.dist, precision=self.settings.precision)
-        return training_arguments(self.resolved["trainer"], strategy.trainer_arguments(), output_dir=self.checkpoints_dir,
+        return training_arguments(self.resolved["trainer"], strategy.trainer_arguments(),
+                                  save_interval=self.checkpointing.interval, output_dir=self.checkpoints_dir,
                                   max_steps=self.length.stop, seed=self.cfg.seed,
                                   use_cpu=self.dist.device.type == "cpu", evaluate=self.eval_data is not None)
 
@@ -138,7 +139,7 @@ class HFRecipe(Recipe):
             log.info("compiling %d blocks", compile_blocks(self.model, self.settings.compile_backend))
         bridge = HFTrainerBridge(callbacks, self.dist.device, self.bench_eval, self.best, self.settings.eval_interval)
         trainer = self.trainer([bridge])
-        trainer.keep = (self.settings.keep_last, self.best, self.resolved)
+        trainer.keep = (self.checkpointing.keep_last, self.best, self.resolved)
         bridge.trainer = trainer  # the bench eval decodes with GRPO's colocated vLLM engine where it runs one
         trainer.remove_callback(PrinterCallback)  # our console callback reports steps
         try:

@@ -71,32 +71,6 @@ class RunLength:
     stop: int  # where this invocation stops (trainer.hard_stop), without changing the schedule
 
 
-def resume_point(latest: str | None, resume: bool, checkpoints: str) -> str | None:
-    """The one resume rule: continue from the newest complete checkpoint; with ``trainer.resume=false``, refuse
-    to start over a run that has checkpoints."""
-    if latest and not resume:
-        raise UserError(f"trainer.resume=false but {checkpoints} holds checkpoints that a new run would overwrite: "
-                        "choose another run_name (or hydra.run.dir), or resume")
-    return latest
-
-
-def check_keep_best(metric: str | None, eval_interval: int | None, bench_eval) -> None:
-    if metric is None:
-        return
-    if not eval_interval:
-        raise UserError(f"trainer.keep_best={metric} needs evals: set trainer.eval_interval (or trainer.keep_best=null)")
-    if not metric.startswith("eval/"):
-        raise UserError(f"trainer.keep_best: expected an eval metric (eval/bench/overall, eval/<name>/loss, …), "
-                        f"got {metric!r}")
-    if metric.startswith("eval/bench/"):
-        if bench_eval is None:
-            raise UserError(f"trainer.keep_best={metric}: this run has no bench eval (eval.bench is null; "
-                            "eval=sample_bench or eval=olmocr_bench adds one, trainer.keep_best=null keeps none)")
-        if metric not in bench_eval.metric_names():
-            raise UserError(f"trainer.keep_best: the bench eval logs no {metric}; it logs "
-                            f"{', '.join(bench_eval.metric_names())}")
-
-
 def check_compile_backend(compile: bool, backend: str) -> None:
     if not compile:
         return
@@ -127,6 +101,7 @@ class Recipe:
         self.cfg, self.output_dir = cfg, output_dir
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         self.settings = OmegaConf.to_object(cfg.trainer)  # olmocr.train.schema.TrainerConfig
+        self.checkpointing = OmegaConf.to_object(cfg.checkpoint)  # olmocr.train.checkpoint.Checkpointing
         self.checkpoints_dir = os.path.join(output_dir, "checkpoints")
         self.bench_eval = None
 
@@ -149,19 +124,19 @@ class Recipe:
 
         if self.cfg.eval.bench is not None and self.settings.eval_interval:
             self.bench_eval = build(self.cfg.eval.bench, output_dir=self.output_dir).load()
-        check_keep_best(self.settings.keep_best, self.settings.eval_interval, self.bench_eval)
+        self.checkpointing.check(self.settings.eval_interval, self.bench_eval)
         check_compile_backend(self.settings.compile, self.settings.compile_backend)
         # Built before the model loads: a logging service out of reach or a refused key stops the run here.
         callbacks = build_callbacks(self.cfg.callbacks, self.resolved, self.output_dir)
         for callback in callbacks:
             callback.on_run_start(self.dist.rank)
-        self.best = BestCheckpoint(self.settings.keep_best)
+        self.best = BestCheckpoint(self.checkpointing.keep_best)
         seed_everything(self.cfg.seed + self.dist.rank)
         self.source = build(self.cfg.model)
         self.before_loading()
         if self.dist.rank == 0:
             write_run_info(self.output_dir)
-        self.resume_from = resume_point(self.latest_checkpoint(), self.settings.resume, self.checkpoints_dir)
+        self.resume_from = self.checkpointing.resume_point(self.latest_checkpoint(), self.checkpoints_dir)
         self.best.restore(self.resume_from)
         if self.resume_from and self.dist.rank == 0:
             self.say_what_changed()

@@ -11,6 +11,7 @@ from omegaconf import MISSING
 import olmocr.data.schema  # noqa: F401 - training composes the data and model groups
 from olmocr.config import OneOf, Range, StageConfig, schema_for, store
 from olmocr.train import optim, schedules, strategy
+from olmocr.train.checkpoint import Checkpointing
 from olmocr.train.vllm_server import VLLMGeneration
 
 
@@ -108,18 +109,12 @@ class TrainerConfig:
     clip_grad_norm: Annotated[float | None, Range(above=0, null="no clipping")] = 1.0
     eval_interval: Annotated[int | None, Range(at_least=0, null="none")] = 500
     eval_max_batches: Annotated[int | None, Range(at_least=1, null="the whole eval set")] = None
-    save_interval: Annotated[int | None, Range(at_least=0, null="none")] = 500
-    keep_last: Annotated[int | None, Range(at_least=1, null="every checkpoint")] = 3
-    # An eval metric (eval/bench/overall, eval/<name>/loss, …): its best checkpoint is saved when reached and
-    # kept besides the newest keep_last ones; null: none kept for its score.
-    keep_best: str | None = None
     num_workers: Annotated[int, Range(at_least=0)] = 0
     activation_checkpointing: bool = False
     compile: bool = False
     # torch.compile's backend: inductor generates kernels (Triton on GPUs, C++ on CPUs); aot_eager traces the
     # blocks and their backward as inductor does and runs the graphs eagerly (debugging a compile failure)
     compile_backend: str = "inductor"
-    resume: bool = True
     device: Annotated[str, OneOf("auto", "cuda", "cpu")] = "auto"
 
 
@@ -144,6 +139,7 @@ class TrainConfig(StageConfig):
     eval: EvalConfig = field(default_factory=EvalConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    checkpoint: Checkpointing = field(default_factory=Checkpointing)  # olmocr.train.checkpoint
     run_name: str = "tiny_sft"
     seed: int = 0
 

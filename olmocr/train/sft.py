@@ -93,7 +93,7 @@ class SFT(Recipe):
         model = strategy.wrap(self.model)
         optimizer, scheduler = self.optimizer_and_scheduler(model)
         model = strategy.prepare(model, optimizer)
-        checkpoints = CheckpointManager(self.checkpoints_dir, t.keep_last, self.best, self.resolved)
+        checkpoints = CheckpointManager(self.checkpoints_dir, self.checkpointing, self.best, self.resolved)
         trainer = Trainer(model, self.processor, optimizer, scheduler, self.train_data, self.eval_data,
                           Collator(self.processor.tokenizer.pad_token_id), checkpoints, callbacks, t,
                           stop_step=self.length.stop, seed=self.cfg.seed, dist=self.dist, resume_from=self.resume_from,

@@ -162,8 +162,8 @@ class Trainer:
                     self._emit("on_step_end", metrics)
                     self.check_finite(metrics)
                     evaluated = self.evaluate() if self._due(self.settings.eval_interval) else {}
-                    new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever save_interval says
-                    due = new_best or self._due(self.settings.save_interval) or self.state.step == self.stop_step
+                    new_best = self.checkpoints.best.offer(self.state.step, evaluated)  # saved now, whatever the interval says
+                    due = new_best or self.checkpoints.policy.due(self.state.step) or self.state.step == self.stop_step
                     # Nothing is saved (and no older checkpoint pruned) while steps go unapplied: it may be divergence.
                     saving = due and not self.divergence.in_a_row
                     if saving:

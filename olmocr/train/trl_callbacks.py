@@ -16,7 +16,7 @@ class HFTrainerBridge(TrainerCallback):
     """Runs our callbacks inside a Hugging Face Trainer (trl's GRPO): each training log is a step's
     metrics (``train/<name>``), each eval log an eval's (``eval/<name>``). Runs the bench eval every
     ``eval_interval`` steps, before the Trainer's own eval and save of the step; an eval that is the best
-    by ``trainer.keep_best`` saves the step. Also makes the last step save a checkpoint, as our own loop does,
+    by ``checkpoint.keep_best`` saves the step. Also makes the last step save a checkpoint, as our own loop does,
     and, as it does, does not apply a step whose gradients are not finite, stops a diverged run
     (:class:`olmocr.train.trainer.Divergence`) and stops after a step, with its checkpoint, on SIGTERM or SIGINT
     (``signals``, :class:`olmocr.train.trainer.StopSignals`; ``stopped_at`` is then that step)."""

@@ -31,7 +31,7 @@ from olmocr.faults import Unreachable, gist
 from olmocr.utils.io import STORAGE_WAIT_S, filesystem
 
 MARKERS = ("trainer_state.pt", "trainer_state.json")
-# In every checkpoint: the run's best eval when it was written (metric, step, value; trainer.keep_best).
+# In every checkpoint: the run's best eval when it was written (metric, step, value; checkpoint.keep_best).
 BEST = "best.json"
 CHECKPOINTS = "checkpoints"
 
