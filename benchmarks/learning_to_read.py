@@ -257,9 +257,14 @@ def curve(f: Factory, run: str) -> list[dict]:
     points = []
     for path in sorted(glob.glob(os.path.join(run, "bench_eval", "step_*", "candidates"))):
         step = int(os.path.basename(os.path.dirname(path)).split("_")[1])
-        scores = page_scores(f.path("pages", "heldout"), path)
+        # The eval decodes a sample of the held-out pages: the curve is over those (the others, never decoded,
+        # would count as pages read wrong).
+        with open(os.path.join(os.path.dirname(path), "pages.jsonl")) as fh:
+            decoded = {json.loads(line)["pdf"] for line in fh}
+        scores = {name: {pdf: page for pdf, page in pages.items() if pdf in decoded}
+                  for name, pages in page_scores(f.path("pages", "heldout"), path).items()}
         points.append({"step": step, "loss": losses.get(step),
-                       **{name: figures(scores[name]) for name in SETS if name in scores}})
+                       **{name: figures(scores[name]) for name in SETS if scores.get(name)}})
     return points
 
 
