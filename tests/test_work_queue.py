@@ -127,6 +127,30 @@ def test_renewal_keeps_a_slow_item_claimed_past_its_lease(tmp_path):
     assert reports[0].done == 1 and reports[0].lost == 0 and reports[0].taken_over == 0
 
 
+def test_serving_workers_take_what_is_added_while_they_run_and_stop_when_told(tmp_path):
+    """A service's workers (until=): an empty workspace is no reason to stop; an item added later is done; once
+    told to stop they return, each item done once."""
+    ws = Workspace(str(tmp_path / "ws"))
+    pdfs = corpus(tmp_path / "pdfs", 3)
+    ws.add(pdfs[:1], pages_per_group=1)
+    until, reports = threading.Event(), []
+    worker = threading.Thread(target=lambda: reports.append(
+        run_workers(ws, Slow(0.0), workers=2, lease_s=5.0, poll_s=0.1, progress=False, until=until)))
+    worker.start()
+    deadline = time.time() + 30
+    while len(ws.store.list("done")) < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # nothing left: a batch worker would have returned by now
+    assert worker.is_alive()
+    ws.add(pdfs[1:], pages_per_group=1)  # two more items, added while it waits
+    while len(ws.store.list("done")) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(ws.store.list("done")) == 3
+    until.set()
+    worker.join(10)
+    assert not worker.is_alive() and reports[0].done == 3 and reports[0].duplicates == 0
+
+
 @pytest.mark.integration
 def test_a_failed_item_waits_before_its_next_attempt_and_only_its_own_failures_give_it_up(root, tmp_path):
     ws = Workspace(root)

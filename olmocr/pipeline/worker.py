@@ -159,6 +159,7 @@ class _Shared:
     wake: threading.Condition = field(default_factory=threading.Condition)
     errors: list[BaseException] = field(default_factory=list)
     lingering: bool = False  # said that this process waits on other workers' claims
+    serving: bool = False  # a service's workers: nothing left is no reason to stop (run_workers' until)
 
 
 def _work(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, poll_s: float) -> None:
@@ -183,14 +184,14 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
             _pause_until_answering(queue, shared, exc, "the workspace", began)
             continue
         if claim is None:
-            if not linger or queue.outstanding == 0:
+            if not shared.serving and (not linger or queue.outstanding == 0):
                 return
             # Others hold the rest: look again when a thread here finishes one, when the first of their
             # claims would expire, or after poll_s (they may finish), to take over the claim of any worker
             # that died; but spend at most half the time looking.
             wait = min(poll_s, queue.next_expiry - time.time() + 0.05)
             with lock:
-                if not shared.lingering:  # said once a process, when its waiting begins
+                if not shared.lingering and queue.outstanding:  # said once a process, when its waiting begins
                     shared.lingering = True
                     expiry = queue.next_expiry - time.time()
                     log.info("%d item(s) held by other workers or waiting to be tried again: waiting until they are "
@@ -324,10 +325,12 @@ def _exit_now(signum: int) -> None:
 def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, replica: int = 0,
                 lease_s: float = 300.0, max_failures: int = 3, retry_wait_s: float = 15.0,
                 retry_wait_max_s: float = 600.0, pause_after: int = 3, give_up_after_s: float = 900.0,
-                linger: bool = True, poll_s: float | None = None, progress: bool = True) -> WorkReport:
+                linger: bool = True, poll_s: float | None = None, progress: bool = True,
+                until: threading.Event | None = None) -> WorkReport:
     """Work on ``workspace`` until every item is done (or given up). With ``linger``, a worker whose
     peers still hold items waits for them, and takes over any claim whose holder died; without it, it
-    stops as soon as nothing is claimable."""
+    stops as soon as nothing is claimable. With ``until`` (a service's workers), it works on what is added
+    while it runs, looking every ``poll_s``, until ``until`` is set; an item under way then is given back."""
     if workers < 1:
         raise UserError(f"workers: must be at least 1, got {workers}")
     report = WorkReport()
@@ -339,7 +342,8 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
     remaining = when_answering(queues[0].remaining, breaker, "the workspace")
     log.info("%s: %d worker thread(s) on %s, %d of %d items not done", queues[0].worker.rsplit("/", 1)[0], workers,
              workspace.root, remaining, len(queues[0].items))
-    shared = _Shared(LeaseKeeper(lease_s).start(), breaker, threading.Event(), report, _Progress(remaining, progress))
+    shared = _Shared(LeaseKeeper(lease_s).start(), breaker, threading.Event(), report, _Progress(remaining, progress),
+                     serving=until is not None)
     threads = [threading.Thread(target=_work, name=f"worker-{i}", daemon=True,
                                 args=(q, process, shared, linger, poll_s or min(lease_s / 4, 30.0)))
                for i, q in enumerate(queues)]
@@ -365,6 +369,10 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
         for thread in threads:
             while thread.is_alive():  # short joins, so the main thread runs signal handlers
                 thread.join(0.2)
+                if until is not None and until.is_set() and not shared.stop.is_set():
+                    shared.stop.set()
+                    with shared.wake:
+                        shared.wake.notify_all()
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
