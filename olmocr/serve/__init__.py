@@ -1,0 +1,1 @@
+"""``python -m olmocr.serve``: conversion over HTTP, a front over the batch pipeline's workspace and queue."""

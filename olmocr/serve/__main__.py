@@ -1,0 +1,98 @@
+"""python -m olmocr.serve — conversion over HTTP.
+
+A document submitted (``POST /v1/jobs``, the PDF as the body) is stored in the workspace and queued as its own
+work item; the service's worker threads convert it with the batch pipeline's own code (``work``, ``convert``,
+``server``, ``model``: the same groups, presenting pages as the served model was trained), and so does any batch
+worker (``python -m olmocr.pipeline workspace=…``) or other replica started on the same workspace.
+``GET /v1/jobs/{id}`` says where it is; ``GET /v1/jobs/{id}/result`` gives the Dolma document, its markdown and
+each page's text and whether the model or the text layer gave it. Without a token (``token_env``) the service
+listens on loopback only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import threading
+
+from omegaconf import DictConfig
+
+import olmocr.serve.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
+from olmocr.cli import stage
+from olmocr.config import build
+from olmocr.data.presented import presents_as_trained
+from olmocr.errors import UserError
+
+log = logging.getLogger("olmocr.serve")
+
+
+def loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check(cfg: DictConfig) -> None:
+    if cfg.token_env is None and not loopback(cfg.host):
+        raise UserError(f"host={cfg.host}: without a token the service listens on loopback only; set token_env to "
+                        "the environment variable that holds one (never the token itself), or host=127.0.0.1")
+
+
+@stage("serve", check=check, present=presents_as_trained({"convert.steps": "model.name_or_path"}))
+def run(cfg: DictConfig, output_dir: str) -> dict:
+    import uvicorn
+
+    from olmocr.pipeline.worker import run_workers
+    from olmocr.pipeline.workspace import Workspace
+    from olmocr.serve.app import build_app
+    from olmocr.serve.jobs import Jobs
+    from olmocr.utils.io import Access
+
+    # Read where the service runs (a submitted job's machine has it, the one that submits need not).
+    token = os.environ.get(cfg.token_env) if cfg.token_env else None
+    if cfg.token_env and not token:
+        raise UserError(f"token_env={cfg.token_env}: that environment variable is not set (or empty)")
+    workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
+    app = build_app(Jobs(workspace), token=token, max_upload_bytes=int(cfg.max_upload_mb * 2**20),
+                    max_pages=cfg.max_pages)
+    stop, errors = threading.Event(), []
+    q = cfg.queue
+
+    def work() -> None:
+        try:
+            converter = build(cfg.convert, server=build(cfg.server, model=build(cfg.model)), log_dir=output_dir)
+            processor = build(cfg.work, converter=converter, workspace=workspace, progress=False,
+                              pdf_access=Access(**cfg.workspace_access),
+                              filter=None if cfg.filter is None else build(cfg.filter))
+            with processor:
+                run_workers(workspace, processor, workers=cfg.workers, lease_s=q.lease_s, max_failures=q.max_failures,
+                            retry_wait_s=q.retry_wait_s, retry_wait_max_s=q.retry_wait_max_s,
+                            pause_after=q.pause_after, give_up_after_s=q.give_up_after_s, poll_s=cfg.poll_s,
+                            progress=False, until=stop)
+        except BaseException as exc:  # noqa: BLE001 - said, and the service stops: it cannot convert
+            errors.append(exc)
+            log.exception("the service's workers stopped")
+            server.should_exit = True
+
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning"))
+    workers = threading.Thread(target=work, name="serve-workers", daemon=True) if cfg.workers else None
+    if workers is not None:
+        workers.start()
+    log.info("serving on http://%s:%s (workspace %s, %d worker(s))", cfg.host, cfg.port, cfg.workspace, cfg.workers)
+    try:
+        server.run()
+    finally:
+        stop.set()
+        if workers is not None:
+            workers.join()
+    if errors:
+        raise errors[0]
+    return {"workspace": cfg.workspace}
+
+
+if __name__ == "__main__":
+    run.main()
