@@ -7,6 +7,7 @@ import hmac
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from olmocr.serve.jobs import Jobs, Refused
 
@@ -47,7 +48,8 @@ def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int, max_pages
         if not body:
             return error(400, "the request body is empty: send the PDF as the body (Content-Type: application/pdf)")
         try:
-            job = jobs.submit(bytes(body), filename, max_pages)
+            # Off the event loop: reading the page tree and writing to the workspace (S3) block.
+            job = await run_in_threadpool(jobs.submit, bytes(body), filename, max_pages)
         except Refused as exc:
             return error(exc.status, str(exc))
         return JSONResponse({"id": job.id, "status": "queued", "pages": job.pages, "filename": job.filename},
