@@ -49,7 +49,7 @@ def service(tmp_path, cache_dir):
     proc = subprocess.Popen([sys.executable, "-m", "olmocr.serve", f"port={port}", f"workspace={workspace}",
                              "token_env=OLMOCR_TEST_TOKEN", "max_upload_mb=0.5", "max_pages=2",
                              f"hydra.run.dir={tmp_path / 'run'}"], cwd=PROJECT_ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=open(tmp_path / "service.log", "w"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -57,11 +57,34 @@ def service(tmp_path, cache_dir):
             urllib.request.urlopen(base + "/health", timeout=2)
             break
         except OSError:
-            assert proc.poll() is None, proc.stdout.read()
+            assert proc.poll() is None, (tmp_path / "service.log").read_text()
             time.sleep(0.3)
     yield base, workspace
     proc.terminate()
     proc.wait(30)
+
+
+def raw_post(base: str, headers: dict, chunks: list[bytes]) -> tuple[int, dict]:
+    """A POST of ``chunks`` (chunked when so declared) that reads the answer even when the service answers before
+    taking the whole body, as a service that refuses an upload does."""
+    import http.client
+    from urllib.parse import urlparse
+
+    url = urlparse(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    conn.putrequest("POST", "/v1/jobs")
+    for key, value in {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/pdf", **headers}.items():
+        conn.putheader(key, value)
+    conn.endheaders()
+    try:
+        for chunk in chunks:
+            conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        if chunks:
+            conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # it answered and closed before the rest: the answer is there to read
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
 
 
 def wait_done(base: str, job: str) -> dict:
@@ -104,8 +127,13 @@ def test_what_it_refuses_is_one_json_error_and_leaves_nothing(service, tmp_path)
     status, body = call(f"{base}/v1/jobs", "POST", pdf, token="wrong")
     assert status == 401 and "token" in body["error"]
     assert call(f"{base}/health", token=None) == (200, {"status": "alive"})
-    status, body = call(f"{base}/v1/jobs", "POST", b"%PDF-1.4" + b"0" * 600_000)  # over max_upload_mb=0.5
-    assert status == 413 and "bytes" in body["error"]
+    # Over max_upload_mb=0.5: said by its length, refused before the body is read; sent without one (chunked),
+    # refused once what arrived is over.
+    status, body = raw_post(base, {"Content-Length": "600000"}, [])
+    assert status == 413 and "600000 bytes" in body["error"]
+    chunks = [b"%PDF-1.4" + b"0" * (2**16 - 8)] + [b"0" * 2**16] * 7 + [b"0" * 16]
+    status, body = raw_post(base, {"Transfer-Encoding": "chunked"}, chunks)
+    assert status == 413 and "over 524288 bytes" in body["error"]
     three = write_pdf(str(tmp_path / "three.pdf"), ["one", "two", "three"])
     status, body = call(f"{base}/v1/jobs", "POST", open(three, "rb").read())  # over max_pages=2
     assert status == 413 and "3 pages" in body["error"]

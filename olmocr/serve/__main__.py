@@ -71,7 +71,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             with processor:
                 run_workers(workspace, processor, workers=cfg.workers, lease_s=q.lease_s, max_failures=q.max_failures,
                             retry_wait_s=q.retry_wait_s, retry_wait_max_s=q.retry_wait_max_s,
-                            pause_after=q.pause_after, give_up_after_s=q.give_up_after_s, poll_s=cfg.poll_s,
+                            pause_after=q.pause_after, give_up_after_s=q.give_up_after_s, poll_s=q.poll_s,
                             progress=False, until=stop)
         except BaseException as exc:  # noqa: BLE001 - said, and the service stops: it cannot convert
             errors.append(exc)

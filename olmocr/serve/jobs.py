@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -51,13 +50,10 @@ def page_count(data: bytes, max_pages: int) -> int:
     that can be read or has more than ``max_pages``."""
     from olmocr.formats.pdf import PdfError, pdf_info
 
-    with tempfile.NamedTemporaryFile(suffix=".pdf") as fh:
-        fh.write(data)
-        fh.flush()
-        try:
-            pages = pdf_info(fh.name, data).num_pages
-        except PdfError as exc:
-            raise Refused(422, f"the upload is not a PDF that can be read: {exc}") from None
+    try:
+        pages = pdf_info("the upload", data).num_pages
+    except PdfError as exc:
+        raise Refused(422, f"the upload is not a PDF that can be read: {exc}") from None
     if pages > max_pages:
         raise Refused(413, f"the document has {pages} pages; this service takes at most {max_pages} (max_pages)")
     return pages
@@ -106,9 +102,9 @@ class Jobs:
         if found is None:
             return None
         docs = [json.loads(line) for line in found.data.decode("utf-8").splitlines() if line.strip()]
-        doc = next((d for d in docs if d.get("metadata", {}).get("Source-File") == job.pdf), docs[0] if docs else None)
-        if doc is None:  # every page read as blank: no document
+        if not docs:  # every page read as blank: no document (the item holds this one PDF alone)
             return {"id": job.id, "document": None, "markdown": "", "pages": []}
+        doc = docs[0]
         attributes = doc.get("attributes", {})
         spans = attributes.get("pdf_page_numbers", [])
         fallback = attributes.get("is_fallback", [False] * len(spans))

@@ -26,7 +26,6 @@ class ServeConfig(StageConfig):
     max_upload_mb: Positive = 100.0  # a larger body is refused as it streams (413)
     max_pages: Annotated[int, Range(at_least=1)] = 2000  # a document with more pages is refused before rendering
     workers: Annotated[int, Range(at_least=0)] = 2  # documents converted at once here; 0: accept only
-    poll_s: Positive = 1.0  # how often idle workers look for documents others added
     work: Any = MISSING  # conf/work/ (ocr)
     filter: Any = None
     convert: Any = MISSING  # conf/convert/
