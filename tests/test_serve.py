@@ -4,11 +4,13 @@ document out equal to the batch pipeline's; what it refuses, each in one JSON er
 from __future__ import annotations
 
 import glob
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -41,27 +43,50 @@ def call(url: str, method: str = "GET", body: bytes | None = None, token: str | 
         return exc.code, json.loads(exc.read())
 
 
+def send(url: str, method: str = "POST", token: str | None = TOKEN, **kwargs) -> tuple[int, dict]:
+    """A request through httpx (forms, JSON), answered with one JSON object."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
+    return response.status_code, response.json()
+
+
 @pytest.fixture
-def service(tmp_path, cache_dir):
-    port = free_port()
-    workspace = tmp_path / "ws"
-    env = dict(os.environ, OLMOCR_TEST_TOKEN=TOKEN)
-    proc = subprocess.Popen([sys.executable, "-m", "olmocr.serve", f"port={port}", f"workspace={workspace}",
-                             "token_env=OLMOCR_TEST_TOKEN", "max_upload_mb=0.5", "max_pages=2",
-                             f"hydra.run.dir={tmp_path / 'run'}"], cwd=PROJECT_ROOT, env=env,
-                            stdout=open(tmp_path / "service.log", "w"), stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(base + "/health", timeout=2)
-            break
-        except OSError:
-            assert proc.poll() is None, (tmp_path / "service.log").read_text()
-            time.sleep(0.3)
-    yield base, workspace
-    proc.terminate()
-    proc.wait(30)
+def start_service(tmp_path, cache_dir):
+    """``start(*overrides)``: the service on a free port (a token, 0.5 MB uploads, 2 pages a job), its base URL
+    and workspace once /health answers."""
+    procs = []
+
+    def start(*overrides: str):
+        port = free_port()
+        workspace = tmp_path / "ws"
+        env = dict(os.environ, OLMOCR_TEST_TOKEN=TOKEN)
+        proc = subprocess.Popen([sys.executable, "-m", "olmocr.serve", f"port={port}", f"workspace={workspace}",
+                                 "token_env=OLMOCR_TEST_TOKEN", "max_upload_mb=0.5", "max_pages=2",
+                                 f"hydra.run.dir={tmp_path / 'run'}", *overrides], cwd=PROJECT_ROOT, env=env,
+                                stdout=open(tmp_path / "service.log", "w"), stderr=subprocess.STDOUT)
+        procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                return base, workspace
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "service.log").read_text()
+                time.sleep(0.3)
+        raise AssertionError("the service did not answer /health in 120 s")
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture
+def service(start_service):
+    return start_service()
 
 
 def raw_post(base: str, headers: dict, chunks: list[bytes]) -> tuple[int, dict]:
@@ -98,25 +123,66 @@ def wait_done(base: str, job: str) -> dict:
     raise AssertionError(f"job {job} not done: {body}")
 
 
-@pytest.mark.integration
-def test_a_document_converts_as_the_batch_pipeline_converts_it(service, tmp_path):
-    base, workspace = service
-    status, job = call(f"{base}/v1/jobs?filename=../../etc/passwd", "POST", open(SAMPLE_PDF, "rb").read())
-    assert status == 202 and job["status"] == "queued" and job["pages"] == 1
-    assert job["filename"] == "passwd"  # shown, never a path: the upload is stored under the job's id
-    assert sorted(os.listdir(workspace / "uploads")) == [f"{job['id']}.pdf"]
-    assert wait_done(base, job["id"])["status"] == "done"
-    status, result = call(f"{base}/v1/jobs/{job['id']}/result")
-    assert status == 200 and result["markdown"] == result["document"]["text"]
-    assert [p["page"] for p in result["pages"]] == [1]
-    # The batch pipeline on the same PDF, the same model and settings, writes the same document text.
+def batch_documents(tmp_path, pdfs: list[str]) -> dict[str, dict]:
+    """The batch pipeline's Dolma documents of ``pdfs`` (the same model and settings as the service), by PDF."""
     batch = tmp_path / "batch"
-    subprocess.run([sys.executable, "-m", "olmocr.pipeline", f"workspace={batch}", f"pdfs=[{SAMPLE_PDF}]",
+    subprocess.run([sys.executable, "-m", "olmocr.pipeline", f"workspace={batch}", f"pdfs=[{','.join(pdfs)}]",
                     "progress=false", f"hydra.run.dir={tmp_path / 'batch_run'}"], cwd=PROJECT_ROOT, check=True,
                    capture_output=True)
     docs = [json.loads(line) for path in glob.glob(str(batch / "results" / "*.jsonl")) for line in open(path)]
-    assert [d["text"] for d in docs] == [result["document"]["text"]]
-    assert [d["attributes"]["is_fallback"] for d in docs] == [[p["fallback"] for p in result["pages"]]]
+    return {doc["metadata"]["Source-File"]: doc for doc in docs}
+
+
+def page_texts(doc: dict) -> dict[int, tuple[str, bool]]:
+    spans, fallback = doc["attributes"]["pdf_page_numbers"], doc["attributes"]["is_fallback"]
+    return {page: (doc["text"][start:end].rstrip("\n"), fell) for (start, end, page), fell in zip(spans, fallback)}
+
+
+@pytest.mark.integration
+def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_converts_it(start_service, s3_server,
+                                                                                       tmp_path):
+    import boto3
+    from test_serve_inputs import Files
+
+    pdf = open(SAMPLE_PDF, "rb").read()
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket="docs")
+    boto3.client("s3", endpoint_url=s3_server).put_object(Bucket="docs", Key="in/sample.pdf", Body=pdf)
+    files = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    files.body = pdf
+    threading.Thread(target=files.serve_forever, daemon=True).start()
+    here = f"http://127.0.0.1:{files.server_address[1]}"
+    base, workspace = start_service("fetch.allow_networks=[127.0.0.0/8]", "fetch.s3_prefixes=[s3://docs/in]")
+    three = write_pdf(str(tmp_path / "three.pdf"), ["one", "two", "three"])
+    try:
+        jobs = {
+            "body": call(f"{base}/v1/jobs?filename=../../etc/passwd", "POST", pdf),
+            "form": send(f"{base}/v1/jobs", files={"file": ("scan.pdf", pdf, "application/pdf")}),
+            "url": send(f"{base}/v1/jobs", json={"url": f"{here}/to?/doc.pdf"}),  # through a redirect
+            "s3": send(f"{base}/v1/jobs", json={"url": "s3://docs/in/sample.pdf"}),
+            "range": send(f"{base}/v1/jobs", files={"file": ("three.pdf", open(three, "rb"), "application/pdf")},
+                          data={"page_range": "3,1"}),
+        }
+    finally:
+        files.shutdown()
+        files.server_close()
+    assert {how: status for how, (status, _) in jobs.items()} == dict.fromkeys(jobs, 202), jobs
+    jobs = {how: job for how, (_, job) in jobs.items()}
+    assert jobs["body"]["filename"] == "passwd"  # shown, never a path: the upload is stored under the job's id
+    assert [jobs[how]["filename"] for how in ("form", "url", "s3")] == ["scan.pdf", "doc.pdf", "sample.pdf"]
+    assert jobs["range"]["pages"] == 2  # of three: max_pages=2 counts the pages converted
+    assert sorted(os.listdir(workspace / "uploads")) == sorted(f"{job['id']}.pdf" for job in jobs.values())
+    results = {}
+    for how, job in jobs.items():
+        assert wait_done(base, job["id"])["status"] == "done", how
+        status, results[how] = call(f"{base}/v1/jobs/{job['id']}/result")
+        assert status == 200 and results[how]["markdown"] == results[how]["document"]["text"]
+    # The batch pipeline on the same PDFs, the same model and settings, writes the same text, page by page.
+    batch = batch_documents(tmp_path, [SAMPLE_PDF, three])
+    for how in ("body", "form", "url", "s3"):
+        assert {p["page"]: (p["text"], p["fallback"]) for p in results[how]["pages"]} == page_texts(batch[SAMPLE_PDF])
+    chosen = [(p["page"], p["text"], p["fallback"]) for p in results["range"]["pages"]]
+    whole = page_texts(batch[three])
+    assert chosen == [(3, *whole[3]), (1, *whole[1])]  # the pages asked for, in that order, by their own numbers
 
 
 @pytest.mark.integration
@@ -138,7 +204,22 @@ def test_what_it_refuses_is_one_json_error_and_leaves_nothing(service, tmp_path)
     status, body = call(f"{base}/v1/jobs", "POST", open(three, "rb").read())  # over max_pages=2
     assert status == 413 and "3 pages" in body["error"]
     status, body = call(f"{base}/v1/jobs", "POST", b"not a pdf at all")
-    assert status == 422 and "not a PDF" in body["error"]
+    assert status == 422 and "neither a PDF nor an image" in body["error"]
+    status, body = send(f"{base}/v1/jobs", files={"file": ("three.pdf", open(three, "rb"))}, data={"page_range": "2-5"})
+    assert status == 422 and "outside the document's pages 1-3" in body["error"]
+    status, body = send(f"{base}/v1/jobs", data={"page_range": "1"}, files={"other": ("x.pdf", pdf)})
+    assert status == 400 and "a file part named 'file'" in body["error"]
+    # URLs: the service's own machine is not the public internet, nor is a bucket it was not told to read.
+    status, body = send(f"{base}/v1/jobs", json={"url": f"{base}/health"})
+    assert status == 422 and "127.0.0.1, a loopback, private or link-local address" in body["error"]
+    status, body = send(f"{base}/v1/jobs", json={"url": "http://169.254.169.254/latest/meta-data/"})
+    assert status == 422 and "169.254.169.254" in body["error"]
+    status, body = send(f"{base}/v1/jobs", json={"url": "file:///etc/passwd"})
+    assert status == 422 and "file scheme" in body["error"]
+    status, body = send(f"{base}/v1/jobs", json={"url": "s3://anything/doc.pdf"})
+    assert status == 422 and "not under an s3:// prefix" in body["error"]
+    status, body = send(f"{base}/v1/jobs", json={"link": "https://example.org/doc.pdf"})
+    assert status == 400 and '{"url"' in body["error"]
     status, body = call(f"{base}/v1/jobs/{'0' * 32}")
     assert status == 404 and "no job" in body["error"]
     assert call(f"{base}/v1/jobs/..%2F..%2Fwork_index")[0] == 404
@@ -163,3 +244,35 @@ def test_a_token_variable_that_is_not_set_is_one_line(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
         "error: token_env=OLMOCR_NO_SUCH_VARIABLE: that environment variable is not set (or empty)")
+
+
+@pytest.mark.integration
+def test_a_cancelled_job_stops_between_pages_or_never_starts(start_service, tmp_path):
+    base, workspace = start_service("max_pages=60", "workers=1")
+    long = open(write_pdf(str(tmp_path / "long.pdf"), [f"page {n}" for n in range(1, 61)]), "rb").read()
+    short = open(write_pdf(str(tmp_path / "short.pdf"), ["short"]), "rb").read()
+    running = call(f"{base}/v1/jobs", "POST", long)[1]["id"]
+    waiting = call(f"{base}/v1/jobs", "POST", short)[1]["id"]  # behind the long one: one worker
+    status, body = send(f"{base}/v1/jobs/{waiting}", "DELETE")
+    assert status == 200 and body["status"] == "cancelled"
+    deadline = time.time() + 120
+    while (body := call(f"{base}/v1/jobs/{running}")[1])["pages_done"] == 0 and time.time() < deadline:
+        time.sleep(0.2)
+    assert body["status"] == "running" and 0 < body["pages_done"] < 60, body
+    status, body = send(f"{base}/v1/jobs/{running}", "DELETE")
+    assert status == 200 and body["status"] in ("cancelling", "cancelled")
+    while (body := call(f"{base}/v1/jobs/{running}")[1])["status"] == "cancelling" and time.time() < deadline:
+        time.sleep(0.2)
+    assert body["status"] == "cancelled", body
+    # The work itself stopped: no result, no done marker, the worker said where it stopped; the waiting job was
+    # never started, and the worker is free for the next.
+    for job in (running, waiting):
+        status, body = call(f"{base}/v1/jobs/{job}/result")
+        assert status == 409 and "cancelled" in body["error"]
+    assert not (workspace / "results").exists() and not (workspace / "done").exists()
+    stopped = [line for line in open(tmp_path / "service.log") if "cancelled after" in line]
+    assert len(stopped) == 1 and int(stopped[0].split("cancelled after ")[1].split()[0]) < 60, stopped
+    after = call(f"{base}/v1/jobs", "POST", short)[1]["id"]
+    assert wait_done(base, after)["status"] == "done"
+    status, body = send(f"{base}/v1/jobs/{after}", "DELETE")
+    assert status == 200 and body["status"] == "done"  # finished: cancelling changes nothing

@@ -54,6 +54,12 @@ def image_pages(path: str, data: bytes) -> list[tuple[int, int]]:
     return sizes
 
 
+def image_format(data: bytes) -> str:
+    """The image's file suffix by its format (``png``, ``jpg``, ``tiff``…), from its header."""
+    name = (_open("the image", data).format or "").lower()
+    return {"jpeg": "jpg", "mpo": "jpg"}.get(name, name or "img")
+
+
 def render_image(path: str, data: bytes, page: int = 1, longest_side: int | None = 1288) -> Image.Image:
     """Page ``page`` (1-based frame) of an image document, RGB, its longest side ``longest_side`` pixels
     (None: as stored)."""

@@ -164,6 +164,19 @@ def single_page(path: str, page: int, data: bytes | None = None, timeout: float 
             return fh.read()
 
 
+def pdf_pages(path: str, data: bytes, pages: list[int]) -> bytes:
+    """A PDF of the document's ``pages`` (numbered from 1), in that order."""
+    from pypdf import PdfWriter
+
+    reader = open_pdf(path, data)
+    writer = PdfWriter()
+    for number in pages:
+        writer.add_page(reader.pages[number - 1])
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def pdf_page_size(path: str, page: int = 1, data: bytes | None = None) -> tuple[float, float]:
     reader = open_pdf(path, data)
     if not 1 <= page <= len(reader.pages):

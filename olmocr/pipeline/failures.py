@@ -1,6 +1,6 @@
 """What goes wrong with a work item, by whose fault: the item's own (its processing raised; counted
 against it), or something outside it (:class:`Unavailable`, the store, a missing tool: never counted,
-tried again later), or something no item can get past (:class:`StopWork`: the run stops)."""
+tried again later), or cancelled (:class:`Cancelled`: given up, nothing written), or something no item can get past (:class:`StopWork`: the run stops)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from olmocr.faults import store_errors
 class StopWork(RuntimeError):
     """Raised by a processor that cannot go on with any item (its model server is gone): the claim is
     given back without counting a failure against the item, every worker stops, the run fails."""
+
+
+class Cancelled(RuntimeError):
+    """Raised by a processor whose item was cancelled (``cancelled/<item>.json`` in the workspace, as the service
+    writes it): the item is given up at once, its result never written."""
 
 
 class Unavailable(RuntimeError):

@@ -16,6 +16,10 @@ came to. A page the server failed instead (any attempt answered with an HTTP err
 not serve, no answer within ``timeout_s``, before the page fell back) says nothing of the model: the item
 goes back to the queue uncounted, its other pages cancelled, and the worker pauses and gives up as for
 storage faults, naming the server, the page, the HTTP status and what the server said.
+
+Every ``watch_s`` while an item converts, after a page, its worker writes the pages done so far
+(``progress/<item>.json``) and looks for ``cancelled/<item>.json``: a cancelled item stops there, its pages in
+flight cancelled, and is given up with nothing written.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import datetime
 import json
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -33,11 +38,11 @@ from olmocr.errors import UserError
 from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of, error_gist
 from olmocr.pipeline.dolma import dolma_document, mirror_path
-from olmocr.pipeline.failures import Unavailable
+from olmocr.pipeline.failures import Cancelled, Unavailable
 from olmocr.pipeline.filter import DocumentFilter
 from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
-from olmocr.pipeline.workspace import Item, Workspace
+from olmocr.pipeline.workspace import CANCELLED, PROGRESS, Item, Workspace
 from olmocr.utils.io import Access, local_path
 
 log = logging.getLogger("olmocr.pipeline")
@@ -92,13 +97,44 @@ def failed_attempts(pages: list[PageResult]) -> dict[str, int]:
     return dict(outcomes.most_common())
 
 
+class ItemWatch:
+    """An item as it converts: after a page, at most every ``every_s``, its pages done are written to
+    ``progress/<item>.json`` and ``cancelled/<item>.json`` is looked for (:class:`Cancelled` when there). The
+    workspace failing either is no reason to stop converting: it is tried again at the next look."""
+
+    def __init__(self, workspace: Workspace, item: Item, every_s: float):
+        self.store, self.item, self.every_s = workspace.store, item, every_s
+        self.pages_done, self._next = 0, 0.0  # the first look after the first page
+
+    async def page_done(self) -> None:
+        self.pages_done += 1
+        if time.monotonic() >= self._next:
+            self._next = time.monotonic() + self.every_s
+            if await asyncio.to_thread(self._look):
+                raise Cancelled(f"cancelled after {self.pages_done} page(s)")
+
+    def _look(self) -> bool:
+        from olmocr.faults import store_errors
+
+        try:
+            self.store.write(f"{PROGRESS}/{self.item.id}.json",
+                             json.dumps({"pages_done": self.pages_done, "at": time.time()}).encode())
+            return self.store.exists(f"{CANCELLED}/{self.item.id}.json")
+        except store_errors() as exc:
+            log.warning("item %s: the workspace did not take its progress (%s: %s)", self.item.id,
+                        type(exc).__name__, exc)
+            return False
+
+
 @runtime("converter", "workspace", "progress", "pdf_access", "filter")
 class OcrWork:
     def __init__(self, converter: PageConverter,
                  max_page_error_rate: Annotated[float, Range(at_least=0, at_most=1)] = 0.004, markdown: bool = True,
                  page_results: bool = False, workspace: Workspace | None = None, progress: bool = True,
-                 pdf_access: Access | None = None, filter: DocumentFilter | None = None):  # noqa: A002 - the group's name
+                 pdf_access: Access | None = None, filter: DocumentFilter | None = None,  # noqa: A002 - the group's name
+                 watch_s: Annotated[float, Range(above=0)] = 10.0):
         self.converter = converter
+        self.watch_s = watch_s
         self.max_page_error_rate = max_page_error_rate
         self.markdown = markdown
         self.page_results = page_results
@@ -133,7 +169,8 @@ class OcrWork:
                          input_tokens=0, output_tokens=0)
         lines, page_lines, markdown, filtered, bad = [], [], [], [], []
         found = await asyncio.to_thread(read_documents, list(item.pdfs), self.pdf_access)  # Unavailable: retried later
-        converted = await all_of(self.convert_document(source, found[source]) for source in item.pdfs)
+        watch = ItemWatch(self.workspace, item, self.watch_s)
+        converted = await all_of(self.convert_document(source, found[source], watch) for source in item.pdfs)
         for source, done in zip(item.pdfs, converted):
             if done.error:
                 counts["bad_documents"] += 1
@@ -181,7 +218,7 @@ class OcrWork:
                 files[f"{folder}/{item.id}.jsonl"] = jsonl(listed)
         return files
 
-    async def convert_document(self, source: str, data: bytes | DocumentError) -> Converted:
+    async def convert_document(self, source: str, data: bytes | DocumentError, watch: ItemWatch) -> Converted:
         if isinstance(data, DocumentError):
             return Converted(error=data)
         try:
@@ -191,16 +228,17 @@ class OcrWork:
         if layout.kind == IMAGE:
             return Converted(pages=await all_of(
                 self._page(source, {"pdf_path": source, "page": n, "image_bytes": data, "num_pages": len(layout.sizes),
-                            "page_size": size}, None, None) for n, size in enumerate(layout.sizes, start=1)))
+                            "page_size": size}, None, None, watch) for n, size in enumerate(layout.sizes, start=1)))
         if self.filter is not None and (why := await asyncio.to_thread(self.filter, source, data)):
             return Converted(filtered=why)
         with local_path(source, data) as path:
             pages = await all_of(self._page(source, {"pdf_path": path, "page": n, "pdf_bytes": data,
-                                             "num_pages": len(layout.sizes), "page_size": size}, path, data)
+                                             "num_pages": len(layout.sizes), "page_size": size}, path, data, watch)
                                  for n, size in enumerate(layout.sizes, start=1))
         return Converted(pages=pages, created=layout.created)
 
-    async def _page(self, source: str, sample: dict, path: str | None, data: bytes | None) -> PageResult:
+    async def _page(self, source: str, sample: dict, path: str | None, data: bytes | None,
+                    watch: ItemWatch) -> PageResult:
         result = await self.converter.convert(sample, path, data)
         if result.server_fault is not None:
             # The server, not the model, failed this page: its fallback would drop or degrade a document
@@ -210,4 +248,5 @@ class OcrWork:
             raise Unavailable(f"{server.name} at {server.url} failed page {result.page} of {source} (model "
                               f"{server.model}, {len(result.attempts)} attempt(s)): {error_gist(result.server_fault)}")
         self._bar.page(result)
+        await watch.page_done()
         return result

@@ -245,11 +245,14 @@ class WorkQueue:
         up to ``retry_wait_max_s``, times a random 0.5-1 so the workers of an outage do not return together."""
         return min(self.retry_wait_s * 2 ** (attempt - 1), self.retry_wait_max_s) * self.rng.uniform(0.5, 1.0)
 
-    def release(self, claim: Claim, error: str | None = None, transient: bool = False) -> None:
+    def release(self, claim: Claim, error: str | None = None, transient: bool = False, cancelled: bool = False) -> None:
         """Give the item back: at once (a stopping worker), or after a failure (``error``) once its wait is
-        over; a failure of the item's own counts toward ``max_failures``, a ``transient`` one does not."""
+        over; a failure of the item's own counts toward ``max_failures``, a ``transient`` one does not. A
+        ``cancelled`` item is given up, never tried again."""
         changes: dict = {"expires": 0.0}
-        if error is not None:
+        if cancelled:
+            changes.update(given_up=True, cancelled=True, error=(error or "cancelled")[:500])
+        elif error is not None:
             key = "transient_failures" if transient else "failures"
             changes[key] = claim.body.get(key, 0) + 1
             attempts = changes[key] + claim.body.get("failures" if transient else "transient_failures", 0)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
 from olmocr.faults import gist
-from olmocr.pipeline.failures import StopWork, transient
+from olmocr.pipeline.failures import Cancelled, StopWork, transient
 from olmocr.pipeline.queue import LeaseKeeper, WorkQueue, worker_name
 from olmocr.pipeline.workspace import Item, Workspace
 
@@ -123,6 +123,7 @@ class WorkReport:
     duplicates: int = 0  # finished here after another worker had already finished them
     lost: int = 0  # claims taken over while this process stalled (result dropped)
     failed: int = 0  # the processor raised: a failure of the item's own
+    cancelled: int = 0  # stopped between pages: the item was cancelled
     unavailable: int = 0  # given back after a failure from outside the item
     taken_over: int = 0  # expired claims of other workers taken over
     released: int = 0  # claims given back on a signal
@@ -205,6 +206,15 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
             output = process(claim.item)
         except StopWork:
             raise  # the keeper gives the claim back with the others
+        except Cancelled as exc:
+            log.info("item %s cancelled: %s", claim.item.id, exc)
+            if _stored(functools.partial(queue.release, claim, error=str(exc), cancelled=True), queue, shared,
+                       f"giving item {claim.item.id} up") is STOPPED:
+                return
+            keeper.drop(claim)
+            with lock:
+                report.cancelled += 1
+            continue
         except Exception as exc:  # noqa: BLE001 - one item's failure must not end the worker
             if stop.is_set():
                 return  # failed as the worker stops: the keeper gives the claim back with the others

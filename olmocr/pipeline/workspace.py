@@ -9,6 +9,8 @@
       markdown/…                       optional per-document markdown (page processing)
       filtered/<id>.jsonl              documents work=ocr's filter kept from the model, and why
       bad/<id>.jsonl                   documents work=ocr could not read (bad) or dropped, and why
+      progress/<id>.json               pages of an item converted so far, while a worker converts it
+      cancelled/<id>.json              the item is cancelled: a worker converting it stops between pages
       workers/<host>_<pid>.json        one per worker process started: where and when (and proof that
                                        it could write here before it claimed anything)
 
@@ -37,6 +39,8 @@ CLAIMS = "claims"
 DONE = "done"
 RESULTS = "results"
 WORKERS = "workers"
+PROGRESS = "progress"
+CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)

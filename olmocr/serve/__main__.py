@@ -1,6 +1,7 @@
 """python -m olmocr.serve — conversion over HTTP.
 
-A document submitted (``POST /v1/jobs``, the PDF as the body) is stored in the workspace and queued as its own
+A document submitted (``POST /v1/jobs``: the body, a form's ``file`` or a JSON ``{"url": …}``; a ``page_range``)
+is stored in the workspace and queued as its own
 work item; the service's worker threads convert it with the batch pipeline's own code (``work``, ``convert``,
 ``server``, ``model``: the same groups, presenting pages as the served model was trained), and so does any batch
 worker (``python -m olmocr.pipeline workspace=…``) or other replica started on the same workspace.
@@ -49,6 +50,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.pipeline.worker import run_workers
     from olmocr.pipeline.workspace import Workspace
     from olmocr.serve.app import build_app
+    from olmocr.serve.fetch import Fetcher
     from olmocr.serve.jobs import Jobs
     from olmocr.utils.io import Access
 
@@ -57,8 +59,10 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     if cfg.token_env and not token:
         raise UserError(f"token_env={cfg.token_env}: that environment variable is not set (or empty)")
     workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
-    app = build_app(Jobs(workspace), token=token, max_upload_bytes=int(cfg.max_upload_mb * 2**20),
-                    max_pages=cfg.max_pages)
+    limit = int(cfg.max_upload_mb * 2**20)
+    jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, fetcher=Fetcher(**cfg.fetch),
+                access=Access(**cfg.workspace_access))
+    app = build_app(jobs, token=token, max_upload_bytes=limit)
     stop, errors = threading.Event(), []
     q = cfg.queue
 

@@ -4,6 +4,7 @@ what was wrong (``{"error": …}``)."""
 from __future__ import annotations
 
 import hmac
+import json
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -11,47 +12,125 @@ from starlette.concurrency import run_in_threadpool
 
 from olmocr.serve.jobs import Jobs, Refused
 
+FORM_FIELD_BYTES = 64 * 1024  # a form's fields other than the file (page_range), and a JSON body
+
 
 def error(status: int, message: str, **headers) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
-def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int, max_pages: int) -> FastAPI:
+class TooLarge(Exception):
+    def __init__(self, message: str):
+        super().__init__(message)
+
+
+class Gate:
+    """Before any endpoint: the token (401; every path but ``/health``), then the body's size (413): by its
+    declared length before a byte of it is read, or, sent without one, as soon as what has arrived is over
+    ``limit``. Plain ASGI: the request's body reaches the endpoint through here alone."""
+
+    def __init__(self, app, token: str | None, limit: int):
+        self.app, self.token, self.limit = app, token, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.token is not None and scope["path"] != "/health":
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
+                answer = error(401, "a token is required: Authorization: Bearer <token>")
+                return await answer(scope, receive, send)
+        declared = headers.get(b"content-length", b"").decode("latin-1")
+        if declared.isdigit() and int(declared) > self.limit:
+            answer = error(413, f"the upload is {int(declared)} bytes; this service takes at most {self.limit}")
+            return await answer(scope, receive, send)
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise TooLarge(f"the upload is over {self.limit} bytes, the most this service takes")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def submission(request: Request, filename: str | None, page_range: str | None) -> dict:
+    """What a ``POST /v1/jobs`` asks for, by its content type:
+
+    - ``multipart/form-data``: the document as the ``file`` part (its name shown, never a path), ``page_range``
+      an optional field;
+    - ``application/json``: ``{"url": "https://…" or "s3://…", "page_range": …}``, the document fetched by the
+      service;
+    - anything else: the body is the document (``?filename=``, ``?page_range=``).
+    """
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        form = await request.form(max_files=1, max_fields=4, max_part_size=FORM_FIELD_BYTES)
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise Refused(400, "multipart upload: the document goes in a file part named 'file'")
+        fields = {key: value for key, value in form.items() if key != "file"}
+        unknown = sorted(set(fields) - {"page_range"})
+        if unknown:
+            raise Refused(400, f"multipart upload: unknown field(s) {', '.join(unknown)} (the form takes 'file' "
+                               "and 'page_range')")
+        return {"data": await upload.read(), "filename": upload.filename, "page_range": fields.get("page_range")}
+    if kind == "application/json":
+        body = await request.body()
+        if len(body) > FORM_FIELD_BYTES:
+            raise Refused(413, f"a JSON submission is at most {FORM_FIELD_BYTES} bytes (it names a document by "
+                               "its url; upload the document itself as the body or a form)")
+        try:
+            asked = json.loads(body)
+        except ValueError as exc:
+            raise Refused(400, f"the JSON body does not parse: {exc}") from None
+        if not isinstance(asked, dict) or not isinstance(asked.get("url"), str):
+            raise Refused(400, 'a JSON submission is {"url": "https://…" or "s3://…", "page_range": "1-3"}')
+        unknown = sorted(set(asked) - {"url", "page_range"})
+        if unknown:
+            raise Refused(400, f"JSON submission: unknown key(s) {', '.join(unknown)} (it takes url and page_range)")
+        if asked.get("page_range") is not None and not isinstance(asked["page_range"], str):
+            raise Refused(400, 'page_range: a string of pages and ranges, as "1-3,7"')
+        return {"url": asked["url"], "page_range": asked.get("page_range")}
+    body = await request.body()
+    if not body:
+        raise Refused(400, "the request body is empty: send the document as the body, a form's 'file' part or "
+                           'a JSON {"url": …}')
+    return {"data": body, "filename": filename, "page_range": page_range}
+
+
+def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int) -> FastAPI:
     """``token``: required as ``Authorization: Bearer <token>`` on every endpoint but ``/health``."""
     app = FastAPI(title="olmocr", summary="Documents in, Dolma documents and markdown out, through the batch "
                                           "pipeline's workspace and queue.")
 
-    @app.middleware("http")
-    async def authorise(request: Request, call_next):
-        if token is not None and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error(401, "a token is required: Authorization: Bearer <token>")
-        return await call_next(request)
+    @app.exception_handler(TooLarge)
+    async def too_large(request: Request, exc: TooLarge):
+        return error(413, str(exc))
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused):
+        return error(exc.status, str(exc))
+
+    app.add_middleware(Gate, token=token, limit=max_upload_bytes)
 
     @app.get("/health")
     def health() -> dict:
         return {"status": "alive"}
 
     @app.post("/v1/jobs", status_code=202)
-    async def submit(request: Request, filename: str | None = None):
-        """The request body is the PDF (``Content-Type: application/pdf``); ``filename`` is shown, never used
-        as a path. Answers 202 with the job's id."""
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_upload_bytes:
-            return error(413, f"the upload is {int(declared)} bytes; this service takes at most {max_upload_bytes}")
-        body = bytearray()
-        async for chunk in request.stream():  # counted as it arrives: a body without a length is cut off too
-            body += chunk
-            if len(body) > max_upload_bytes:
-                return error(413, f"the upload is over {max_upload_bytes} bytes, the most this service takes")
-        if not body:
-            return error(400, "the request body is empty: send the PDF as the body (Content-Type: application/pdf)")
-        try:
-            # Off the event loop: reading the page tree and writing to the workspace (S3) block.
-            job = await run_in_threadpool(jobs.submit, bytes(body), filename, max_pages)
-        except Refused as exc:
-            return error(exc.status, str(exc))
+    async def submit(request: Request, filename: str | None = None, page_range: str | None = None):
+        """A document as the body (``Content-Type: application/pdf`` or an image type), as a form's ``file``
+        part, or named by a JSON ``{"url": …}``; ``page_range`` ("1-3,7") chooses pages. Answers 202 with the
+        job's id."""
+        asked = await submission(request, filename, page_range)
+        # Off the event loop: fetching a URL, reading the page tree and writing to the workspace (S3) block.
+        job = await run_in_threadpool(jobs.submit, **asked)
         return JSONResponse({"id": job.id, "status": "queued", "pages": job.pages, "filename": job.filename},
                             status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
 
@@ -59,6 +138,13 @@ def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int, max_pages
     def status(job_id: str):
         job = jobs.get(job_id)
         return error(404, f"no job {job_id!r}") if job is None else jobs.status(job)
+
+    @app.delete("/v1/jobs/{job_id}")
+    def cancel(job_id: str):
+        """Cancels the job's work: a queued job never starts, a running one stops between pages. Answers the
+        job's status (``cancelled``, or ``cancelling`` until its worker stops; a finished job as it was)."""
+        job = jobs.get(job_id)
+        return error(404, f"no job {job_id!r}") if job is None else jobs.cancel(job)
 
     @app.get("/v1/jobs/{job_id}/result")
     def result(job_id: str):

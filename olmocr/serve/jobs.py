@@ -1,6 +1,7 @@
 """Jobs of the service, kept in the workspace beside the batch pipeline's own records:
 
-    <workspace>/uploads/<job>.pdf      the submitted document (the client's file name is never a path)
+    <workspace>/uploads/<job>.<pdf|image>  the submitted document, cut to its page_range (the client's file name
+                                       is never a path)
     <workspace>/jobs/<job>.json        the job: its work item, file name, pages, when submitted
 
 A job is one work item of the workspace's queue: any worker converts it (this service's, another replica's, or
@@ -16,7 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from olmocr.errors import UserError
-from olmocr.pipeline.workspace import CLAIMS, Workspace, item_id
+from olmocr.pipeline.workspace import CANCELLED, CLAIMS, PROGRESS, Workspace, item_id
 
 UPLOADS, JOBS = "uploads", "jobs"
 
@@ -35,8 +36,10 @@ class Job:
     item: str  # the work item that converts it
     pdf: str  # where the document is, as the workers read it
     filename: str  # what the client called it (shown, never used as a path)
-    pages: int
+    pages: int  # pages converted
     submitted: float
+    # The submitted document's page number of each page converted, when a page_range chose them
+    page_numbers: list[int] | None = None
 
 
 def safe_name(name: str | None) -> str:
@@ -45,33 +48,86 @@ def safe_name(name: str | None) -> str:
     return "".join(c for c in base if c.isprintable())[:200] or "document.pdf"
 
 
-def page_count(data: bytes, max_pages: int) -> int:
-    """The document's pages, read from its page tree alone (nothing rendered); Refused when it is not a PDF
-    that can be read or has more than ``max_pages``."""
+def page_range(spec: str | None, pages: int) -> list[int] | None:
+    """The page numbers a ``page_range`` such as ``"1-3,7,10-"`` names in a document of ``pages`` pages, in
+    order and each once; None for no range (every page)."""
+    if spec is None or not spec.strip():
+        return None
+    chosen: dict[int, None] = {}
+    for part in spec.replace(" ", "").split(","):
+        first, dash, last = part.partition("-")
+        try:
+            start = int(first)
+            stop = (int(last) if last else pages) if dash else start
+        except ValueError:
+            raise Refused(422, f"page_range {spec!r}: {part!r} is not a page or a range of pages (as 1-3,7,10-)") from None
+        if not 1 <= start <= stop <= pages:
+            raise Refused(422, f"page_range {spec!r}: {part!r} is outside the document's pages 1-{pages}")
+        chosen.update(dict.fromkeys(range(start, stop + 1)))
+    return list(chosen)
+
+
+def document_pages(data: bytes, max_pages: int, spec: str | None) -> tuple[str, int, list[int] | None]:
+    """The document's suffix (pdf, or the image's format), its page count and the pages a page_range chose, from its page tree (a PDF) or
+    its frames (an image), nothing rendered; Refused when it is neither a PDF nor an image that can be read,
+    or more than ``max_pages`` would be converted."""
+    from olmocr.formats.document import IMAGE, PDF, kind_of
+    from olmocr.formats.image import ImageError, image_format, image_pages
     from olmocr.formats.pdf import PdfError, pdf_info
 
+    kind = kind_of(data)
     try:
-        pages = pdf_info("the upload", data).num_pages
-    except PdfError as exc:
-        raise Refused(422, f"the upload is not a PDF that can be read: {exc}") from None
-    if pages > max_pages:
-        raise Refused(413, f"the document has {pages} pages; this service takes at most {max_pages} (max_pages)")
-    return pages
+        if kind == PDF:
+            pages, suffix = pdf_info("the upload", data).num_pages, "pdf"
+        elif kind == IMAGE:
+            pages, suffix = len(image_pages("the upload", data)), image_format(data)
+        else:
+            raise Refused(422, f"the upload is neither a PDF nor an image (PNG, JPEG, TIFF, WebP…): it starts "
+                               f"{data[:8]!r}")
+    except (PdfError, ImageError) as exc:
+        raise Refused(422, f"the upload is not a {kind.upper()} that can be read: {exc}") from None
+    chosen = page_range(spec, pages)
+    if chosen is not None and kind == IMAGE and chosen != list(range(1, pages + 1)):
+        raise Refused(422, f"page_range {spec!r}: pages are chosen from PDFs; this image has {pages} frame(s)")
+    converted = pages if chosen is None else len(chosen)
+    if converted > max_pages:
+        raise Refused(413, f"the document has {converted} pages to convert; this service takes at most {max_pages} "
+                           "(max_pages)")
+    return suffix, pages, chosen
 
 
 class Jobs:
-    def __init__(self, workspace: Workspace):
-        self.ws = workspace
+    """``max_bytes`` and ``max_pages``: the most a document may have (uploaded or fetched) and the most pages a
+    job converts; ``fetcher`` fetches what a job names by URL, with ``access`` for s3://."""
 
-    def submit(self, data: bytes, filename: str | None, max_pages: int) -> Job:
-        """Store the document, queue it as its own work item and record the job."""
-        pages = page_count(data, max_pages)
+    def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, fetcher=None, access=None):
+        self.ws = workspace
+        self.max_bytes, self.max_pages = max_bytes, max_pages
+        self.fetcher, self.access = fetcher, access
+
+    def submit(self, data: bytes | None = None, filename: str | None = None, page_range: str | None = None,
+               url: str | None = None) -> Job:
+        """Store the document (given, or fetched from ``url``), cut to ``page_range``, queue it as its own work
+        item and record the job."""
+        from olmocr.formats.pdf import pdf_pages
+
+        if url is not None:
+            if self.fetcher is None:
+                raise Refused(422, "url: this service takes documents only as uploads")
+            data, fetched_name = self.fetcher.fetch(url, self.max_bytes, self.access)
+            filename = filename or fetched_name
+        suffix, pages, chosen = document_pages(data, self.max_pages, page_range)
+        if chosen is not None and chosen != list(range(1, pages + 1)):
+            data = pdf_pages("the upload", data, chosen)
+        else:
+            chosen = None
         job_id = uuid.uuid4().hex
-        name = f"{UPLOADS}/{job_id}.pdf"
+        name = f"{UPLOADS}/{job_id}.{suffix}"
         self.ws.store.write(name, data)
         pdf = self.ws.store.url(name)
-        job = Job(job_id, item_id([pdf]), pdf, safe_name(filename), pages, time.time())
-        self.ws.add([pdf], pages_per_group=max(pages, 1), sample=1)
+        converted = pages if chosen is None else len(chosen)
+        job = Job(job_id, item_id([pdf]), pdf, safe_name(filename), converted, time.time(), chosen)
+        self.ws.add([pdf], pages_per_group=max(converted, 1), sample=1)
         self.ws.store.write(f"{JOBS}/{job_id}.json", json.dumps(asdict(job)).encode())
         return job
 
@@ -82,18 +138,40 @@ class Jobs:
         return None if found is None else Job(**json.loads(found.data))
 
     def status(self, job: Job) -> dict:
-        """``queued``, ``running``, ``done`` (with the item's counts) or ``failed`` (given up, with its error),
-        from the queue's own markers."""
+        """``queued``, ``running`` (with the pages done so far), ``done`` (with the item's counts), ``failed``
+        (given up, with its error) or ``cancelled``, from the queue's own markers."""
+        state = {"id": job.id, "filename": job.filename, "pages": job.pages, "submitted": job.submitted}
         done = self.ws.store.read(self.ws.done_name(job.item))
         if done is not None:
-            return {"id": job.id, "status": "done", "pages": job.pages, "counts": json.loads(done.data).get("counts", {})}
+            counts = json.loads(done.data).get("counts", {})
+            return {**state, "status": "done", "pages_done": job.pages, "counts": counts}
         claim = self.ws.store.read(f"{CLAIMS}/{job.item}.json")
         if claim is None:
-            return {"id": job.id, "status": "queued", "pages": job.pages}
+            return {**state, "status": "queued", "pages_done": 0}
         body = json.loads(claim.data)
+        if body.get("cancelled"):
+            return {**state, "status": "cancelled", "pages_done": 0}
         if body.get("given_up"):
-            return {"id": job.id, "status": "failed", "pages": job.pages, "error": body.get("error")}
-        return {"id": job.id, "status": "running", "pages": job.pages}
+            return {**state, "status": "failed", "pages_done": 0, "error": body.get("error")}
+        progress = self.ws.store.read(f"{PROGRESS}/{job.item}.json")
+        pages_done = json.loads(progress.data)["pages_done"] if progress is not None else 0
+        cancelling = self.ws.store.exists(f"{CANCELLED}/{job.item}.json")
+        return {**state, "status": "cancelling" if cancelling else "running", "pages_done": pages_done,
+                **({"error": body["error"]} if body.get("error") else {})}
+
+    def cancel(self, job: Job) -> dict:
+        """Cancel the job's work: queued, it is given up before any worker takes it; running, its worker stops
+        between pages (``cancelling`` until then). A job done or given up stays as it is."""
+        state = self.status(job)
+        if state["status"] in ("done", "failed", "cancelled"):
+            return state
+        self.ws.store.write(f"{CANCELLED}/{job.item}.json", json.dumps({"id": job.id, "at": time.time()}).encode())
+        # Nobody holds it: a claim made here, given up, keeps every worker from it. Held (or taken in between):
+        # the create fails and its worker sees the marker.
+        body = {"worker": "cancelled", "claimed": time.time(), "expires": 0.0, "failures": 0, "given_up": True,
+                "cancelled": True, "error": "cancelled before it started"}
+        self.ws.store.create(f"{CLAIMS}/{job.item}.json", json.dumps(body).encode())
+        return self.status(job)
 
     def result(self, job: Job) -> dict | None:
         """The job's Dolma document and its markdown, with each page's span and whether the model or the
@@ -108,6 +186,8 @@ class Jobs:
         attributes = doc.get("attributes", {})
         spans = attributes.get("pdf_page_numbers", [])
         fallback = attributes.get("is_fallback", [False] * len(spans))
-        pages = [{"page": page, "text": doc["text"][start:end].rstrip("\n"), "fallback": bool(fell)}
+        numbers = job.page_numbers or []
+        pages = [{"page": numbers[page - 1] if page <= len(numbers) else page,
+                  "text": doc["text"][start:end].rstrip("\n"), "fallback": bool(fell)}
                  for (start, end, page), fell in zip(spans, fallback)]
         return {"id": job.id, "filename": job.filename, "document": doc, "markdown": doc["text"], "pages": pages}

@@ -13,6 +13,20 @@ from olmocr.pipeline.schema import QueueConfig
 
 
 @dataclass
+class FetchConfig:
+    """Documents a job names by URL (olmocr.serve.fetch.Fetcher)."""
+
+    timeout_s: Positive = 60.0  # the whole fetch, redirects included
+    max_redirects: Annotated[int, Range(at_least=0, at_most=20)] = 5
+    # Networks (CIDR, as 10.1.0.0/16) a URL may lead to beside the public internet. Loopback, private and
+    # link-local addresses are otherwise refused: anyone who can call the service would reach what this machine
+    # can, a cloud's metadata service among it.
+    allow_networks: list[str] = field(default_factory=list)
+    # s3://bucket/prefix under which a job may name documents (read with workspace_access); none: no s3:// URLs
+    s3_prefixes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ServeConfig(StageConfig):
     # Where submitted documents, jobs and results live: a local folder or s3://bucket/prefix that batch workers
     # (python -m olmocr.pipeline workspace=…) and other replicas of the service may share.
@@ -23,8 +37,10 @@ class ServeConfig(StageConfig):
     # The environment variable that holds the service's token (never the token itself); null: no token, and
     # the service listens on loopback only.
     token_env: str | None = None
-    max_upload_mb: Positive = 100.0  # a larger body is refused as it streams (413)
-    max_pages: Annotated[int, Range(at_least=1)] = 2000  # a document with more pages is refused before rendering
+    max_upload_mb: Positive = 100.0  # a larger body is refused as it streams (413); a fetched document too
+    # a job converting more pages is refused before rendering (read from the page tree, after page_range)
+    max_pages: Annotated[int, Range(at_least=1)] = 2000
+    fetch: FetchConfig = field(default_factory=FetchConfig)
     workers: Annotated[int, Range(at_least=0)] = 2  # documents converted at once here; 0: accept only
     work: Any = MISSING  # conf/work/ (ocr)
     filter: Any = None

@@ -1,0 +1,140 @@
+"""What a service job may name and choose, without the service: documents fetched by URL (real HTTP servers on
+loopback addresses, one of them allowed), page ranges, documents that are neither PDFs nor images."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+
+from conftest import write_pdf
+from olmocr.serve.fetch import Fetcher, reachable
+from olmocr.serve.jobs import Refused, document_pages, page_range
+
+PDF = b"%PDF-1.4 a document"
+
+
+class Files(http.server.BaseHTTPRequestHandler):
+    """``/doc.pdf``: the document; ``/to?<url>``: a redirect there; ``/chunked``: the document without a length."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path.startswith("/to?"):
+            self.send_response(302)
+            self.send_header("Location", self.path[4:])
+            self.end_headers()
+        elif self.path == "/doc.pdf":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(self.server.body)))
+            self.end_headers()
+            self.wfile.write(self.server.body)
+        elif self.path == "/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(self.server.body), 1000):
+                chunk = self.server.body[start:start + 1000]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_error(404)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def serve_files():
+    servers = []
+
+    def start(host: str, body: bytes = PDF) -> str:
+        server = http.server.ThreadingHTTPServer((host, 0), Files)
+        server.body = body
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://{host}:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_only_public_addresses_and_allowed_networks_are_reachable():
+    import ipaddress
+
+    for address in ("127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.4", "169.254.169.254", "100.64.0.1", "0.0.0.0",
+                    "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "224.0.0.1"):
+        assert not reachable(address), address
+    assert reachable("93.184.215.14") and reachable("2606:4700::1111")
+    assert reachable("10.1.2.3", (ipaddress.ip_network("10.1.0.0/16"),))
+    assert not reachable("10.2.0.1", (ipaddress.ip_network("10.1.0.0/16"),))
+
+
+def test_a_url_is_fetched_only_where_allowed_also_after_a_redirect(serve_files):
+    allowed = serve_files("127.0.0.2")  # the allowed network's server
+    barred = serve_files("127.0.0.1")  # loopback, not allowed
+    fetcher = Fetcher(allow_networks=("127.0.0.2/32",))
+    assert fetcher.fetch(f"{allowed}/doc.pdf", 1000) == (PDF, "doc.pdf")
+    assert fetcher.fetch(f"{allowed}/to?/doc.pdf", 1000) == (PDF, "doc.pdf")  # a redirect within the network
+    with pytest.raises(Refused, match="127.0.0.1, a loopback, private or link-local address") as refused:
+        fetcher.fetch(f"{barred}/doc.pdf", 1000)
+    assert refused.value.status == 422
+    # Where a redirect leads is checked as the first address was: the allowed server points at the barred one.
+    with pytest.raises(Refused, match="127.0.0.1, a loopback"):
+        fetcher.fetch(f"{allowed}/to?{barred}/doc.pdf", 1000)
+    with pytest.raises(Refused, match="localhost is at 127.0.0.1"):
+        fetcher.fetch(f"{allowed}/to?http://localhost:{barred.rsplit(':', 1)[1]}/doc.pdf", 1000)
+    with pytest.raises(Refused, match=r"redirected to file:///etc/passwd, not http\(s\)"):
+        fetcher.fetch(f"{allowed}/to?file:///etc/passwd", 1000)
+    with pytest.raises(Refused, match="more than 2 redirects"):
+        Fetcher(allow_networks=("127.0.0.2/32",), max_redirects=2).fetch(
+            f"{allowed}/to?/to?/to?/doc.pdf", 1000)
+    with pytest.raises(Refused, match="file scheme"):
+        fetcher.fetch("file:///etc/passwd", 1000)
+    with pytest.raises(Refused, match="answered HTTP 404"):
+        fetcher.fetch(f"{allowed}/nothing", 1000)
+
+
+def test_a_fetched_document_over_the_limit_is_refused_as_it_arrives(serve_files):
+    host = serve_files("127.0.0.2", PDF + b"0" * 5000)
+    fetcher = Fetcher(allow_networks=("127.0.0.0/8",))
+    with pytest.raises(Refused, match="is 5019 bytes; this service takes at most 4000") as refused:
+        fetcher.fetch(f"{host}/doc.pdf", 4000)  # said by its length
+    assert refused.value.status == 413
+    with pytest.raises(Refused, match="over 4000 bytes"):
+        fetcher.fetch(f"{host}/chunked", 4000)  # no length: counted
+    assert fetcher.fetch(f"{host}/chunked", 6000)[0] == PDF + b"0" * 5000
+
+
+def test_s3_urls_only_under_the_configured_prefixes():
+    with pytest.raises(Refused, match="not under an s3:// prefix this service reads from: none"):
+        Fetcher().fetch("s3://bucket/in/doc.pdf", 1000)
+    fetcher = Fetcher(s3_prefixes=("s3://bucket/in",))
+    for url in ("s3://bucket/inside/doc.pdf", "s3://bucket/in/../secret/doc.pdf", "s3://other/in/doc.pdf"):
+        with pytest.raises(Refused, match="not under an s3:// prefix"):
+            fetcher.fetch(url, 1000)
+
+
+def test_page_ranges_name_pages_in_order_each_once():
+    assert page_range(None, 5) is None and page_range(" ", 5) is None
+    assert page_range("1-3,7", 9) == [1, 2, 3, 7]
+    assert page_range("4-, 2", 6) == [4, 5, 6, 2]
+    assert page_range("2,2,1-2", 3) == [2, 1]
+    for spec, why in (("0", "outside"), ("3-2", "outside"), ("1-9", "outside the document's pages 1-5"),
+                      ("a", "not a page"), ("1-x", "not a page"), ("1,,2", "not a page")):
+        with pytest.raises(Refused, match=why):
+            page_range(spec, 5)
+
+
+def test_a_document_is_counted_from_its_page_tree_and_its_range(tmp_path):
+    three = open(write_pdf(str(tmp_path / "three.pdf"), ["one", "two", "three"]), "rb").read()
+    assert document_pages(three, 3, None) == ("pdf", 3, None)
+    assert document_pages(three, 2, "3,1") == ("pdf", 3, [3, 1])  # two pages converted: within max_pages=2
+    with pytest.raises(Refused, match="3 pages to convert; this service takes at most 2") as refused:
+        document_pages(three, 2, None)
+    assert refused.value.status == 413
+    with pytest.raises(Refused, match="neither a PDF nor an image"):
+        document_pages(b"GIF? no, text", 5, None)
+    with pytest.raises(Refused, match="not a PDF that can be read"):
+        document_pages(b"%PDF-1.4 and nothing else", 5, None)
