@@ -113,13 +113,15 @@ def raw_post(base: str, headers: dict, chunks: list[bytes]) -> tuple[int, dict]:
 
 
 def wait_done(base: str, job: str) -> dict:
+    """The job's status once it is finished, long-polled (wait=)."""
     deadline = time.time() + 180
     while time.time() < deadline:
-        status, body = call(f"{base}/v1/jobs/{job}")
+        began = time.time()
+        status, body = call(f"{base}/v1/jobs/{job}?wait=20")
         assert status == 200, body
-        if body["status"] in ("done", "failed"):
+        if body["status"] in ("done", "failed", "cancelled"):
             return body
-        time.sleep(0.5)
+        assert time.time() - began > 19  # a long poll answers early only for a finished job
     raise AssertionError(f"job {job} not done: {body}")
 
 
@@ -172,10 +174,23 @@ def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_conver
     assert jobs["range"]["pages"] == 2  # of three: max_pages=2 counts the pages converted
     assert sorted(os.listdir(workspace / "uploads")) == sorted(f"{job['id']}.pdf" for job in jobs.values())
     results = {}
+    deadline = time.time() + 120
+    while (ready := call(f"{base}/ready"))[0] != 200 and time.time() < deadline:
+        assert ready[1]["why"] == "the model server is starting", ready
+        time.sleep(0.5)
+    assert ready[0] == 200 and "the model server answered a page" in ready[1]["why"], ready
     for how, job in jobs.items():
         assert wait_done(base, job["id"])["status"] == "done", how
         status, results[how] = call(f"{base}/v1/jobs/{job['id']}/result")
         assert status == 200 and results[how]["markdown"] == results[how]["document"]["text"]
+    time.sleep(1.1)  # the service looks at the queue at most once a second
+    figures = urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", headers={
+        "Authorization": f"Bearer {TOKEN}"}), timeout=30).read().decode()
+    for line in ('olmocr_serve_jobs_submitted_total{input="body"} 1.0', 'olmocr_serve_jobs_submitted_total{input="form"} 2.0',
+                 'olmocr_serve_jobs_submitted_total{input="url"} 2.0', 'olmocr_serve_items_total{outcome="done"} 5.0',
+                 'olmocr_serve_pages_total{by="fallback"} 6.0', "olmocr_serve_jobs_waiting 0.0",
+                 'olmocr_serve_responses_total{code="202"} 5.0', "olmocr_serve_convert_seconds_count 5.0"):
+        assert line in figures.splitlines(), line
     # The batch pipeline on the same PDFs, the same model and settings, writes the same text, page by page.
     batch = batch_documents(tmp_path, [SAMPLE_PDF, three])
     for how in ("body", "form", "url", "s3"):
@@ -223,6 +238,8 @@ def test_what_it_refuses_is_one_json_error_and_leaves_nothing(service, tmp_path)
     status, body = call(f"{base}/v1/jobs/{'0' * 32}")
     assert status == 404 and "no job" in body["error"]
     assert call(f"{base}/v1/jobs/..%2F..%2Fwork_index")[0] == 404
+    status, body = call(f"{base}/v1/jobs/{'0' * 32}?wait=600")
+    assert status == 422 and "wait" in body["error"] and "60" in body["error"]
     assert not (workspace / "uploads").exists() and not (workspace / "jobs").exists()
 
 
@@ -276,3 +293,24 @@ def test_a_cancelled_job_stops_between_pages_or_never_starts(start_service, tmp_
     assert wait_done(base, after)["status"] == "done"
     status, body = send(f"{base}/v1/jobs/{after}", "DELETE")
     assert status == 200 and body["status"] == "done"  # finished: cancelling changes nothing
+
+
+@pytest.mark.integration
+def test_a_full_queue_is_refused_with_retry_after_and_keeps_its_place(start_service, tmp_path):
+    import httpx
+
+    base, workspace = start_service("workers=0", "max_waiting=2")  # accepting only: batch workers would convert
+    status, body = call(f"{base}/ready")
+    assert status == 200 and "accepting jobs" in body["why"]
+    pdf = open(SAMPLE_PDF, "rb").read()
+    first, second = (call(f"{base}/v1/jobs", "POST", pdf)[1]["id"] for _ in range(2))
+    assert call(f"{base}/v1/jobs/{second}")[1] | {"status": "queued", "ahead": 1} == call(f"{base}/v1/jobs/{second}")[1]
+    time.sleep(1.1)  # the service looks at the queue at most once a second
+    answer = httpx.post(f"{base}/v1/jobs", content=pdf, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+    assert answer.status_code == 429 and answer.headers["Retry-After"] == "10"
+    assert "2 jobs are waiting" in answer.json()["error"]
+    assert len(os.listdir(workspace / "uploads")) == 2 and len(os.listdir(workspace / "jobs")) == 2
+    send(f"{base}/v1/jobs/{first}", "DELETE")  # a cancelled job waits no more
+    time.sleep(1.1)
+    assert call(f"{base}/v1/jobs/{second}")[1]["ahead"] == 0
+    assert call(f"{base}/v1/jobs", "POST", pdf)[0] == 202

@@ -23,6 +23,10 @@ class Unavailable(RuntimeError):
     answering 503, credentials): the item goes back to the queue as it was and is tried again later."""
 
 
+class ServerFailed(Unavailable):
+    """The model server, not the model, failed a page: the item goes back uncounted."""
+
+
 def transient(exc: BaseException) -> bool:
     """Is ``exc`` a failure from outside the item rather than of the item's own?"""
     return isinstance(exc, (Unavailable, MissingTool, TimeoutError, *store_errors()))

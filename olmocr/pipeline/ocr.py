@@ -38,7 +38,7 @@ from olmocr.errors import UserError
 from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of, error_gist
 from olmocr.pipeline.dolma import dolma_document, mirror_path
-from olmocr.pipeline.failures import Cancelled, Unavailable
+from olmocr.pipeline.failures import Cancelled, ServerFailed
 from olmocr.pipeline.filter import DocumentFilter
 from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
@@ -245,7 +245,7 @@ class OcrWork:
             # for a fault outside it. The item goes back uncounted (the rest of it is cancelled: it is
             # converted whole when it comes back), and the worker pauses and gives up as for storage.
             server = self.converter.server
-            raise Unavailable(f"{server.name} at {server.url} failed page {result.page} of {source} (model "
+            raise ServerFailed(f"{server.name} at {server.url} failed page {result.page} of {source} (model "
                               f"{server.model}, {len(result.attempts)} attempt(s)): {error_gist(result.server_fault)}")
         self._bar.page(result)
         await watch.page_done()

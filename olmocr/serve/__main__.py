@@ -51,6 +51,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.pipeline.workspace import Workspace
     from olmocr.serve.app import build_app
     from olmocr.serve.fetch import Fetcher
+    from olmocr.serve.metrics import Metrics
+    from olmocr.serve.ready import Readiness
     from olmocr.serve.jobs import Jobs
     from olmocr.utils.io import Access
 
@@ -60,9 +62,11 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         raise UserError(f"token_env={cfg.token_env}: that environment variable is not set (or empty)")
     workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
     limit = int(cfg.max_upload_mb * 2**20)
-    jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, fetcher=Fetcher(**cfg.fetch),
-                access=Access(**cfg.workspace_access))
-    app = build_app(jobs, token=token, max_upload_bytes=limit)
+    jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, max_waiting=cfg.max_waiting,
+                fetcher=Fetcher(**cfg.fetch), access=Access(**cfg.workspace_access))
+    readiness = Readiness(workspace, cfg.workers)
+    metrics = Metrics(waiting=lambda: len(jobs.waiting()))
+    app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit)
     stop, errors = threading.Event(), []
     q = cfg.queue
 
@@ -73,11 +77,13 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                               pdf_access=Access(**cfg.workspace_access),
                               filter=None if cfg.filter is None else build(cfg.filter))
             with processor:
-                run_workers(workspace, processor, workers=cfg.workers, lease_s=q.lease_s, max_failures=q.max_failures,
-                            retry_wait_s=q.retry_wait_s, retry_wait_max_s=q.retry_wait_max_s,
+                readiness.converter = converter
+                run_workers(workspace, metrics.counting(processor), workers=cfg.workers, lease_s=q.lease_s,
+                            max_failures=q.max_failures, retry_wait_s=q.retry_wait_s, retry_wait_max_s=q.retry_wait_max_s,
                             pause_after=q.pause_after, give_up_after_s=q.give_up_after_s, poll_s=q.poll_s,
                             progress=False, until=stop)
         except BaseException as exc:  # noqa: BLE001 - said, and the service stops: it cannot convert
+            readiness.converter, readiness.stopped = None, f"{type(exc).__name__}: {exc}"
             errors.append(exc)
             log.exception("the service's workers stopped")
             server.should_exit = True

@@ -3,16 +3,25 @@ what was wrong (``{"error": …}``)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+import time
+from typing import Annotated
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from olmocr.serve.jobs import Jobs, Refused
+from olmocr.serve.metrics import Metrics
+from olmocr.serve.ready import Readiness
 
 FORM_FIELD_BYTES = 64 * 1024  # a form's fields other than the file (page_range), and a JSON body
+MAX_WAIT_S = 60.0  # the longest a status call waits (wait=), under the timeouts of the usual proxies
+FINISHED = ("done", "failed", "cancelled")
 
 
 def error(status: int, message: str, **headers) -> JSONResponse:
@@ -29,12 +38,24 @@ class Gate:
     declared length before a byte of it is read, or, sent without one, as soon as what has arrived is over
     ``limit``. Plain ASGI: the request's body reaches the endpoint through here alone."""
 
-    def __init__(self, app, token: str | None, limit: int):
-        self.app, self.token, self.limit = app, token, limit
+    def __init__(self, app, token: str | None, limit: int, metrics: Metrics):
+        self.app, self.token, self.limit, self.metrics = app, token, limit, metrics
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        began = time.monotonic()
+
+        async def answered(message):
+            if message["type"] == "http.response.start":
+                self.metrics.answers.labels(str(message["status"])).inc()
+                route = scope.get("route")  # the endpoint's path template, not the job's id
+                self.metrics.request_seconds.labels(getattr(route, "path", "unrouted")).observe(time.monotonic() - began)
+            await send(message)
+
+        await self._gated(scope, receive, answered)
+
+    async def _gated(self, scope, receive, send):
         headers = dict(scope["headers"])
         if self.token is not None and scope["path"] != "/health":
             given = headers.get(b"authorization", b"")
@@ -79,7 +100,8 @@ async def submission(request: Request, filename: str | None, page_range: str | N
         if unknown:
             raise Refused(400, f"multipart upload: unknown field(s) {', '.join(unknown)} (the form takes 'file' "
                                "and 'page_range')")
-        return {"data": await upload.read(), "filename": upload.filename, "page_range": fields.get("page_range")}
+        return {"data": await upload.read(), "filename": upload.filename, "page_range": fields.get("page_range"),
+                "how": "form"}
     if kind == "application/json":
         body = await request.body()
         if len(body) > FORM_FIELD_BYTES:
@@ -96,15 +118,16 @@ async def submission(request: Request, filename: str | None, page_range: str | N
             raise Refused(400, f"JSON submission: unknown key(s) {', '.join(unknown)} (it takes url and page_range)")
         if asked.get("page_range") is not None and not isinstance(asked["page_range"], str):
             raise Refused(400, 'page_range: a string of pages and ranges, as "1-3,7"')
-        return {"url": asked["url"], "page_range": asked.get("page_range")}
+        return {"url": asked["url"], "page_range": asked.get("page_range"), "how": "url"}
     body = await request.body()
     if not body:
         raise Refused(400, "the request body is empty: send the document as the body, a form's 'file' part or "
                            'a JSON {"url": …}')
-    return {"data": body, "filename": filename, "page_range": page_range}
+    return {"data": body, "filename": filename, "page_range": page_range, "how": "body"}
 
 
-def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int) -> FastAPI:
+def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str | None,
+              max_upload_bytes: int) -> FastAPI:
     """``token``: required as ``Authorization: Bearer <token>`` on every endpoint but ``/health``."""
     app = FastAPI(title="olmocr", summary="Documents in, Dolma documents and markdown out, through the batch "
                                           "pipeline's workspace and queue.")
@@ -113,11 +136,16 @@ def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int) -> FastAP
     async def too_large(request: Request, exc: TooLarge):
         return error(413, str(exc))
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        problems = "; ".join(f"{'.'.join(str(part) for part in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
+        return error(422, problems)
+
     @app.exception_handler(Refused)
     async def refused(request: Request, exc: Refused):
-        return error(exc.status, str(exc))
+        return error(exc.status, str(exc), **exc.headers)
 
-    app.add_middleware(Gate, token=token, limit=max_upload_bytes)
+    app.add_middleware(Gate, token=token, limit=max_upload_bytes, metrics=metrics)
 
     @app.get("/health")
     def health() -> dict:
@@ -130,14 +158,36 @@ def build_app(jobs: Jobs, *, token: str | None, max_upload_bytes: int) -> FastAP
         job's id."""
         asked = await submission(request, filename, page_range)
         # Off the event loop: fetching a URL, reading the page tree and writing to the workspace (S3) block.
+        how = asked.pop("how")
         job = await run_in_threadpool(jobs.submit, **asked)
+        metrics.submitted.labels(how).inc()
         return JSONResponse({"id": job.id, "status": "queued", "pages": job.pages, "filename": job.filename},
                             status_code=202, headers={"Location": f"/v1/jobs/{job.id}"})
 
+    @app.get("/metrics")
+    def prometheus():
+        """The replica's figures, in Prometheus's text format."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/ready")
+    async def ready():
+        """Whether the service converts now: the model server answered a real page (asked at most every 10 s)."""
+        ok, why = await run_in_threadpool(readiness.check)
+        return JSONResponse({"status": "ready" if ok else "not ready", "why": why}, status_code=200 if ok else 503)
+
     @app.get("/v1/jobs/{job_id}")
-    def status(job_id: str):
-        job = jobs.get(job_id)
-        return error(404, f"no job {job_id!r}") if job is None else jobs.status(job)
+    async def status(job_id: str, wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0):
+        """The job's status; with ``wait`` (seconds, at most 60), answered once the job is done, failed or
+        cancelled, or when the wait is over."""
+        job = await run_in_threadpool(jobs.get, job_id)
+        if job is None:
+            return error(404, f"no job {job_id!r}")
+        deadline = time.monotonic() + wait
+        while True:
+            state = await run_in_threadpool(jobs.status, job)
+            if state["status"] in FINISHED or time.monotonic() >= deadline:
+                return state
+            await asyncio.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel(job_id: str):

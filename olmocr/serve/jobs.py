@@ -11,7 +11,9 @@ markers (done, claims) and its result from the item's results file."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -20,14 +22,15 @@ from olmocr.errors import UserError
 from olmocr.pipeline.workspace import CANCELLED, CLAIMS, PROGRESS, Workspace, item_id
 
 UPLOADS, JOBS = "uploads", "jobs"
+log = logging.getLogger("olmocr.serve")
 
 
 class Refused(UserError):
     """A submission the service does not take: ``status`` is the HTTP answer, the message says why."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, **headers: str):
         super().__init__(message)
-        self.status = status
+        self.status, self.headers = status, headers
 
 
 @dataclass
@@ -100,17 +103,35 @@ class Jobs:
     """``max_bytes`` and ``max_pages``: the most a document may have (uploaded or fetched) and the most pages a
     job converts; ``fetcher`` fetches what a job names by URL, with ``access`` for s3://."""
 
-    def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, fetcher=None, access=None):
+    def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int = 1000,
+                 fetcher=None, access=None):
         self.ws = workspace
-        self.max_bytes, self.max_pages = max_bytes, max_pages
+        self.max_bytes, self.max_pages, self.max_waiting = max_bytes, max_pages, max_waiting
         self.fetcher, self.access = fetcher, access
+        self._waiting: tuple[float, list[str]] = (0.0, [])
+        self._waiting_lock = threading.Lock()
+
+    def waiting(self) -> list[str]:
+        """The workspace's items no worker has taken yet, in the order they were queued (by any replica or batch
+        run): one listing of the claims, at most once a second."""
+        with self._waiting_lock:
+            at, items = self._waiting
+            if time.monotonic() - at >= 1.0:
+                claimed = {name[:-5] for name in self.ws.store.list(CLAIMS) if name.endswith(".json")}
+                items = [item.id for item in self.ws.items() if item.id not in claimed]
+                self._waiting = (time.monotonic(), items)
+            return items
 
     def submit(self, data: bytes | None = None, filename: str | None = None, page_range: str | None = None,
                url: str | None = None) -> Job:
         """Store the document (given, or fetched from ``url``), cut to ``page_range``, queue it as its own work
-        item and record the job."""
+        item and record the job. Refused (429) while ``max_waiting`` items wait for a worker."""
         from olmocr.formats.pdf import pdf_pages
 
+        waiting = len(self.waiting())
+        if waiting >= self.max_waiting:
+            raise Refused(429, f"{waiting} jobs are waiting for a worker, as many as this service queues "
+                               f"(max_waiting); try again later", **{"Retry-After": "10"})
         if url is not None:
             if self.fetcher is None:
                 raise Refused(422, "url: this service takes documents only as uploads")
@@ -128,7 +149,11 @@ class Jobs:
         converted = pages if chosen is None else len(chosen)
         job = Job(job_id, item_id([pdf]), pdf, safe_name(filename), converted, time.time(), chosen)
         self.ws.add([pdf], pages_per_group=max(converted, 1), sample=1)
+        with self._waiting_lock:
+            self._waiting = (0.0, [])  # this replica's own submission counts at once
         self.ws.store.write(f"{JOBS}/{job_id}.json", json.dumps(asdict(job)).encode())
+        log.info("job %s queued: %s, %d page(s)%s, item %s", job.id, job.filename, job.pages,
+                 f" of {pages} (page_range {page_range})" if chosen else "", job.item)
         return job
 
     def get(self, job_id: str) -> Job | None:
@@ -147,7 +172,9 @@ class Jobs:
             return {**state, "status": "done", "pages_done": job.pages, "counts": counts}
         claim = self.ws.store.read(f"{CLAIMS}/{job.item}.json")
         if claim is None:
-            return {**state, "status": "queued", "pages_done": 0}
+            waiting = self.waiting()
+            ahead = waiting.index(job.item) if job.item in waiting else 0
+            return {**state, "status": "queued", "pages_done": 0, "ahead": ahead}
         body = json.loads(claim.data)
         if body.get("cancelled"):
             return {**state, "status": "cancelled", "pages_done": 0}

@@ -40,6 +40,8 @@ class ServeConfig(StageConfig):
     max_upload_mb: Positive = 100.0  # a larger body is refused as it streams (413); a fetched document too
     # a job converting more pages is refused before rendering (read from the page tree, after page_range)
     max_pages: Annotated[int, Range(at_least=1)] = 2000
+    # jobs waiting for a worker (in the whole workspace) past which a submission is refused (429, Retry-After)
+    max_waiting: Annotated[int, Range(at_least=1)] = 1000
     fetch: FetchConfig = field(default_factory=FetchConfig)
     workers: Annotated[int, Range(at_least=0)] = 2  # documents converted at once here; 0: accept only
     work: Any = MISSING  # conf/work/ (ocr)
