@@ -58,14 +58,16 @@ def start_service(tmp_path, cache_dir):
     and workspace once /health answers."""
     procs = []
 
-    def start(*overrides: str):
+    def start(*overrides: str, name: str = "service"):
         port = free_port()
         workspace = tmp_path / "ws"
         env = dict(os.environ, OLMOCR_TEST_TOKEN=TOKEN)
+        # A session of its own: a test may kill it whole, as a machine that dies
         proc = subprocess.Popen([sys.executable, "-m", "olmocr.serve", f"port={port}", f"workspace={workspace}",
                                  "token_env=OLMOCR_TEST_TOKEN", "max_upload_mb=0.5", "max_pages=2",
-                                 f"hydra.run.dir={tmp_path / 'run'}", *overrides], cwd=PROJECT_ROOT, env=env,
-                                stdout=open(tmp_path / "service.log", "w"), stderr=subprocess.STDOUT)
+                                 f"hydra.run.dir={tmp_path / ('run_' + name)}", *overrides], cwd=PROJECT_ROOT,
+                                env=env, stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
         procs.append(proc)
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 120
@@ -74,14 +76,16 @@ def start_service(tmp_path, cache_dir):
                 urllib.request.urlopen(base + "/health", timeout=2)
                 return base, workspace
             except OSError:
-                assert proc.poll() is None, (tmp_path / "service.log").read_text()
+                assert proc.poll() is None, (tmp_path / f"{name}.log").read_text()
                 time.sleep(0.3)
         raise AssertionError("the service did not answer /health in 120 s")
 
+    start.procs = procs
     yield start
     for proc in procs:
-        proc.terminate()
-        proc.wait(30)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)
 
 
 @pytest.fixture
@@ -314,3 +318,34 @@ def test_a_full_queue_is_refused_with_retry_after_and_keeps_its_place(start_serv
     time.sleep(1.1)
     assert call(f"{base}/v1/jobs/{second}")[1]["ahead"] == 0
     assert call(f"{base}/v1/jobs", "POST", pdf)[0] == 202
+
+
+@pytest.mark.integration
+def test_replicas_share_the_work_and_a_killed_one_loses_nothing_and_converts_nothing_twice(start_service, tmp_path):
+    import signal
+
+    # Two replicas on one workspace; a claim lasts 6 s unless its worker renews it (a killed one cannot).
+    overrides = ("max_pages=8", "workers=1", "queue.lease_s=6")
+    first, workspace = start_service(*overrides, name="first")
+    second, _ = start_service(*overrides, name="second")
+    killed = start_service.procs[0]
+    pdf = open(write_pdf(str(tmp_path / "eight.pdf"), [f"page {n}" for n in range(1, 9)]), "rb").read()
+    jobs = [call(f"{(first, second)[n % 2]}/v1/jobs", "POST", pdf)[1]["id"] for n in range(8)]
+    deadline = time.time() + 120
+    while not (workspace / "done").exists() or not os.listdir(workspace / "done"):
+        assert time.time() < deadline
+        time.sleep(0.2)
+    os.killpg(killed.pid, signal.SIGKILL)  # the first replica and its model server, mid-work
+    killed.wait(30)
+    restarted, _ = start_service(*overrides, name="restarted")
+    for job in jobs:  # every job, whichever replica took it, asked of any replica
+        assert wait_done(second, job)["status"] == "done", job
+    done = [json.load(open(workspace / "done" / name)) for name in os.listdir(workspace / "done")]
+    assert len(done) == len(jobs) == len(os.listdir(workspace / "results"))  # each converted and kept once
+    pids = {record["worker"].split(":")[1] for record in done}
+    assert len(pids) >= 2, pids  # the work was shared
+    # The document the killed replica held was taken over once its claim expired (it was busy: eight jobs of
+    # about 2 s each for two workers, killed after the first finished).
+    assert any(record["took_over"] for record in done), done
+    results = [call(f"{restarted}/v1/jobs/{job}/result")[1] for job in jobs]
+    assert len({json.dumps(r["pages"]) for r in results}) == 1 and len(results[0]["pages"]) == 8
