@@ -202,6 +202,11 @@ def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_conver
     chosen = [(p["page"], p["text"], p["fallback"]) for p in results["range"]["pages"]]
     whole = page_texts(batch[three])
     assert chosen == [(3, *whole[3]), (1, *whole[1])]  # the pages asked for, in that order, by their own numbers
+    # One page while the request waits: an image, or a PDF's page chosen by page_range.
+    status, page = send(f"{base}/v1/convert", files={"file": ("three.pdf", open(three, "rb"))}, data={"page_range": "2"})
+    assert status == 200 and [(p["page"], p["text"], p["fallback"]) for p in page["pages"]] == [(2, *whole[2])]
+    status, body = send(f"{base}/v1/convert", files={"file": ("three.pdf", open(three, "rb"))})
+    assert status == 413 and "POST /v1/convert converts one" in body["error"]
 
 
 @pytest.mark.integration
@@ -349,3 +354,23 @@ def test_replicas_share_the_work_and_a_killed_one_loses_nothing_and_converts_not
     assert any(record["took_over"] for record in done), done
     results = [call(f"{restarted}/v1/jobs/{job}/result")[1] for job in jobs]
     assert len({json.dumps(r["pages"]) for r in results}) == 1 and len(results[0]["pages"]) == 8
+
+
+@pytest.mark.integration
+def test_results_expire_after_keep_results_h_and_a_slow_page_is_cancelled(start_service, tmp_path):
+    base, workspace = start_service("keep_results_h=0.0005", "sync_timeout_s=0.05")  # kept 1.8 s
+    pdf = open(SAMPLE_PDF, "rb").read()
+    job = call(f"{base}/v1/jobs", "POST", pdf)[1]["id"]
+    assert wait_done(base, job)["status"] == "done"
+    deadline = time.time() + 30
+    while (answer := call(f"{base}/v1/jobs/{job}/result"))[0] == 200 and time.time() < deadline:
+        time.sleep(0.2)
+    assert answer[0] == 410 and "no longer kept (keep_results_h)" in answer[1]["error"]
+    assert call(f"{base}/v1/jobs/{job}")[0] == 410
+    assert os.listdir(workspace / "uploads") == [] and os.listdir(workspace / "results") == []
+    assert json.load(open(workspace / "jobs" / f"{job}.json"))["expired"]  # the record stays, saying so
+    # A page not converted within sync_timeout_s: 504, and its work cancelled, not left to run.
+    status, body = call(f"{base}/v1/convert", "POST", pdf)
+    assert status == 504 and "sync_timeout_s" in body["error"]
+    (sync,) = {name.removesuffix(".json") for name in os.listdir(workspace / "jobs")} - {job}
+    assert wait_done(base, sync)["status"] == "cancelled"  # idle workers look every second: it had not started

@@ -63,10 +63,10 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
     limit = int(cfg.max_upload_mb * 2**20)
     jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, max_waiting=cfg.max_waiting,
-                fetcher=Fetcher(**cfg.fetch), access=Access(**cfg.workspace_access))
+                keep_s=cfg.keep_results_h * 3600, fetcher=Fetcher(**cfg.fetch), access=Access(**cfg.workspace_access))
     readiness = Readiness(workspace, cfg.workers)
     metrics = Metrics(waiting=lambda: len(jobs.waiting()))
-    app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit)
+    app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit, sync_timeout_s=cfg.sync_timeout_s)
     stop, errors = threading.Event(), []
     q = cfg.queue
 
@@ -88,6 +88,16 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             log.exception("the service's workers stopped")
             server.should_exit = True
 
+    def sweep() -> None:
+        # Expired jobs looked for a few times within their keeping time, at least every 10 minutes.
+        every = min(max(cfg.keep_results_h * 3600 / 4, 0.5), 600.0)
+        while not stop.wait(every):
+            try:
+                jobs.sweep()
+            except Exception:  # noqa: BLE001 - the workspace failing a sweep: said, tried again at the next
+                log.exception("sweeping expired jobs failed")
+
+    threading.Thread(target=sweep, name="serve-sweep", daemon=True).start()
     server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning"))
     workers = threading.Thread(target=work, name="serve-workers", daemon=True) if cfg.workers else None
     if workers is not None:

@@ -15,13 +15,12 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
-from olmocr.serve.jobs import Jobs, Refused
+from olmocr.serve.jobs import FINISHED, Jobs, Refused
 from olmocr.serve.metrics import Metrics
 from olmocr.serve.ready import Readiness
 
 FORM_FIELD_BYTES = 64 * 1024  # a form's fields other than the file (page_range), and a JSON body
 MAX_WAIT_S = 60.0  # the longest a status call waits (wait=), under the timeouts of the usual proxies
-FINISHED = ("done", "failed", "cancelled")
 
 
 def error(status: int, message: str, **headers) -> JSONResponse:
@@ -126,8 +125,8 @@ async def submission(request: Request, filename: str | None, page_range: str | N
     return {"data": body, "filename": filename, "page_range": page_range, "how": "body"}
 
 
-def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str | None,
-              max_upload_bytes: int) -> FastAPI:
+def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str | None, max_upload_bytes: int,
+              sync_timeout_s: float = 60.0) -> FastAPI:
     """``token``: required as ``Authorization: Bearer <token>`` on every endpoint but ``/health``."""
     app = FastAPI(title="olmocr", summary="Documents in, Dolma documents and markdown out, through the batch "
                                           "pipeline's workspace and queue.")
@@ -175,6 +174,27 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
         ok, why = await run_in_threadpool(readiness.check)
         return JSONResponse({"status": "ready" if ok else "not ready", "why": why}, status_code=200 if ok else 503)
 
+    @app.post("/v1/convert")
+    async def convert(request: Request, filename: str | None = None, page_range: str | None = None):
+        """One page (an image, a one-page PDF, or a PDF and the ``page_range`` of one of its pages), given as for
+        ``POST /v1/jobs``, converted while the request waits: the result, or 504 after ``sync_timeout_s``, the
+        work cancelled. Anything longer is a job."""
+        asked = await submission(request, filename, page_range)
+        how = asked.pop("how")
+        job = await run_in_threadpool(jobs.submit, **asked, one_page=True)
+        metrics.submitted.labels(f"{how}_sync").inc()
+        deadline = time.monotonic() + sync_timeout_s
+        while (state := await run_in_threadpool(jobs.status, job))["status"] not in FINISHED:
+            if time.monotonic() >= deadline:
+                await run_in_threadpool(jobs.cancel, job)
+                return error(504, f"the page was not converted in {sync_timeout_s:g} s (sync_timeout_s); its work "
+                                  "is cancelled: submit it as a job (POST /v1/jobs) to wait longer")
+            await asyncio.sleep(0.1)
+        if state["status"] != "done":
+            return error(502, f"the page was not converted: {state['status']}"
+                              f"{': ' + state['error'] if state.get('error') else ''}")
+        return await run_in_threadpool(jobs.result, job)
+
     @app.get("/v1/jobs/{job_id}")
     async def status(job_id: str, wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0):
         """The job's status; with ``wait`` (seconds, at most 60), answered once the job is done, failed or
@@ -203,7 +223,7 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
             return error(404, f"no job {job_id!r}")
         found = jobs.result(job)
         if found is None:
-            state = jobs.status(job)
+            state = jobs.status(jobs.get(job_id))  # read again: it may have expired since
             return error(409, f"job {job_id} is {state['status']}: no result yet", **{"Retry-After": "2"})
         return found
 

@@ -22,6 +22,8 @@ from olmocr.errors import UserError
 from olmocr.pipeline.workspace import CANCELLED, CLAIMS, PROGRESS, Workspace, item_id
 
 UPLOADS, JOBS = "uploads", "jobs"
+FINISHED = ("done", "failed", "cancelled")
+ONE_PAGE = "POST /v1/convert converts one: choose it with page_range, or submit a job (POST /v1/jobs)"
 log = logging.getLogger("olmocr.serve")
 
 
@@ -43,6 +45,7 @@ class Job:
     submitted: float
     # The submitted document's page number of each page converted, when a page_range chose them
     page_numbers: list[int] | None = None
+    expired: float | None = None  # when its document and result were removed (keep_results_h after submission)
 
 
 def safe_name(name: str | None) -> str:
@@ -70,7 +73,8 @@ def page_range(spec: str | None, pages: int) -> list[int] | None:
     return list(chosen)
 
 
-def document_pages(data: bytes, max_pages: int, spec: str | None) -> tuple[str, int, list[int] | None]:
+def document_pages(data: bytes, max_pages: int, spec: str | None,
+                   limit: str = "this service takes at most {n} (max_pages)") -> tuple[str, int, list[int] | None]:
     """The document's suffix (pdf, or the image's format), its page count and the pages a page_range chose, from its page tree (a PDF) or
     its frames (an image), nothing rendered; Refused when it is neither a PDF nor an image that can be read,
     or more than ``max_pages`` would be converted."""
@@ -94,8 +98,7 @@ def document_pages(data: bytes, max_pages: int, spec: str | None) -> tuple[str, 
         raise Refused(422, f"page_range {spec!r}: pages are chosen from PDFs; this image has {pages} frame(s)")
     converted = pages if chosen is None else len(chosen)
     if converted > max_pages:
-        raise Refused(413, f"the document has {converted} pages to convert; this service takes at most {max_pages} "
-                           "(max_pages)")
+        raise Refused(413, f"the document has {converted} pages to convert; {limit.format(n=max_pages)}")
     return suffix, pages, chosen
 
 
@@ -104,8 +107,9 @@ class Jobs:
     job converts; ``fetcher`` fetches what a job names by URL, with ``access`` for s3://."""
 
     def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int = 1000,
-                 fetcher=None, access=None):
+                 keep_s: float = 7 * 24 * 3600.0, fetcher=None, access=None):
         self.ws = workspace
+        self.keep_s = keep_s
         self.max_bytes, self.max_pages, self.max_waiting = max_bytes, max_pages, max_waiting
         self.fetcher, self.access = fetcher, access
         self._waiting: tuple[float, list[str]] = (0.0, [])
@@ -123,9 +127,10 @@ class Jobs:
             return items
 
     def submit(self, data: bytes | None = None, filename: str | None = None, page_range: str | None = None,
-               url: str | None = None) -> Job:
+               url: str | None = None, one_page: bool = False) -> Job:
         """Store the document (given, or fetched from ``url``), cut to ``page_range``, queue it as its own work
-        item and record the job. Refused (429) while ``max_waiting`` items wait for a worker."""
+        item and record the job. Refused (429) while ``max_waiting`` items wait for a worker. ``one_page``: a
+        synchronous call's, refused when it would convert more."""
         from olmocr.formats.pdf import pdf_pages
 
         waiting = len(self.waiting())
@@ -137,7 +142,8 @@ class Jobs:
                 raise Refused(422, "url: this service takes documents only as uploads")
             data, fetched_name = self.fetcher.fetch(url, self.max_bytes, self.access)
             filename = filename or fetched_name
-        suffix, pages, chosen = document_pages(data, self.max_pages, page_range)
+        suffix, pages, chosen = document_pages(data, 1, page_range, ONE_PAGE) if one_page else document_pages(
+            data, self.max_pages, page_range)
         if chosen is not None and chosen != list(range(1, pages + 1)):
             data = pdf_pages("the upload", data, chosen)
         else:
@@ -164,7 +170,10 @@ class Jobs:
 
     def status(self, job: Job) -> dict:
         """``queued``, ``running`` (with the pages done so far), ``done`` (with the item's counts), ``failed``
-        (given up, with its error) or ``cancelled``, from the queue's own markers."""
+        (given up, with its error) or ``cancelled``, from the queue's own markers; Refused (410) once expired."""
+        if job.expired:
+            raise Refused(410, f"job {job.id} finished more than {self.keep_s / 3600:.4g} h ago: its document and "
+                               "result are no longer kept (keep_results_h)")
         state = {"id": job.id, "filename": job.filename, "pages": job.pages, "submitted": job.submitted}
         done = self.ws.store.read(self.ws.done_name(job.item))
         if done is not None:
@@ -199,6 +208,32 @@ class Jobs:
                 "cancelled": True, "error": "cancelled before it started"}
         self.ws.store.create(f"{CLAIMS}/{job.item}.json", json.dumps(body).encode())
         return self.status(job)
+
+    def sweep(self) -> int:
+        """Finished jobs submitted more than ``keep_s`` ago lose their document, result and side files; the
+        record stays, marked expired. Returns how many expired now. Any replica may sweep: removing twice is
+        removing once."""
+        from olmocr.pipeline.dolma import mirror_path
+        from olmocr.pipeline.ocr import BAD, FILTERED, MARKDOWN
+
+        expired, now = 0, time.time()
+        for name in self.ws.store.list(JOBS):
+            job = self.get(name.removesuffix(".json"))
+            if job is None or job.expired or now - job.submitted < self.keep_s:
+                continue
+            if self.status(job)["status"] not in FINISHED:
+                continue
+            job.expired = time.time()  # said first: a reader never finds a done job without its result
+            self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
+            for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item),
+                        f"{MARKDOWN}/{mirror_path(job.pdf, '.md')}", f"{PROGRESS}/{job.item}.json",
+                        f"{CANCELLED}/{job.item}.json", f"{BAD}/{job.item}.jsonl", f"{FILTERED}/{job.item}.jsonl"):
+                self.ws.store.delete(obj)
+            expired += 1
+        if expired:
+            log.info("%d finished job(s) older than %.4g h expired: documents and results removed", expired,
+                     self.keep_s / 3600)
+        return expired
 
     def result(self, job: Job) -> dict | None:
         """The job's Dolma document and its markdown, with each page's span and whether the model or the

@@ -42,6 +42,9 @@ class ServeConfig(StageConfig):
     max_pages: Annotated[int, Range(at_least=1)] = 2000
     # jobs waiting for a worker (in the whole workspace) past which a submission is refused (429, Retry-After)
     max_waiting: Annotated[int, Range(at_least=1)] = 1000
+    # finished jobs' documents and results are removed this long after submission (the record says expired: 410)
+    keep_results_h: Positive = 168.0
+    sync_timeout_s: Positive = 60.0  # POST /v1/convert: the page's result within this, or 504 and its work cancelled
     fetch: FetchConfig = field(default_factory=FetchConfig)
     workers: Annotated[int, Range(at_least=0)] = 2  # documents converted at once here; 0: accept only
     work: Any = MISSING  # conf/work/ (ocr)
