@@ -416,3 +416,21 @@ def slurm(tmp_path_factory):
         if count == 0:
             cluster.stop()
         users.write_text(str(count))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless, through Selenium: pages people look at, as they see them."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    assert binary and driver, "chromium and chromium-driver are needed: bash scripts/setup.sh --dev installs them"
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,2000"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    chrome = webdriver.Chrome(service=Service(driver), options=options)
+    yield chrome
+    chrome.quit()

@@ -17,23 +17,6 @@ from conftest import SAMPLE
 BENCH = os.path.join(SAMPLE, "eval")
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert binary and driver, "chromium and chromium-driver are needed: bash scripts/setup.sh --dev installs them"
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,2000"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    chrome = webdriver.Chrome(service=Service(driver), options=options)
-    yield chrome
-    chrome.quit()
-
-
 def open_page(browser, path: str, screenshot: str) -> list[dict]:
     """Open a report from disk; its console errors (none expected), after saving a screenshot."""
     browser.get_log("browser")  # what earlier pages logged

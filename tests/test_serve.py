@@ -374,3 +374,40 @@ def test_results_expire_after_keep_results_h_and_a_slow_page_is_cancelled(start_
     assert status == 504 and "sync_timeout_s" in body["error"]
     (sync,) = {name.removesuffix(".json") for name in os.listdir(workspace / "jobs")} - {job}
     assert wait_done(base, sync)["status"] == "cancelled"  # idle workers look every second: it had not started
+
+
+@pytest.mark.integration
+def test_the_page_converts_an_upload_and_shows_each_page_beside_its_text(start_service, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    base, _ = start_service()
+    two = write_pdf(str(tmp_path / "two.pdf"), ["The first page.", "The second page."])
+    browser.get_log("browser")
+    browser.get(base + "/")  # the page needs no token; what it asks of the API does
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "file").send_keys(two)  # a real upload, as a chosen file
+    WebDriverWait(browser, 120).until(lambda b: "done" in b.find_element(By.ID, "state").text
+                                      or "notice" in b.find_element(By.ID, "state").get_attribute("class"))
+    assert browser.find_element(By.ID, "state").text == "two.pdf: done, 2 page(s)"
+    WebDriverWait(browser, 30).until(lambda b: b.execute_script(
+        "return [...document.images].length == 2 && [...document.images].every(i => i.complete && i.naturalWidth > 0)"))
+    browser.save_screenshot(str(tmp_path / "page.png"))
+    pairs = browser.find_elements(By.CSS_SELECTOR, ".pair")
+    assert [p.get_attribute("data-page") for p in pairs] == ["1", "2"]
+    # The text beside each image is the job's result for that page, as the API gives it.
+    job = json.loads(urllib.request.urlopen(urllib.request.Request(
+        f"{base}/v1/jobs/{os.listdir(tmp_path / 'ws' / 'jobs')[0].removesuffix('.json')}/result",
+        headers={"Authorization": f"Bearer {TOKEN}"}), timeout=30).read())
+    for pair, page in zip(pairs, job["pages"]):
+        assert pair.find_element(By.CSS_SELECTOR, ".markdown").text.split() == page["text"].split()
+        assert ("text layer" in pair.text) == page["fallback"]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    # Without the token, the page says why in one line and shows nothing.
+    browser.get(base + "/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + "/")
+    browser.find_element(By.ID, "file").send_keys(two)
+    WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "state").text)
+    assert "a token is required" in browser.find_element(By.ID, "state").text
+    assert browser.find_elements(By.CSS_SELECTOR, ".pair") == []

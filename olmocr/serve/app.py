@@ -11,14 +11,16 @@ from typing import Annotated
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from olmocr.serve.jobs import FINISHED, Jobs, Refused
 from olmocr.serve.metrics import Metrics
+from olmocr.serve.page import pages_html, root_page
 from olmocr.serve.ready import Readiness
 
+OPEN = ("/health", "/", "/favicon.ico")  # answered without the token: liveness, and the page (it holds no data)
 FORM_FIELD_BYTES = 64 * 1024  # a form's fields other than the file (page_range), and a JSON body
 MAX_WAIT_S = 60.0  # the longest a status call waits (wait=), under the timeouts of the usual proxies
 
@@ -56,7 +58,7 @@ class Gate:
 
     async def _gated(self, scope, receive, send):
         headers = dict(scope["headers"])
-        if self.token is not None and scope["path"] != "/health":
+        if self.token is not None and scope["path"] not in OPEN:
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
                 answer = error(401, "a token is required: Authorization: Bearer <token>")
@@ -146,6 +148,14 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
 
     app.add_middleware(Gate, token=token, limit=max_upload_bytes, metrics=metrics)
 
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def root():
+        return root_page()
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def icon():
+        return Response(status_code=204)  # none: said so, rather than a browser's failed request
+
     @app.get("/health")
     def health() -> dict:
         return {"status": "alive"}
@@ -199,9 +209,7 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
     async def status(job_id: str, wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0):
         """The job's status; with ``wait`` (seconds, at most 60), answered once the job is done, failed or
         cancelled, or when the wait is over."""
-        job = await run_in_threadpool(jobs.get, job_id)
-        if job is None:
-            return error(404, f"no job {job_id!r}")
+        job = await run_in_threadpool(jobs.find, job_id)
         deadline = time.monotonic() + wait
         while True:
             state = await run_in_threadpool(jobs.status, job)
@@ -213,18 +221,21 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
     def cancel(job_id: str):
         """Cancels the job's work: a queued job never starts, a running one stops between pages. Answers the
         job's status (``cancelled``, or ``cancelling`` until its worker stops; a finished job as it was)."""
-        job = jobs.get(job_id)
-        return error(404, f"no job {job_id!r}") if job is None else jobs.cancel(job)
+        return jobs.cancel(jobs.find(job_id))
 
     @app.get("/v1/jobs/{job_id}/result")
     def result(job_id: str):
-        job = jobs.get(job_id)
-        if job is None:
-            return error(404, f"no job {job_id!r}")
-        found = jobs.result(job)
-        if found is None:
-            state = jobs.status(jobs.get(job_id))  # read again: it may have expired since
-            return error(409, f"job {job_id} is {state['status']}: no result yet", **{"Retry-After": "2"})
-        return found
+        return jobs.finished(job_id)[1]
+
+    @app.get("/v1/jobs/{job_id}/view", response_class=HTMLResponse)
+    def view(job_id: str):
+        """The job's pages as HTML, each page's image (``/pages/<n>.jpg``) beside its text: the root page's."""
+        job, found = jobs.finished(job_id)
+        return pages_html(job.id, found)
+
+    @app.get("/v1/jobs/{job_id}/pages/{page}.jpg")
+    def page_image(job_id: str, page: int):
+        """A page of the job's document as JPEG, by its number in the submitted document."""
+        return Response(jobs.page_image(jobs.find(job_id), page), media_type="image/jpeg")
 
     return app

@@ -162,6 +162,22 @@ class Jobs:
                  f" of {pages} (page_range {page_range})" if chosen else "", job.item)
         return job
 
+    def find(self, job_id: str) -> Job:
+        """The job, or Refused (404)."""
+        job = self.get(job_id)
+        if job is None:
+            raise Refused(404, f"no job {job_id!r}")
+        return job
+
+    def finished(self, job_id: str) -> tuple[Job, dict]:
+        """The job and its result, or Refused: 404, 409 (not done yet, with Retry-After), 410 (expired)."""
+        job = self.find(job_id)
+        found = self.result(job)
+        if found is None:
+            state = self.status(self.find(job_id))  # read again: it may have expired since
+            raise Refused(409, f"job {job_id} is {state['status']}: no result yet", **{"Retry-After": "2"})
+        return job, found
+
     def get(self, job_id: str) -> Job | None:
         if not job_id.isalnum() or len(job_id) != 32:  # ours are uuid4 hex: anything else names no job
             return None
@@ -234,6 +250,28 @@ class Jobs:
             log.info("%d finished job(s) older than %.4g h expired: documents and results removed", expired,
                      self.keep_s / 3600)
         return expired
+
+    def page_image(self, job: Job, page: int, longest_side: int = 1000) -> bytes:
+        """The JPEG of the job's ``page`` (its number in the submitted document), rendered from the stored
+        upload; Refused (404) for a page the job did not convert."""
+        from olmocr.formats.document import IMAGE, kind_of
+        from olmocr.formats.html import jpeg
+        from olmocr.formats.image import render_image
+        from olmocr.formats.render import render_page
+
+        numbers = job.page_numbers or list(range(1, job.pages + 1))
+        if page not in numbers:
+            raise Refused(404, f"job {job.id} has no page {page} (its pages: {', '.join(map(str, numbers))})")
+        self.status(job)  # 410 once expired
+        found = self.ws.store.read(f"{UPLOADS}/{os.path.basename(job.pdf)}")
+        if found is None:
+            raise Refused(410, f"job {job.id}'s document is no longer kept")
+        at = numbers.index(page) + 1
+        if kind_of(found.data) == IMAGE:
+            image = render_image(job.pdf, found.data, at, longest_side)
+        else:
+            image = render_page(job.pdf, at, longest_side, data=found.data)
+        return jpeg(image, longest_side)
 
     def result(self, job: Job) -> dict | None:
         """The job's Dolma document and its markdown, with each page's span and whether the model or the
