@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import write_pdf
+from test_serve_inputs import tar
 from olmocr.config import PROJECT_ROOT
 
 SAMPLE_PDF = sorted(glob.glob(os.path.join(PROJECT_ROOT, "data", "sample", "eval", "pdfs", "*.pdf")))[0]
@@ -159,6 +160,7 @@ def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_conver
     here = f"http://127.0.0.1:{files.server_address[1]}"
     base, workspace = start_service("fetch.allow_networks=[127.0.0.0/8]", "fetch.s3_prefixes=[s3://docs/in]")
     three = write_pdf(str(tmp_path / "three.pdf"), ["one", "two", "three"])
+    one = write_pdf(str(tmp_path / "one.pdf"), ["only"])
     try:
         jobs = {
             "body": call(f"{base}/v1/jobs?filename=../../etc/passwd", "POST", pdf),
@@ -167,6 +169,8 @@ def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_conver
             "s3": send(f"{base}/v1/jobs", json={"url": "s3://docs/in/sample.pdf"}),
             "range": send(f"{base}/v1/jobs", files={"file": ("three.pdf", open(three, "rb"), "application/pdf")},
                           data={"page_range": "3,1"}),
+            "archive": send(f"{base}/v1/jobs", files={"file": ("docs.tar.gz", tar(
+                {"in/sample.pdf": pdf, "notes.txt": b"no document", "one.pdf": open(one, "rb").read()}))}),
         }
     finally:
         files.shutdown()
@@ -175,8 +179,9 @@ def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_conver
     jobs = {how: job for how, (_, job) in jobs.items()}
     assert jobs["body"]["filename"] == "passwd"  # shown, never a path: the upload is stored under the job's id
     assert [jobs[how]["filename"] for how in ("form", "url", "s3")] == ["scan.pdf", "doc.pdf", "sample.pdf"]
-    assert jobs["range"]["pages"] == 2  # of three: max_pages=2 counts the pages converted
-    assert sorted(os.listdir(workspace / "uploads")) == sorted(f"{job['id']}.pdf" for job in jobs.values())
+    assert jobs["range"]["pages"] == 2 and jobs["archive"]["pages"] == 2  # max_pages=2: the pages converted
+    assert sorted(os.listdir(workspace / "uploads")) == sorted(
+        f"{job['id']}.{'tar.gz' if how == 'archive' else 'pdf'}" for how, job in jobs.items())
     results = {}
     deadline = time.time() + 120
     while (ready := call(f"{base}/ready"))[0] != 200 and time.time() < deadline:
@@ -186,25 +191,32 @@ def test_a_document_by_body_form_url_or_s3_converts_as_the_batch_pipeline_conver
     for how, job in jobs.items():
         assert wait_done(base, job["id"])["status"] == "done", how
         status, results[how] = call(f"{base}/v1/jobs/{job['id']}/result")
-        assert status == 200 and results[how]["markdown"] == results[how]["document"]["text"]
+        texts = [d["document"]["text"] for d in results[how]["documents"]]
+        assert status == 200 and results[how]["markdown"] == "\n\n".join(texts)
     time.sleep(1.1)  # the service looks at the queue at most once a second
     figures = urllib.request.urlopen(urllib.request.Request(f"{base}/metrics", headers={
         "Authorization": f"Bearer {TOKEN}"}), timeout=30).read().decode()
-    for line in ('olmocr_serve_jobs_submitted_total{input="body"} 1.0', 'olmocr_serve_jobs_submitted_total{input="form"} 2.0',
-                 'olmocr_serve_jobs_submitted_total{input="url"} 2.0', 'olmocr_serve_items_total{outcome="done"} 5.0',
-                 'olmocr_serve_pages_total{by="fallback"} 6.0', "olmocr_serve_jobs_waiting 0.0",
-                 'olmocr_serve_responses_total{code="202"} 5.0', "olmocr_serve_convert_seconds_count 5.0"):
+    for line in ('olmocr_serve_jobs_submitted_total{input="body"} 1.0', 'olmocr_serve_jobs_submitted_total{input="form"} 3.0',
+                 'olmocr_serve_jobs_submitted_total{input="url"} 2.0', 'olmocr_serve_items_total{outcome="done"} 6.0',
+                 'olmocr_serve_pages_total{by="fallback"} 8.0', "olmocr_serve_jobs_waiting 0.0",
+                 'olmocr_serve_responses_total{code="202"} 6.0', "olmocr_serve_convert_seconds_count 6.0"):
         assert line in figures.splitlines(), line
     # The batch pipeline on the same PDFs, the same model and settings, writes the same text, page by page.
-    batch = batch_documents(tmp_path, [SAMPLE_PDF, three])
+    batch = batch_documents(tmp_path, [SAMPLE_PDF, three, one])
     for how in ("body", "form", "url", "s3"):
-        assert {p["page"]: (p["text"], p["fallback"]) for p in results[how]["pages"]} == page_texts(batch[SAMPLE_PDF])
-    chosen = [(p["page"], p["text"], p["fallback"]) for p in results["range"]["pages"]]
+        assert {p["page"]: (p["text"], p["fallback"]) for p in results[how]["documents"][0]["pages"]} == page_texts(batch[SAMPLE_PDF])
+    chosen = [(p["page"], p["text"], p["fallback"]) for p in results["range"]["documents"][0]["pages"]]
     whole = page_texts(batch[three])
     assert chosen == [(3, *whole[3]), (1, *whole[1])]  # the pages asked for, in that order, by their own numbers
+    # An archive: each document its own, by its member name; what is not a document said, not converted.
+    archive = results["archive"]
+    assert [d["name"] for d in archive["documents"]] == ["in/sample.pdf", "one.pdf"]
+    assert [{p["page"]: (p["text"], p["fallback"]) for p in d["pages"]} for d in archive["documents"]] == [
+        page_texts(batch[SAMPLE_PDF]), page_texts(batch[one])]
+    assert archive["not_converted"] == [{"name": "notes.txt", "reason": "not a PDF or an image"}]
     # One page while the request waits: an image, or a PDF's page chosen by page_range.
     status, page = send(f"{base}/v1/convert", files={"file": ("three.pdf", open(three, "rb"))}, data={"page_range": "2"})
-    assert status == 200 and [(p["page"], p["text"], p["fallback"]) for p in page["pages"]] == [(2, *whole[2])]
+    assert status == 200 and [(p["page"], p["text"], p["fallback"]) for p in page["documents"][0]["pages"]] == [(2, *whole[2])]
     status, body = send(f"{base}/v1/convert", files={"file": ("three.pdf", open(three, "rb"))})
     assert status == 413 and "POST /v1/convert converts one" in body["error"]
 
@@ -242,6 +254,8 @@ def test_what_it_refuses_is_one_json_error_and_leaves_nothing(service, tmp_path)
     assert status == 422 and "file scheme" in body["error"]
     status, body = send(f"{base}/v1/jobs", json={"url": "s3://anything/doc.pdf"})
     assert status == 422 and "not under an s3:// prefix" in body["error"]
+    status, body = send(f"{base}/v1/jobs", files={"file": ("x.tgz", tar({"notes.txt": b"no document"}))})
+    assert status == 422 and "holds no PDF or image" in body["error"]
     status, body = send(f"{base}/v1/jobs", json={"link": "https://example.org/doc.pdf"})
     assert status == 400 and '{"url"' in body["error"]
     status, body = call(f"{base}/v1/jobs/{'0' * 32}")
@@ -353,7 +367,8 @@ def test_replicas_share_the_work_and_a_killed_one_loses_nothing_and_converts_not
     # about 2 s each for two workers, killed after the first finished).
     assert any(record["took_over"] for record in done), done
     results = [call(f"{restarted}/v1/jobs/{job}/result")[1] for job in jobs]
-    assert len({json.dumps(r["pages"]) for r in results}) == 1 and len(results[0]["pages"]) == 8
+    pages = [r["documents"][0]["pages"] for r in results]
+    assert len({json.dumps(p) for p in pages}) == 1 and len(pages[0]) == 8
 
 
 @pytest.mark.integration
@@ -399,7 +414,7 @@ def test_the_page_converts_an_upload_and_shows_each_page_beside_its_text(start_s
     job = json.loads(urllib.request.urlopen(urllib.request.Request(
         f"{base}/v1/jobs/{os.listdir(tmp_path / 'ws' / 'jobs')[0].removesuffix('.json')}/result",
         headers={"Authorization": f"Bearer {TOKEN}"}), timeout=30).read())
-    for pair, page in zip(pairs, job["pages"]):
+    for pair, page in zip(pairs, job["documents"][0]["pages"]):
         assert pair.find_element(By.CSS_SELECTOR, ".markdown").text.split() == page["text"].split()
         assert ("text layer" in pair.text) == page["fallback"]
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

@@ -4,6 +4,7 @@ loopback addresses, one of them allowed), page ranges, documents that are neithe
 from __future__ import annotations
 
 import http.server
+import re
 import threading
 
 import pytest
@@ -138,3 +139,52 @@ def test_a_document_is_counted_from_its_page_tree_and_its_range(tmp_path):
         document_pages(b"GIF? no, text", 5, None)
     with pytest.raises(Refused, match="not a PDF that can be read"):
         document_pages(b"%PDF-1.4 and nothing else", 5, None)
+
+
+def tar(files: dict[str, bytes], gz: bool = True, sizes: dict[str, int] | None = None) -> bytes:
+    """A tar archive of ``files``; ``sizes`` declares other sizes in the headers than the members have."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz" if gz else "w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    data = out.getvalue()
+    for name, size in (sizes or {}).items():  # a header that claims more than it holds (a bomb's promise)
+        raw = bytearray(data)
+        at = raw.index(name.encode()) + 124
+        raw[at:at + 12] = b"%011o\0" % size
+        raw[at - 124 + 148:at - 124 + 156] = b" " * 8
+        raw[at - 124 + 148:at - 124 + 156] = b"%06o\0 " % sum(raw[at - 124:at - 124 + 512])
+        data = bytes(raw)
+    return data
+
+
+def test_an_archive_is_its_documents_within_bounds(tmp_path):
+    from olmocr.serve.jobs import archive_documents, is_archive
+
+    one = open(write_pdf(str(tmp_path / "one.pdf"), ["one"]), "rb").read()
+    three = open(write_pdf(str(tmp_path / "three.pdf"), ["a", "b", "c"]), "rb").read()
+    archive = tar({"a/one.pdf": one, "notes.txt": b"not a document", "../three.pdf": three})
+    assert is_archive(archive) and is_archive(tar({"x.pdf": one}, gz=False)) and not is_archive(one)
+    assert archive_documents(archive, 10, 10**6, 10) == (["a/one.pdf", "../three.pdf"], 4, ["notes.txt"])
+    for limits, why in (((2, 10**6, 10), "more than 2 files (max_archive_members)"),
+                        ((10, 1000, 10), "unpacks to more than 1000 bytes (max_unpacked_mb)"),
+                        ((10, 10**6, 3), "more than 3 pages (max_pages)")):
+        with pytest.raises(Refused, match=re.escape(why)) as refused:
+            archive_documents(archive, *limits)
+        assert refused.value.status == 413
+    # Sizes are counted as the headers declare them, before a byte is unpacked.
+    bomb = tar({"small.pdf": one, "huge.bin": b"x"}, gz=False, sizes={"huge.bin": 8**11 - 1})
+    with pytest.raises(Refused, match="unpacks to more than"):
+        archive_documents(bomb, 10, 10**9, 10)
+    with pytest.raises(Refused, match="holds no PDF or image"):
+        archive_documents(tar({"notes.txt": b"text"}), 10, 10**6, 10)
+    with pytest.raises(Refused, match="archive member bad.pdf: the upload is not a PDF"):
+        archive_documents(tar({"bad.pdf": b"%PDF-1.4 nothing"}), 10, 10**6, 10)
+    with pytest.raises(Refused, match="the archive cannot be read") as refused:
+        archive_documents(archive[: len(archive) // 2], 10, 10**6, 10)
+    assert refused.value.status == 422

@@ -63,7 +63,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
     limit = int(cfg.max_upload_mb * 2**20)
     jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, max_waiting=cfg.max_waiting,
-                keep_s=cfg.keep_results_h * 3600, fetcher=Fetcher(**cfg.fetch), access=Access(**cfg.workspace_access))
+                keep_s=cfg.keep_results_h * 3600, max_archive_members=cfg.max_archive_members,
+                max_unpacked=int(cfg.max_unpacked_mb * 2**20), fetcher=Fetcher(**cfg.fetch), access=Access(**cfg.workspace_access))
     readiness = Readiness(workspace, cfg.workers)
     metrics = Metrics(waiting=lambda: len(jobs.waiting()))
     app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit, sync_timeout_s=cfg.sync_timeout_s)

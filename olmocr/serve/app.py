@@ -234,8 +234,8 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
         return pages_html(job.id, found)
 
     @app.get("/v1/jobs/{job_id}/pages/{page}.jpg")
-    def page_image(job_id: str, page: int):
-        """A page of the job's document as JPEG, by its number in the submitted document."""
-        return Response(jobs.page_image(jobs.find(job_id), page), media_type="image/jpeg")
+    def page_image(job_id: str, page: int, document: Annotated[int, Query(ge=0)] = 0):
+        """A page of the job's document (an archive's ``document``-th) as JPEG, by its number in that document."""
+        return Response(jobs.page_image(jobs.find(job_id), page, document), media_type="image/jpeg")
 
     return app

@@ -19,10 +19,13 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from olmocr.errors import UserError
+from olmocr.pipeline.archives import SEPARATOR
+from olmocr.pipeline.ocr import BAD, FILTERED, MARKDOWN
 from olmocr.pipeline.workspace import CANCELLED, CLAIMS, PROGRESS, Workspace, item_id
 
 UPLOADS, JOBS = "uploads", "jobs"
 FINISHED = ("done", "failed", "cancelled")
+GZIP = b"\x1f\x8b"
 ONE_PAGE = "POST /v1/convert converts one: choose it with page_range, or submit a job (POST /v1/jobs)"
 log = logging.getLogger("olmocr.serve")
 
@@ -46,6 +49,9 @@ class Job:
     # The submitted document's page number of each page converted, when a page_range chose them
     page_numbers: list[int] | None = None
     expired: float | None = None  # when its document and result were removed (keep_results_h after submission)
+    # An archive's: the documents queued (member names, in archive order) and the members that are not documents
+    members: list[str] | None = None
+    skipped: list[str] | None = None
 
 
 def safe_name(name: str | None) -> str:
@@ -102,14 +108,67 @@ def document_pages(data: bytes, max_pages: int, spec: str | None,
     return suffix, pages, chosen
 
 
+def is_archive(data: bytes) -> bool:
+    """A tar archive, plain or gzipped, by its bytes."""
+    import io
+    import tarfile
+
+    if data[:2] == GZIP:
+        return True
+    return len(data) > 262 and data[257:262] == b"ustar" and tarfile.is_tarfile(io.BytesIO(data))
+
+
+def archive_documents(data: bytes, max_members: int, max_unpacked: int, max_pages: int) -> tuple[list[str], int, list[str]]:
+    """The documents of a tar archive (its members that are PDFs or images, by their bytes), their pages in
+    all, and the members that are not documents. Read as a stream and refused (413) once it has more than
+    ``max_members`` files, more than ``max_unpacked`` bytes unpacked or more than ``max_pages`` pages; 422 when
+    it is damaged or holds no document."""
+    import io
+    import tarfile
+
+    from olmocr.formats.document import kind_of
+    from olmocr.pipeline.archives import CORRUPT
+
+    documents, skipped, pages, members, unpacked = [], [], 0, 0, 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                members += 1
+                unpacked += member.size  # as declared, before a byte of it is unpacked
+                if members > max_members:
+                    raise Refused(413, f"the archive has more than {max_members} files (max_archive_members)")
+                if unpacked > max_unpacked:
+                    raise Refused(413, f"the archive unpacks to more than {max_unpacked} bytes (max_unpacked_mb)")
+                content = tar.extractfile(member).read()
+                if kind_of(content) is None:
+                    skipped.append(member.name)
+                    continue
+                try:
+                    pages += document_pages(content, max_pages, None)[1]
+                except Refused as exc:
+                    raise Refused(exc.status, f"archive member {member.name}: {exc}") from None
+                if pages > max_pages:
+                    raise Refused(413, f"the archive's documents have more than {max_pages} pages (max_pages)")
+                documents.append(member.name)
+    except CORRUPT as exc:
+        raise Refused(422, f"the archive cannot be read: {type(exc).__name__}: {exc}") from None
+    if not documents:
+        raise Refused(422, f"the archive holds no PDF or image ({len(skipped)} other file(s))")
+    return documents, pages, skipped
+
+
 class Jobs:
     """``max_bytes`` and ``max_pages``: the most a document may have (uploaded or fetched) and the most pages a
     job converts; ``fetcher`` fetches what a job names by URL, with ``access`` for s3://."""
 
     def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int = 1000,
-                 keep_s: float = 7 * 24 * 3600.0, fetcher=None, access=None):
+                 keep_s: float = 7 * 24 * 3600.0, max_archive_members: int = 1000, max_unpacked: int = 2**31,
+                 fetcher=None, access=None):
         self.ws = workspace
         self.keep_s = keep_s
+        self.max_archive_members, self.max_unpacked = max_archive_members, max_unpacked
         self.max_bytes, self.max_pages, self.max_waiting = max_bytes, max_pages, max_waiting
         self.fetcher, self.access = fetcher, access
         self._waiting: tuple[float, list[str]] = (0.0, [])
@@ -142,25 +201,45 @@ class Jobs:
                 raise Refused(422, "url: this service takes documents only as uploads")
             data, fetched_name = self.fetcher.fetch(url, self.max_bytes, self.access)
             filename = filename or fetched_name
+        job_id = uuid.uuid4().hex
+        if is_archive(data):
+            if one_page or page_range:
+                raise Refused(422, "an archive is converted whole, as a job: page_range and POST /v1/convert take "
+                                   "one document")
+            members, pages, skipped = archive_documents(data, self.max_archive_members, self.max_unpacked,
+                                                        self.max_pages)
+            name = f"{UPLOADS}/{job_id}.{'tar.gz' if data[:2] == GZIP else 'tar'}"
+            self.ws.store.write(name, data)
+            url = self.ws.store.url(name)
+            documents = [f"{url}{SEPARATOR}{member}" for member in members]
+            job = Job(job_id, item_id(documents), url, safe_name(filename), pages, time.time(), members=members,
+                      skipped=skipped)
+            self._queue(job, documents)
+            log.info("job %s queued: %s, an archive of %d document(s) (%d page(s); %d other file(s) skipped), "
+                     "item %s", job.id, job.filename, len(members), pages, len(skipped), job.item)
+            return job
         suffix, pages, chosen = document_pages(data, 1, page_range, ONE_PAGE) if one_page else document_pages(
             data, self.max_pages, page_range)
         if chosen is not None and chosen != list(range(1, pages + 1)):
             data = pdf_pages("the upload", data, chosen)
         else:
             chosen = None
-        job_id = uuid.uuid4().hex
         name = f"{UPLOADS}/{job_id}.{suffix}"
         self.ws.store.write(name, data)
         pdf = self.ws.store.url(name)
         converted = pages if chosen is None else len(chosen)
         job = Job(job_id, item_id([pdf]), pdf, safe_name(filename), converted, time.time(), chosen)
-        self.ws.add([pdf], pages_per_group=max(converted, 1), sample=1)
-        with self._waiting_lock:
-            self._waiting = (0.0, [])  # this replica's own submission counts at once
-        self.ws.store.write(f"{JOBS}/{job_id}.json", json.dumps(asdict(job)).encode())
+        self._queue(job, [pdf])
         log.info("job %s queued: %s, %d page(s)%s, item %s", job.id, job.filename, job.pages,
                  f" of {pages} (page_range {page_range})" if chosen else "", job.item)
         return job
+
+    def _queue(self, job: Job, documents: list[str]) -> None:
+        """The job's documents queued as one work item, then its record written."""
+        self.ws.add(documents, pages_per_group=2**62, sample=0)  # one item, whatever its pages
+        with self._waiting_lock:
+            self._waiting = (0.0, [])  # this replica's own submission counts at once
+        self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
 
     def find(self, job_id: str) -> Job:
         """The job, or Refused (404)."""
@@ -230,7 +309,6 @@ class Jobs:
         record stays, marked expired. Returns how many expired now. Any replica may sweep: removing twice is
         removing once."""
         from olmocr.pipeline.dolma import mirror_path
-        from olmocr.pipeline.ocr import BAD, FILTERED, MARKDOWN
 
         expired, now = 0, time.time()
         for name in self.ws.store.list(JOBS):
@@ -241,9 +319,10 @@ class Jobs:
                 continue
             job.expired = time.time()  # said first: a reader never finds a done job without its result
             self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
-            for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item),
-                        f"{MARKDOWN}/{mirror_path(job.pdf, '.md')}", f"{PROGRESS}/{job.item}.json",
-                        f"{CANCELLED}/{job.item}.json", f"{BAD}/{job.item}.jsonl", f"{FILTERED}/{job.item}.jsonl"):
+            markdown = [f"{MARKDOWN}/{mirror_path(source, '.md')}" for source in self.sources(job)]
+            for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item), *markdown,
+                        f"{PROGRESS}/{job.item}.json", f"{CANCELLED}/{job.item}.json", f"{BAD}/{job.item}.jsonl",
+                        f"{FILTERED}/{job.item}.jsonl"):
                 self.ws.store.delete(obj)
             expired += 1
         if expired:
@@ -251,43 +330,78 @@ class Jobs:
                      self.keep_s / 3600)
         return expired
 
-    def page_image(self, job: Job, page: int, longest_side: int = 1000) -> bytes:
-        """The JPEG of the job's ``page`` (its number in the submitted document), rendered from the stored
-        upload; Refused (404) for a page the job did not convert."""
+    def page_image(self, job: Job, page: int, document: int = 0, longest_side: int = 1000) -> bytes:
+        """The JPEG of the job's ``page`` (its number in the submitted document; in an archive, in its
+        ``document``-th document), rendered from the stored upload; Refused (404) for a page the job did not
+        convert."""
+        import io
+        import tarfile
+
         from olmocr.formats.document import IMAGE, kind_of
         from olmocr.formats.html import jpeg
         from olmocr.formats.image import render_image
         from olmocr.formats.render import render_page
 
-        numbers = job.page_numbers or list(range(1, job.pages + 1))
-        if page not in numbers:
-            raise Refused(404, f"job {job.id} has no page {page} (its pages: {', '.join(map(str, numbers))})")
+        members = job.members or [None]
+        if not 0 <= document < len(members):
+            raise Refused(404, f"job {job.id} has {len(members)} document(s); no document {document}")
         self.status(job)  # 410 once expired
         found = self.ws.store.read(f"{UPLOADS}/{os.path.basename(job.pdf)}")
         if found is None:
             raise Refused(410, f"job {job.id}'s document is no longer kept")
+        data = found.data
+        if members[document] is not None:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+                data = tar.extractfile(members[document]).read()
+        numbers = job.page_numbers or list(range(1, document_pages(data, 2**31, None)[1] + 1))
+        if page not in numbers:
+            raise Refused(404, f"job {job.id} has no page {page} (its pages: {', '.join(map(str, numbers))})")
         at = numbers.index(page) + 1
-        if kind_of(found.data) == IMAGE:
-            image = render_image(job.pdf, found.data, at, longest_side)
+        if kind_of(data) == IMAGE:
+            image = render_image(job.pdf, data, at, longest_side)
         else:
-            image = render_page(job.pdf, at, longest_side, data=found.data)
+            image = render_page(job.pdf, at, longest_side, data=data)
         return jpeg(image, longest_side)
 
     def result(self, job: Job) -> dict | None:
-        """The job's Dolma document and its markdown, with each page's span and whether the model or the
-        text layer gave it; None until it is done."""
+        """The job's result once it is done: every document's Dolma record, markdown and pages (each page's
+        number in the submitted document, its text and whether the model or the text layer gave it), the whole
+        job's markdown, and what was not converted and why (an archive's members that are not documents, a
+        document that could not be read or fell back too often). None until it is done."""
         found = self.ws.store.read(self.ws.result_name(job.item))
         if found is None:
             return None
-        docs = [json.loads(line) for line in found.data.decode("utf-8").splitlines() if line.strip()]
-        if not docs:  # every page read as blank: no document (the item holds this one PDF alone)
-            return {"id": job.id, "document": None, "markdown": "", "pages": []}
-        doc = docs[0]
+        by_source = {}
+        for line in found.data.decode("utf-8").splitlines():
+            if line.strip():
+                doc = json.loads(line)
+                by_source[doc["metadata"]["Source-File"]] = doc
+        names, sources = job.members or [job.filename], self.sources(job)
+        documents = [self._document(name, by_source[source], job.page_numbers)
+                     for name, source in zip(names, sources) if source in by_source]
+        not_converted = [{"name": name, "reason": "not a PDF or an image"} for name in job.skipped or []]
+        for folder in (BAD, FILTERED):
+            listed = self.ws.store.read(f"{folder}/{job.item}.jsonl")
+            for line in (listed.data.decode("utf-8").splitlines() if listed is not None else []):
+                entry = json.loads(line)
+                source = entry.get("source", "")
+                not_converted.append({"name": names[sources.index(source)] if source in sources else source,
+                                      "reason": entry.get("reason"), "detail": entry.get("detail")})
+        return {"id": job.id, "filename": job.filename, "markdown": "\n\n".join(d["markdown"] for d in documents),
+                "documents": documents, "not_converted": not_converted}
+
+    @staticmethod
+    def sources(job: Job) -> list[str]:
+        """The job's documents as the workers name them (an archive's members ``<archive>::<member>``)."""
+        return [f"{job.pdf}{SEPARATOR}{m}" for m in job.members] if job.members else [job.pdf]
+
+    @staticmethod
+    def _document(name: str, doc: dict, page_numbers: list[int] | None) -> dict:
         attributes = doc.get("attributes", {})
         spans = attributes.get("pdf_page_numbers", [])
         fallback = attributes.get("is_fallback", [False] * len(spans))
-        numbers = job.page_numbers or []
+        numbers = page_numbers or []
         pages = [{"page": numbers[page - 1] if page <= len(numbers) else page,
                   "text": doc["text"][start:end].rstrip("\n"), "fallback": bool(fell)}
                  for (start, end, page), fell in zip(spans, fallback)]
-        return {"id": job.id, "filename": job.filename, "document": doc, "markdown": doc["text"], "pages": pages}
+        return {"name": name, "document": doc, "markdown": doc["text"], "pages": pages}

@@ -87,15 +87,23 @@ def root_page() -> str:
 
 
 def pages_html(job_id: str, result: dict) -> str:
-    """Each page of a job's result: its image (loaded by the page through the API) beside its text."""
-    pages = []
-    for page in result["pages"]:
-        marked = page["fallback"]
-        note = '<p class="badge fail">text layer (the model gave no usable answer)</p>' if marked else ""
-        text = page["text"]
-        pages.append(f'<div class="page pair{" fallback" if marked else ""}" data-page="{page["page"]}">'
-                     f'<div><h3>page {page["page"]}</h3><img alt="page {page["page"]}" '
-                     f'data-src="/v1/jobs/{esc(job_id)}/pages/{page["page"]}.jpg"></div><div>{note}'
-                     f'<div class="markdown">{markdown_html(text) if text.strip() else "<p class=muted>(no text)</p>"}'
-                     f"</div></div></div>")
-    return "".join(pages)
+    """Each page of a job's result: its image (loaded by the page through the API) beside its text; an
+    archive's documents one after another, each under its name; what was not converted, and why."""
+    parts = []
+    several = len(result["documents"]) > 1
+    for number, converted in enumerate(result["documents"]):
+        if several:
+            parts.append(f"<h2>{esc(converted['name'])}</h2>")
+        for page in converted["pages"]:
+            marked = page["fallback"]
+            note = '<p class="badge fail">text layer (the model gave no usable answer)</p>' if marked else ""
+            text = page["text"]
+            drawn = markdown_html(text) if text.strip() else "<p class=muted>(no text)</p>"
+            parts.append(f'<div class="page pair{" fallback" if marked else ""}" data-page="{page["page"]}">'
+                         f'<div><h3>page {page["page"]}</h3><img alt="page {page["page"]}" '
+                         f'data-src="/v1/jobs/{esc(job_id)}/pages/{page["page"]}.jpg?document={number}"></div>'
+                         f'<div>{note}<div class="markdown">{drawn}</div></div></div>')
+    for missed in result["not_converted"]:
+        parts.append(f"<p class='fail'>{esc(missed['name'])}: not converted ({esc(missed['reason'])}"
+                     f"{': ' + esc(missed['detail']) if missed.get('detail') else ''})</p>")
+    return "".join(parts)

@@ -40,6 +40,9 @@ class ServeConfig(StageConfig):
     max_upload_mb: Positive = 100.0  # a larger body is refused as it streams (413); a fetched document too
     # a job converting more pages is refused before rendering (read from the page tree, after page_range)
     max_pages: Annotated[int, Range(at_least=1)] = 2000
+    # an uploaded or fetched tar archive (.tar, .tar.gz): refused past this many files or unpacked size
+    max_archive_members: Annotated[int, Range(at_least=1)] = 1000
+    max_unpacked_mb: Positive = 2000.0
     # jobs waiting for a worker (in the whole workspace) past which a submission is refused (429, Retry-After)
     max_waiting: Annotated[int, Range(at_least=1)] = 1000
     # finished jobs' documents and results are removed this long after submission (the record says expired: 410)
