@@ -402,7 +402,7 @@ def test_the_page_converts_an_upload_and_shows_each_page_beside_its_text(start_s
     browser.get(base + "/")  # the page needs no token; what it asks of the API does
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "file").send_keys(two)  # a real upload, as a chosen file
-    WebDriverWait(browser, 120).until(lambda b: "done" in b.find_element(By.ID, "state").text
+    WebDriverWait(browser, 120).until(lambda b: b.find_element(By.ID, "state").text.endswith("done, 2 page(s)")
                                       or "notice" in b.find_element(By.ID, "state").get_attribute("class"))
     assert browser.find_element(By.ID, "state").text == "two.pdf: done, 2 page(s)"
     WebDriverWait(browser, 30).until(lambda b: b.execute_script(

@@ -151,6 +151,29 @@ def test_serving_workers_take_what_is_added_while_they_run_and_stop_when_told(tm
     assert not worker.is_alive() and reports[0].done == 3 and reports[0].duplicates == 0
 
 
+def test_nudged_serving_workers_take_new_work_at_once_not_at_their_next_poll(tmp_path):
+    ws = Workspace(str(tmp_path / "ws"))
+    pdfs = corpus(tmp_path / "pdfs", 2)
+    ws.add(pdfs[:1], pages_per_group=1)
+    until, nudged = threading.Event(), threading.Event()
+    worker = threading.Thread(target=run_workers, args=(ws, Slow(0.0)), kwargs=dict(
+        workers=1, lease_s=120.0, poll_s=30.0, progress=False, until=until, nudged=nudged))
+    worker.start()
+    deadline = time.time() + 30
+    while len(ws.store.list("done")) < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # idle now, for its 30 s poll
+    ws.add(pdfs[1:], pages_per_group=1)
+    added = time.time()
+    nudged.set()
+    while len(ws.store.list("done")) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    taken = time.time() - added
+    until.set()
+    worker.join(10)
+    assert len(ws.store.list("done")) == 2 and taken < 5, taken  # within the join loop's 0.2 s and the work
+
+
 @pytest.mark.integration
 def test_a_failed_item_waits_before_its_next_attempt_and_only_its_own_failures_give_it_up(root, tmp_path):
     ws = Workspace(root)

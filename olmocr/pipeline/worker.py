@@ -336,11 +336,13 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
                 lease_s: float = 300.0, max_failures: int = 3, retry_wait_s: float = 15.0,
                 retry_wait_max_s: float = 600.0, pause_after: int = 3, give_up_after_s: float = 900.0,
                 linger: bool = True, poll_s: float | None = None, progress: bool = True,
-                until: threading.Event | None = None) -> WorkReport:
+                until: threading.Event | None = None, nudged: threading.Event | None = None) -> WorkReport:
     """Work on ``workspace`` until every item is done (or given up). With ``linger``, a worker whose
     peers still hold items waits for them, and takes over any claim whose holder died; without it, it
     stops as soon as nothing is claimable. With ``until`` (a service's workers), it works on what is added
-    while it runs, looking every ``poll_s``, until ``until`` is set; an item under way then is given back."""
+    while it runs, looking every ``poll_s``, until ``until`` is set; an item under way then is given back.
+    ``nudged``, set by whoever added work (the service, on a submission): idle workers look at once (within
+    0.2 s) rather than at their next poll."""
     if workers < 1:
         raise UserError(f"workers: must be at least 1, got {workers}")
     report = WorkReport()
@@ -381,6 +383,10 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
                 thread.join(0.2)
                 if until is not None and until.is_set() and not shared.stop.is_set():
                     shared.stop.set()
+                    with shared.wake:
+                        shared.wake.notify_all()
+                if nudged is not None and nudged.is_set():
+                    nudged.clear()
                     with shared.wake:
                         shared.wake.notify_all()
     finally:

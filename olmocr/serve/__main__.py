@@ -62,9 +62,11 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         raise UserError(f"token_env={cfg.token_env}: that environment variable is not set (or empty)")
     workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
     limit = int(cfg.max_upload_mb * 2**20)
+    nudge = threading.Event()  # a job queued here: this replica's idle workers look at once
     jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, max_waiting=cfg.max_waiting,
                 keep_s=cfg.keep_results_h * 3600, max_archive_members=cfg.max_archive_members,
-                max_unpacked=int(cfg.max_unpacked_mb * 2**20), fetcher=Fetcher(**cfg.fetch), access=Access(**cfg.workspace_access))
+                max_unpacked=int(cfg.max_unpacked_mb * 2**20), fetcher=Fetcher(**cfg.fetch),
+                access=Access(**cfg.workspace_access), queued=nudge.set)
     readiness = Readiness(workspace, cfg.workers)
     metrics = Metrics(waiting=lambda: len(jobs.waiting()))
     app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit, sync_timeout_s=cfg.sync_timeout_s)
@@ -82,7 +84,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                 run_workers(workspace, metrics.counting(processor), workers=cfg.workers, lease_s=q.lease_s,
                             max_failures=q.max_failures, retry_wait_s=q.retry_wait_s, retry_wait_max_s=q.retry_wait_max_s,
                             pause_after=q.pause_after, give_up_after_s=q.give_up_after_s, poll_s=q.poll_s,
-                            progress=False, until=stop)
+                            progress=False, until=stop, nudged=nudge)
         except BaseException as exc:  # noqa: BLE001 - said, and the service stops: it cannot convert
             readiness.converter, readiness.stopped = None, f"{type(exc).__name__}: {exc}"
             errors.append(exc)

@@ -210,12 +210,14 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
         """The job's status; with ``wait`` (seconds, at most 60), answered once the job is done, failed or
         cancelled, or when the wait is over."""
         job = await run_in_threadpool(jobs.find, job_id)
-        deadline = time.monotonic() + wait
+        deadline, pause = time.monotonic() + wait, 0.1
         while True:
             state = await run_in_threadpool(jobs.status, job)
             if state["status"] in FINISHED or time.monotonic() >= deadline:
                 return state
-            await asyncio.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+            # Looked at soon after the call (a page takes about a second), less often as the wait goes on.
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 1.5, 1.0)
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel(job_id: str):

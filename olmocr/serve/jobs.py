@@ -165,8 +165,9 @@ class Jobs:
 
     def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int = 1000,
                  keep_s: float = 7 * 24 * 3600.0, max_archive_members: int = 1000, max_unpacked: int = 2**31,
-                 fetcher=None, access=None):
+                 fetcher=None, access=None, queued=None):
         self.ws = workspace
+        self.queued = queued  # called once a job is queued (this replica's idle workers look at once)
         self.keep_s = keep_s
         self.max_archive_members, self.max_unpacked = max_archive_members, max_unpacked
         self.max_bytes, self.max_pages, self.max_waiting = max_bytes, max_pages, max_waiting
@@ -240,6 +241,8 @@ class Jobs:
         with self._waiting_lock:
             self._waiting = (0.0, [])  # this replica's own submission counts at once
         self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
+        if self.queued is not None:
+            self.queued()
 
     def find(self, job_id: str) -> Job:
         """The job, or Refused (404)."""

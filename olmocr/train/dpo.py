@@ -20,8 +20,36 @@ from olmocr.train.hf import HFRecipe, LoaderWorkersLeaveJobSignals, RunCheckpoin
 log = logging.getLogger("olmocr.train")
 
 
+class ToDivergence:
+    """trl's preference collator, each pair's answers scored up to and including the first token where they
+    differ. A pair's two answers share the page and prompt, so in trl's batch (the chosen rows, then the rejected
+    rows, each flushed left by a prompt of the same length) a pair's tokens stand at the same positions. What
+    comes after the first difference follows a different text in each answer: scored, it makes DPO push down
+    tokens (the rejected answer's end among them) for following a mistake, not for being one."""
+
+    def __init__(self, collate):
+        self.collate = collate
+
+    def __call__(self, examples):
+        import torch
+
+        batch = self.collate(examples)
+        ids, mask = batch["input_ids"], batch["completion_mask"]
+        (chosen, rejected), (chosen_mask, rejected_mask) = ids.chunk(2), mask.chunk(2)
+        differ = (chosen != rejected) & (chosen_mask.bool() | rejected_mask.bool())
+        first = torch.where(differ.any(dim=1), differ.int().argmax(dim=1), ids.size(1))
+        keep = torch.arange(ids.size(1)).unsqueeze(0) <= first.unsqueeze(1)
+        batch["completion_mask"] = mask * keep.repeat(2, 1).to(mask.dtype)
+        return batch
+
+
 class DPOTrainer(LoaderWorkersLeaveJobSignals, RunCheckpoints, trl.DPOTrainer):
     """trl's DPO trainer, resuming with the weights our loader brought back."""
+
+    def __init__(self, *args, scope: str = "whole", **kwargs):
+        super().__init__(*args, **kwargs)
+        if scope == "to_divergence":
+            self.data_collator = ToDivergence(self.data_collator)
 
 
 class DPO(HFRecipe):
@@ -42,4 +70,5 @@ class DPO(HFRecipe):
         optimizer, scheduler = self.optimizer_and_scheduler(self.model)
         return DPOTrainer(model=self.model, args=dpo_arguments(self.arguments(), self.resolved["algo"]),
                           train_dataset=self.train_data, eval_dataset=self.eval_data, processing_class=self.processor,
-                          optimizers=(optimizer, scheduler), callbacks=callbacks)
+                          optimizers=(optimizer, scheduler), callbacks=callbacks,
+                          scope=self.resolved["algo"]["scope"])

@@ -67,6 +67,9 @@ class DPOAlgoConfig:
     # sft]). Pairs of a page's own samples often differ by a letter; DPO alone then lowers both answers' likelihood
     # and the model stops writing either (the reader lost 32 points of held-out pages in 100 steps; docs/reading.md).
     sft_weight: Annotated[float, Range(at_least=0)] = 0.0
+    # Which tokens of a pair's answers its loss reads: whole (every token of both) or to_divergence (each answer
+    # up to and including the first token where the two differ; the sft term's chosen tokens likewise)
+    scope: Annotated[str, OneOf("whole", "to_divergence")] = "whole"
     # robust/cDPO: the share of pairs assumed mislabelled
     label_smoothing: Annotated[float, Range(at_least=0, below=0.5)] = 0.0
     # prompt + answer tokens; longer pairs are cut
