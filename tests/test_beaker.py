@@ -314,12 +314,17 @@ def test_clear_errors_before_submitting(monkeypatch, tmp_path, capfd, warm_pytho
     repo = tmp_path / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a_tracked.txt").write_text("x")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "a_tracked.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    (repo / "a_tracked.txt").write_text("changed")  # git's first line " M a_tracked.txt": its name said whole
     (repo / "untracked.txt").write_text("x")
     monkeypatch.chdir(repo)
     with pytest.raises(SystemExit):
         launch(monkeypatch, tmp_path, ["hydra.launcher.require_clean_git=true"], fake)
-    assert ("the git tree has uncommitted changes, which the job's image would not have: untracked.txt; commit them"
-            in capfd.readouterr().err) and fake.created == []
+    assert ("the git tree has uncommitted changes, which the job's image would not have: a_tracked.txt, "
+            "untracked.txt; commit them" in capfd.readouterr().err) and fake.created == []
 
 
 def test_every_problem_before_submitting_is_said_at_once(monkeypatch, tmp_path, capfd):

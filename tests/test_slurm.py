@@ -363,3 +363,39 @@ def test_the_frontier_script_runs_on_a_real_scheduler(slurm, tmp_path):
     assert "module load PrgEnv-gnu rocm/6.2.4 craype-accel-amd-gfx90a" in script
     err = "".join(open(p).read() for p in glob.glob(str(tmp_path / "sweep" / ".submitit" / "*" / "*_log.err")))
     assert "module load PrgEnv-gnu" in err  # the setup lines ran, in the job
+
+
+def test_the_service_runs_as_a_slurm_job_and_converts_what_is_submitted_to_it(slurm, tmp_path, cache_dir):
+    """cluster= with the service: the command returns once the job is submitted; the job serves (here on this
+    machine's loopback: the cluster's nodes are this machine) until cancelled."""
+    import urllib.request
+
+    from olmocr.pipeline.server import free_port
+
+    port = free_port("127.0.0.1")
+    workspace = tmp_path / "workspace"
+    proc = submit(slurm, tmp_path, "olmocr.serve", [f"port={port}", f"workspace={workspace}",
+                                                    "hydra.launcher.tasks_per_node=1"],
+                  env={"OLMOCR_CACHE": cache_dir}, wait=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    job = re.search(r"SLURM job (\d+) submitted", proc.stdout)[1]
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def ready():
+            try:
+                return json.loads(urllib.request.urlopen(f"{base}/ready", timeout=5).read())["status"] == "ready"
+            except OSError:
+                return False
+
+        wait_for(ready, 240, "the service in the job is ready", tmp_path=tmp_path)
+        pdf = open(glob.glob(os.path.join(PROJECT_ROOT, "data", "sample", "eval", "pdfs", "*.pdf"))[0], "rb").read()
+        request = urllib.request.Request(f"{base}/v1/jobs", data=pdf, method="POST",
+                                         headers={"Content-Type": "application/pdf"})
+        submitted_job = json.loads(urllib.request.urlopen(request, timeout=60).read())["id"]
+        state = json.loads(urllib.request.urlopen(f"{base}/v1/jobs/{submitted_job}?wait=60", timeout=90).read())
+        assert state["status"] == "done", state
+        assert os.listdir(workspace / "results")
+    finally:
+        scheduler(slurm, "scancel", job)
+    wait_for(lambda: "CANCELLED" in scheduler(slurm, "sacct", "-n", "-X", "-j", job, "-o", "State"), 60,
+             "the service's job CANCELLED")

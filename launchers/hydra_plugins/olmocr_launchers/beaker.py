@@ -156,7 +156,7 @@ class BeakerLauncher(Launcher):
         commit = _git("rev-parse", "HEAD")
         changed = (_git("status", "--porcelain") or "").splitlines() if p["require_clean_git"] else []
         if changed:
-            names = [line[3:] for line in changed]
+            names = [line.split(None, 1)[-1] for line in changed]  # "XY path"; the first line lost its leading space
             problems.append(f"the git tree has uncommitted changes, which the job's image would not have: "
                             f"{', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}; commit "
                             "them (or set hydra.launcher.require_clean_git=false)")
