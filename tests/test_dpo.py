@@ -233,3 +233,37 @@ def test_a_diverging_run_under_the_hugging_face_trainer_stops_as_our_loop_does(t
     assert sorted(n for n in os.listdir(checkpoints) if n.startswith("checkpoint-")) == ["checkpoint-1"]
     weights = load_file(checkpoints / "checkpoint-1" / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in weights.values())
+
+
+def test_to_divergence_scores_each_pair_up_to_its_first_differing_token(processor):
+    """trl's own collator on the tiny model's processor; the pair's tokens after the first difference (the
+    rejected answer's end among them) leave the loss, everything before stays in it."""
+    from PIL import Image
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from olmocr.train.dpo import ToDivergence
+
+    def row(chosen: str, rejected: str) -> dict:
+        return {"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Read it."}]}],
+                "images": [Image.new("RGB", (56, 56), "white")],
+                "chosen": [{"role": "assistant", "content": chosen}],
+                "rejected": [{"role": "assistant", "content": rejected}]}
+
+    rows = [row("Small computed price.", "Small compted price."), row("A page.", "A page. A page. A page.")]
+    collate = DataCollatorForVisionPreference(processor)
+    whole = collate([dict(r) for r in rows])
+    cut = ToDivergence(collate)([dict(r) for r in rows])
+    assert torch.equal(cut["input_ids"], whole["input_ids"])  # the tokens are the same; what is scored is not
+    ids, before, after = whole["input_ids"], whole["completion_mask"], cut["completion_mask"]
+    for pair in range(len(rows)):
+        chosen, rejected = pair, pair + len(rows)
+        differ = (ids[chosen] != ids[rejected]).nonzero()
+        first = int(differ[(before[chosen] + before[rejected])[differ[:, 0]] > 0][0])
+        for side in (chosen, rejected):
+            assert torch.equal(after[side][: first + 1], before[side][: first + 1])  # kept, the difference too
+            assert not after[side][first + 1:].any()  # nothing after it
+            assert before[side][first + 1:].any()  # which trl's collator scored
+    # The second pair differs where the chosen answer ends and the rejected runs on: its end is what is scored.
+    tokenizer = processor.tokenizer
+    end = int(after[1].nonzero().max())
+    assert tokenizer.decode(ids[1][end]) == "<|im_end|>" and tokenizer.decode(ids[3][end]).strip() == "A"
