@@ -229,6 +229,9 @@ def test_what_it_refuses_is_one_json_error_and_leaves_nothing(service, tmp_path)
     status, body = call(f"{base}/v1/jobs", "POST", pdf, token="wrong")
     assert status == 401 and "token" in body["error"]
     assert call(f"{base}/health", token=None) == (200, {"status": "alive"})
+    status, api = call(f"{base}/openapi.json", token=None)  # the description is open; what it describes is not
+    assert status == 200 and {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/convert", "/ready", "/metrics"} <= set(api["paths"])
+    assert call(f"{base}/metrics", token=None)[0] == 401
     # Over max_upload_mb=0.5: said by its length, refused before the body is read; sent without one (chunked),
     # refused once what arrived is over.
     status, body = raw_post(base, {"Content-Length": "600000"}, [])

@@ -20,7 +20,8 @@ from olmocr.serve.metrics import Metrics
 from olmocr.serve.page import pages_html, root_page
 from olmocr.serve.ready import Readiness
 
-OPEN = ("/health", "/", "/favicon.ico")  # answered without the token: liveness, and the page (it holds no data)
+# Answered without the token: liveness, the page and the API's description (none holds any data)
+OPEN = ("/health", "/", "/favicon.ico", "/docs", "/openapi.json")
 FORM_FIELD_BYTES = 64 * 1024  # a form's fields other than the file (page_range), and a JSON body
 MAX_WAIT_S = 60.0  # the longest a status call waits (wait=), under the timeouts of the usual proxies
 
