@@ -211,12 +211,12 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
                                                     "run_name=read_grpo_control"])
     if "dpo" in rows:
         pairs = f.path("pairs")
-        if not os.path.exists(os.path.join(pairs, "pairs.jsonl")):
-            f.module("dpo pairs", "olmocr.pairs", ["model=reader_trained", f"model.name_or_path={sft}",
-                                                   f"bench_dir={f.path('pages', 'pairs')}", "run_name=read",
-                                                   *convert_args(sampled=True), f"samples={f.args.samples}",
-                                                   f"temperature={f.args.temperature}", "progress=false",
-                                                   f"hydra.run.dir={pairs}"])
+        # Run each time: pages mined before are skipped, and a category added to the pages since is mined.
+        f.module("dpo pairs", "olmocr.pairs", ["model=reader_trained", f"model.name_or_path={sft}",
+                                               f"bench_dir={f.path('pages', 'pairs')}", "run_name=read",
+                                               *convert_args(sampled=True), f"samples={f.args.samples}",
+                                               f"temperature={f.args.temperature}", "progress=false",
+                                               f"hydra.run.dir={pairs}"])
         candidates["dpo"] = trained("dpo", ["+experiment=read_dpo", *start, f"data.train=[{pairs}/pairs.jsonl]"])
     if rows & {"soup", "fp8"}:
         candidates["grpo seed 2"] = trained("grpo2", [*grpo, "seed=2", "run_name=read_grpo2"])

@@ -8,7 +8,8 @@
 #   OUT/lines    paragraphs of two to four lines, of mixed words and of random letters
 #   OUT/heldout  a bench of another seed in four categories: bank (every word of the bank), unseen (only the words
 #                no training page has), letters, lines
-#   OUT/pairs    training-like pages (other seeds) whose samples DPO mines, in two categories: words, letters
+#   OUT/pairs    training-like pages (other seeds) whose samples DPO mines, in three categories: words, letters,
+#                mixed
 #   OUT/renders  the training pages rendered at the reader's size (data.render_cache)
 # Sizes (environment): TRAIN_PAGES=12000 of each training kind, LINES_PAGES=6000, HELDOUT_PAGES=256 of each
 # category, PAIRS_PAGES=512 of each category.
@@ -38,6 +39,7 @@ pages "$OUT/heldout" heldout_letters "$HELDOUT_PAGES" letters reading=line readi
 pages "$OUT/heldout" heldout_lines "$HELDOUT_PAGES" lines reading=lines reading_words=all seed=14
 pages "$OUT/pairs" pairs_words "$PAIRS_PAGES" words reading=line reading_words=seen seed=2
 pages "$OUT/pairs" pairs_letters "$PAIRS_PAGES" letters reading=line reading_words=letters seed=8
+pages "$OUT/pairs" pairs_mixed "$PAIRS_PAGES" mixed reading=line reading_words=mixed seed=10
 
 # The training pages rendered once, on every core, into the render cache read_tiny reads them from
 # (data.render_cache): its steps then wait on no render, where a first read renders on a core the step needs.
