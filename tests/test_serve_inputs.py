@@ -11,7 +11,7 @@ import pytest
 
 from conftest import write_pdf
 from olmocr.serve.fetch import Fetcher, reachable
-from olmocr.serve.jobs import Refused, document_pages, page_range
+from olmocr.serve.documents import Refused, document_pages, page_range
 
 PDF = b"%PDF-1.4 a document"
 
@@ -164,7 +164,7 @@ def tar(files: dict[str, bytes], gz: bool = True, sizes: dict[str, int] | None =
 
 
 def test_an_archive_is_its_documents_within_bounds(tmp_path):
-    from olmocr.serve.jobs import archive_documents, is_archive
+    from olmocr.serve.documents import archive_documents, is_archive
 
     one = open(write_pdf(str(tmp_path / "one.pdf"), ["one"]), "rb").read()
     three = open(write_pdf(str(tmp_path / "three.pdf"), ["a", "b", "c"]), "rb").read()

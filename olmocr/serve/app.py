@@ -15,7 +15,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
-from olmocr.serve.jobs import FINISHED, Jobs, Refused
+from olmocr.serve.documents import Refused
+from olmocr.serve.jobs import FINISHED, Jobs
 from olmocr.serve.metrics import Metrics
 from olmocr.serve.page import pages_html, root_page
 from olmocr.serve.ready import Readiness

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpcore
 
 from olmocr.errors import UserError
-from olmocr.serve.jobs import Refused
+from olmocr.serve.documents import Refused
 
 REDIRECTS = (301, 302, 303, 307, 308)
 
