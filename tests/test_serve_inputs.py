@@ -137,7 +137,7 @@ def test_a_document_is_counted_from_its_page_tree_and_its_range(tmp_path):
     assert refused.value.status == 413
     with pytest.raises(Refused, match="neither a PDF nor an image"):
         document_pages(b"GIF? no, text", 5, None)
-    with pytest.raises(Refused, match="not a PDF that can be read"):
+    with pytest.raises(Refused, match="cannot be converted: unreadable_pdf"):
         document_pages(b"%PDF-1.4 and nothing else", 5, None)
 
 
@@ -183,7 +183,7 @@ def test_an_archive_is_its_documents_within_bounds(tmp_path):
         archive_documents(bomb, 10, 10**9, 10)
     with pytest.raises(Refused, match="holds no PDF or image"):
         archive_documents(tar({"notes.txt": b"text"}), 10, 10**6, 10)
-    with pytest.raises(Refused, match="archive member bad.pdf: the upload is not a PDF"):
+    with pytest.raises(Refused, match="archive member bad.pdf: the upload cannot be converted: unreadable_pdf"):
         archive_documents(tar({"bad.pdf": b"%PDF-1.4 nothing"}), 10, 10**6, 10)
     with pytest.raises(Refused, match="the archive cannot be read") as refused:
         archive_documents(archive[: len(archive) // 2], 10, 10**6, 10)

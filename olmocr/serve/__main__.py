@@ -65,10 +65,10 @@ def check(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, output_dir: str) -> dict:
     import uvicorn
 
+    from olmocr.pipeline.server import free_port
     from olmocr.pipeline.worker import run_workers
     from olmocr.pipeline.workspace import Workspace
     from olmocr.serve.app import build_app
-    from olmocr.serve.fetch import Fetcher
     from olmocr.serve.metrics import Metrics
     from olmocr.serve.ready import Readiness
     from olmocr.serve.jobs import Jobs
@@ -84,7 +84,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     nudge = threading.Event()  # a job queued here: this replica's idle workers look at once
     jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, max_waiting=cfg.max_waiting,
                 keep_s=cfg.keep_results_h * 3600, max_archive_members=cfg.max_archive_members,
-                max_unpacked=int(cfg.max_unpacked_mb * 2**20), fetcher=Fetcher(**cfg.fetch),
+                max_unpacked=int(cfg.max_unpacked_mb * 2**20), fetcher=build(cfg.fetch),
                 access=Access(**cfg.workspace_access), queued=nudge.set)
     readiness = Readiness(workspace, cfg.workers)
     metrics = Metrics(waiting=lambda: len(jobs.waiting()))
@@ -120,11 +120,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                 log.exception("sweeping expired jobs failed")
 
     threading.Thread(target=sweep, name="serve-sweep", daemon=True).start()
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning"))
+    port = cfg.port or free_port(cfg.host)  # 0: a free one, chosen here so the log can say which
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=port, log_level="warning"))
     workers = threading.Thread(target=work, name="serve-workers", daemon=True) if cfg.workers else None
     if workers is not None:
         workers.start()
-    log.info("serving on http://%s:%s (workspace %s, %d worker(s))", cfg.host, cfg.port, cfg.workspace, cfg.workers)
+    log.info("serving on http://%s:%s (workspace %s, %d worker(s))", cfg.host, port, cfg.workspace, cfg.workers)
     try:
         server.run()
     finally:

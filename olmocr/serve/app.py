@@ -32,12 +32,11 @@ def error(status: int, message: str, **headers) -> JSONResponse:
 
 
 class TooLarge(Exception):
-    def __init__(self, message: str):
-        super().__init__(message)
+    """A body over the limit, found as it streams in."""
 
 
 class Gate:
-    """Before any endpoint: the token (401; every path but ``/health``), then the body's size (413): by its
+    """Before any endpoint: the token (401; every path but the ``OPEN`` ones), then the body's size (413): by its
     declared length before a byte of it is read, or, sent without one, as soon as what has arrived is over
     ``limit``. Plain ASGI: the request's body reaches the endpoint through here alone."""
 
@@ -130,8 +129,8 @@ async def submission(request: Request, filename: str | None, page_range: str | N
 
 
 def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str | None, max_upload_bytes: int,
-              sync_timeout_s: float = 60.0) -> FastAPI:
-    """``token``: required as ``Authorization: Bearer <token>`` on every endpoint but ``/health``."""
+              sync_timeout_s: float) -> FastAPI:
+    """``token``: required as ``Authorization: Bearer <token>`` on every endpoint but the ``OPEN`` ones."""
     app = FastAPI(title="olmocr", summary="Documents in, Dolma documents and markdown out, through the batch "
                                           "pipeline's workspace and queue.")
 
@@ -149,6 +148,17 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
         return error(exc.status, str(exc), **exc.headers)
 
     app.add_middleware(Gate, token=token, limit=max_upload_bytes, metrics=metrics)
+
+    async def finished_or(job, seconds: float) -> dict:
+        """The job's status once it is done, failed or cancelled, or when ``seconds`` are over: looked at soon
+        after the call (a page takes about a second), less often as the wait goes on."""
+        deadline, pause = time.monotonic() + seconds, 0.1
+        while True:
+            state = await run_in_threadpool(jobs.status, job)
+            if state["status"] in FINISHED or time.monotonic() >= deadline:
+                return state
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 1.5, 1.0)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def root():
@@ -168,8 +178,8 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
         part, or named by a JSON ``{"url": …}``; ``page_range`` ("1-3,7") chooses pages. Answers 202 with the
         job's id."""
         asked = await submission(request, filename, page_range)
-        # Off the event loop: fetching a URL, reading the page tree and writing to the workspace (S3) block.
         how = asked.pop("how")
+        # Off the event loop: fetching a URL, reading the page tree and writing to the workspace (S3) block.
         job = await run_in_threadpool(jobs.submit, **asked)
         metrics.submitted.labels(how).inc()
         return JSONResponse({"id": job.id, "status": "queued", "pages": job.pages, "filename": job.filename},
@@ -195,13 +205,11 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
         how = asked.pop("how")
         job = await run_in_threadpool(jobs.submit, **asked, one_page=True)
         metrics.submitted.labels(f"{how}_sync").inc()
-        deadline = time.monotonic() + sync_timeout_s
-        while (state := await run_in_threadpool(jobs.status, job))["status"] not in FINISHED:
-            if time.monotonic() >= deadline:
-                await run_in_threadpool(jobs.cancel, job)
-                return error(504, f"the page was not converted in {sync_timeout_s:g} s (sync_timeout_s); its work "
-                                  "is cancelled: submit it as a job (POST /v1/jobs) to wait longer")
-            await asyncio.sleep(0.1)
+        state = await finished_or(job, sync_timeout_s)
+        if state["status"] not in FINISHED:
+            await run_in_threadpool(jobs.cancel, job)
+            return error(504, f"the page was not converted in {sync_timeout_s:g} s (sync_timeout_s); its work is "
+                              "cancelled: submit it as a job (POST /v1/jobs) to wait longer")
         if state["status"] != "done":
             return error(502, f"the page was not converted: {state['status']}"
                               f"{': ' + state['error'] if state.get('error') else ''}")
@@ -211,15 +219,7 @@ def build_app(jobs: Jobs, readiness: Readiness, metrics: Metrics, *, token: str 
     async def status(job_id: str, wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 0):
         """The job's status; with ``wait`` (seconds, at most 60), answered once the job is done, failed or
         cancelled, or when the wait is over."""
-        job = await run_in_threadpool(jobs.find, job_id)
-        deadline, pause = time.monotonic() + wait, 0.1
-        while True:
-            state = await run_in_threadpool(jobs.status, job)
-            if state["status"] in FINISHED or time.monotonic() >= deadline:
-                return state
-            # Looked at soon after the call (a page takes about a second), less often as the wait goes on.
-            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-            pause = min(pause * 1.5, 1.0)
+        return await finished_or(await run_in_threadpool(jobs.find, job_id), wait)
 
     @app.delete("/v1/jobs/{job_id}")
     def cancel(job_id: str):

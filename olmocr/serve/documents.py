@@ -47,24 +47,19 @@ def page_range(spec: str | None, pages: int) -> list[int] | None:
 
 def document_pages(data: bytes, max_pages: int, spec: str | None,
                    limit: str = "this service takes at most {n} (max_pages)") -> tuple[str, int, list[int] | None]:
-    """The document's suffix (pdf, or the image's format), its page count and the pages a page_range chose, from its page tree (a PDF) or
-    its frames (an image), nothing rendered; Refused when it is neither a PDF nor an image that can be read,
-    or more than ``max_pages`` would be converted."""
-    from olmocr.formats.document import IMAGE, PDF, kind_of
-    from olmocr.formats.image import ImageError, image_format, image_pages
-    from olmocr.formats.pdf import PdfError, pdf_info
+    """The document's suffix (pdf, or the image's format), its page count and the pages a page_range chose, read
+    as the pipeline reads a document (a PDF's page tree, an image's frames), nothing rendered; Refused when it is
+    neither a PDF nor an image that can be read, or more than ``max_pages`` would be converted."""
+    from olmocr.formats.document import IMAGE, PDF, DocumentError
+    from olmocr.formats.image import image_format
+    from olmocr.pipeline.inputs import document_pages as read_pages  # the pipeline's own reading of a document
 
-    kind = kind_of(data)
     try:
-        if kind == PDF:
-            pages, suffix = pdf_info("the upload", data).num_pages, "pdf"
-        elif kind == IMAGE:
-            pages, suffix = len(image_pages("the upload", data)), image_format(data)
-        else:
-            raise Refused(422, f"the upload is neither a PDF nor an image (PNG, JPEG, TIFF, WebP…): it starts "
-                               f"{data[:8]!r}")
-    except (PdfError, ImageError) as exc:
-        raise Refused(422, f"the upload is not a {kind.upper()} that can be read: {exc}") from None
+        found = read_pages("the upload", data)
+    except DocumentError as exc:
+        raise Refused(422, f"the upload cannot be converted: {exc}") from None
+    kind, pages = found.kind, len(found.sizes)
+    suffix = "pdf" if kind == PDF else image_format(data)
     chosen = page_range(spec, pages)
     if chosen is not None and kind == IMAGE and chosen != list(range(1, pages + 1)):
         raise Refused(422, f"page_range {spec!r}: pages are chosen from PDFs; this image has {pages} frame(s)")

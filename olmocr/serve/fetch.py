@@ -13,11 +13,12 @@ import ipaddress
 import os
 import socket
 import time
-from dataclasses import dataclass
+from typing import Annotated
 from urllib.parse import unquote, urljoin, urlsplit
 
 import httpcore
 
+from olmocr.config import Positive, Range
 from olmocr.errors import UserError
 from olmocr.serve.documents import Refused
 
@@ -54,19 +55,21 @@ class CheckedNetwork(httpcore.SyncBackend):
         return super().connect_tcp(addresses[0], port, timeout, local_address, socket_options)
 
 
-@dataclass
 class Fetcher:
-    """How the service fetches a document a job names (conf/serve.yaml ``fetch``)."""
+    """How the service fetches a document a job names (``fetch`` in conf/serve.yaml, built from these keys)."""
 
-    timeout_s: float = 60.0  # for the whole fetch, redirects included
-    max_redirects: int = 5
-    allow_networks: tuple[str, ...] = ()  # networks (CIDR) reachable beside the public internet
-    s3_prefixes: tuple[str, ...] = ()  # s3://bucket/prefix under which a job may name documents; none: no s3://
-
-    def __post_init__(self):
-        self.s3_prefixes = tuple(self.s3_prefixes)
+    def __init__(self, timeout_s: Positive = 60.0,
+                 max_redirects: Annotated[int, Range(at_least=0, at_most=20)] = 5,
+                 allow_networks: list[str] | None = None, s3_prefixes: list[str] | None = None):
+        """``timeout_s``: the whole fetch, redirects included. ``allow_networks``: networks (CIDR, as
+        10.1.0.0/16) a URL may lead to beside the public internet; loopback, private and link-local addresses are
+        otherwise refused, since anyone who can call the service would reach what this machine can, a cloud's
+        metadata service among it. ``s3_prefixes``: s3://bucket/prefix under which a job may name documents (read
+        with the workspace's access); none: no s3:// URLs."""
+        self.timeout_s, self.max_redirects = timeout_s, max_redirects
+        self.s3_prefixes = tuple(s3_prefixes or ())
         try:
-            self.networks = tuple(ipaddress.ip_network(n, strict=False) for n in self.allow_networks)
+            self.networks = tuple(ipaddress.ip_network(n, strict=False) for n in allow_networks or ())
         except ValueError as exc:
             raise UserError(f"fetch.allow_networks: {exc} (networks are written as 10.0.0.0/8 or fd00::/8)") from None
 

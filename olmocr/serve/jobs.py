@@ -49,9 +49,8 @@ class Jobs:
     """``max_bytes`` and ``max_pages``: the most a document may have (uploaded or fetched) and the most pages a
     job converts; ``fetcher`` fetches what a job names by URL, with ``access`` for s3://."""
 
-    def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int = 1000,
-                 keep_s: float = 7 * 24 * 3600.0, max_archive_members: int = 1000, max_unpacked: int = 2**31,
-                 fetcher=None, access=None, queued=None):
+    def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int, keep_s: float,
+                 max_archive_members: int, max_unpacked: int, fetcher=None, access=None, queued=None):
         self.ws = workspace
         self.queued = queued  # called once a job is queued (this replica's idle workers look at once)
         self.keep_s = keep_s
@@ -97,9 +96,9 @@ class Jobs:
                                                         self.max_pages)
             name = f"{UPLOADS}/{job_id}.{'tar.gz' if data[:2] == GZIP else 'tar'}"
             self.ws.store.write(name, data)
-            url = self.ws.store.url(name)
-            documents = [f"{url}{SEPARATOR}{member}" for member in members]
-            job = Job(job_id, item_id(documents), url, safe_name(filename), pages, time.time(), members=members,
+            archive = self.ws.store.url(name)
+            documents = [f"{archive}{SEPARATOR}{member}" for member in members]
+            job = Job(job_id, item_id(documents), archive, safe_name(filename), pages, time.time(), members=members,
                       skipped=skipped)
             self._queue(job, documents)
             log.info("job %s queued: %s, an archive of %d document(s) (%d page(s); %d other file(s) skipped), "
@@ -183,7 +182,7 @@ class Jobs:
         """Cancel the job's work: queued, it is given up before any worker takes it; running, its worker stops
         between pages (``cancelling`` until then). A job done or given up stays as it is."""
         state = self.status(job)
-        if state["status"] in ("done", "failed", "cancelled"):
+        if state["status"] in FINISHED:
             return state
         self.ws.store.write(f"{CANCELLED}/{job.item}.json", json.dumps({"id": job.id, "at": time.time()}).encode())
         # Nobody holds it: a claim made here, given up, keeps every worker from it. Held (or taken in between):
@@ -242,7 +241,8 @@ class Jobs:
         if members[document] is not None:
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
                 data = tar.extractfile(members[document]).read()
-        numbers = job.page_numbers or list(range(1, document_pages(data, 2**31, None)[1] + 1))
+        pages = job.pages if members[document] is None else document_pages(data, 2**31, None)[1]
+        numbers = job.page_numbers or list(range(1, pages + 1))
         if page not in numbers:
             raise Refused(404, f"job {job.id} has no page {page} (its pages: {', '.join(map(str, numbers))})")
         at = numbers.index(page) + 1

@@ -20,19 +20,19 @@ class Metrics:
         """``waiting()``: the number of jobs waiting for a worker, asked when scraped."""
         self.registry = registry = CollectorRegistry()  # the app's own: several apps may share a process
         self.submitted = Counter("olmocr_serve_jobs_submitted", "Jobs accepted, by how the document came "
-                                 "(body, form, url)", ["input"], registry=registry)
+                                 "(body, form, url; with _sync, through POST /v1/convert)", ["input"], registry=registry)
         self.answers = Counter("olmocr_serve_responses", "HTTP answers, by status code", ["code"], registry=registry)
         self.request_seconds = Histogram("olmocr_serve_request_seconds", "Time to answer a request, by endpoint",
                                          ["endpoint"], registry=registry)
-        self.items = Counter("olmocr_serve_items", "Documents this replica's workers finished, by outcome (done, "
-                             "cancelled, failed: the item's own error, unavailable: outside it)", ["outcome"],
+        self.items = Counter("olmocr_serve_items", "Jobs (work items) this replica's workers finished, by outcome "
+                             "(done, cancelled, failed: the item's own error, unavailable: outside it)", ["outcome"],
                              registry=registry)
         self.pages = Counter("olmocr_serve_pages", "Pages this replica's workers converted, by who gave the text "
                              "(model, fallback: the text layer)", ["by"], registry=registry)
         self.convert_seconds = Histogram("olmocr_serve_convert_seconds", "Time this replica's workers took to "
-                                         "convert a document", buckets=SECONDS, registry=registry)
-        self.server_errors = Counter("olmocr_serve_model_server_errors", "Documents sent back to the queue "
-                                     "because the model server failed a page", registry=registry)
+                                         "convert a job", buckets=SECONDS, registry=registry)
+        self.server_errors = Counter("olmocr_serve_model_server_errors", "Jobs sent back to the queue because "
+                                     "the model server failed a page", registry=registry)
         if waiting is not None:
             Gauge("olmocr_serve_jobs_waiting", "Jobs in the workspace waiting for a worker (all replicas and batch "
                   "runs)", registry=registry).set_function(waiting)

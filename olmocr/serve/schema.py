@@ -8,22 +8,8 @@ from typing import Annotated, Any
 from omegaconf import MISSING
 
 import olmocr.pipeline.schema  # noqa: F401 - the work, convert, server and model groups the service uses
-from olmocr.config import AccessConfig, Positive, Range, StageConfig, store
+from olmocr.config import AccessConfig, Positive, Range, StageConfig, schema_for, store
 from olmocr.pipeline.schema import QueueConfig
-
-
-@dataclass
-class FetchConfig:
-    """Documents a job names by URL (olmocr.serve.fetch.Fetcher)."""
-
-    timeout_s: Positive = 60.0  # the whole fetch, redirects included
-    max_redirects: Annotated[int, Range(at_least=0, at_most=20)] = 5
-    # Networks (CIDR, as 10.1.0.0/16) a URL may lead to beside the public internet. Loopback, private and
-    # link-local addresses are otherwise refused: anyone who can call the service would reach what this machine
-    # can, a cloud's metadata service among it.
-    allow_networks: list[str] = field(default_factory=list)
-    # s3://bucket/prefix under which a job may name documents (read with workspace_access); none: no s3:// URLs
-    s3_prefixes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -48,7 +34,9 @@ class ServeConfig(StageConfig):
     # finished jobs' documents and results are removed this long after submission (the record says expired: 410)
     keep_results_h: Positive = 168.0
     sync_timeout_s: Positive = 60.0  # POST /v1/convert: the page's result within this, or 504 and its work cancelled
-    fetch: FetchConfig = field(default_factory=FetchConfig)
+    # documents a job names by URL: olmocr.serve.fetch.Fetcher's keys (timeout_s, max_redirects, allow_networks,
+    # s3_prefixes)
+    fetch: Any = field(default_factory=schema_for("olmocr.serve.fetch.Fetcher"))
     workers: Annotated[int, Range(at_least=0)] = 2  # documents converted at once here; 0: accept only
     work: Any = MISSING  # conf/work/ (ocr)
     filter: Any = None
