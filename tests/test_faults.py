@@ -371,30 +371,47 @@ def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_
     from olmocr.pipeline.worker import run_workers
     from work_helpers import Failing, Slow
 
+    from olmocr.pipeline.queue import WorkQueue
+
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b")]
     ws.add(pdfs, pages_per_group=1)
     report = run_workers(ws, Failing(), max_failures=2, retry_wait_s=0.05, retry_wait_max_s=0.1, progress=False)
     assert (report.done, report.failed) == (0, 4)
+    failed = ws.items()
+    # A third item cancelled (as the service cancels a job): given up for good, never put back
+    ws.add([write_pdf(str(tmp_path / "c.pdf"), ["c"])], pages_per_group=1)
+    queue = WorkQueue(ws, "canceller", lease_s=10)
+    claim = queue.claim_next()
+    queue.release(claim, error="cancelled after 0 page(s)", cancelled=True)
     stats = workspace_stats(ws)
-    assert stats["given_up"] == 2
+    assert (stats["given_up"], stats["cancelled"]) == (2, 1)
     text = describe(stats)
-    for item in ws.items():
+    assert "2 given up, 1 cancelled, 0 waiting" in text and "done, given up or cancelled" in text
+    assert claim.item.id not in text  # not listed among those to put back
+    for item in failed:
         assert f"given up   {item.id} (1 PDFs, 2 failures): RuntimeError: cannot convert {item.pdfs[0]}" in text
     assert f"put them back with python -m olmocr.pipeline.requeue workspace={ws.root}" in text
-    first = ws.items()[0].id
+    first = failed[0].id
     proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}", f"items=[{first}]"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"1 given-up item(s) back in the queue of {ws.root}: {first}"
     assert workspace_stats(ws)["given_up"] == 1
+    proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}",
+                           f"items=[{claim.item.id}]"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr == (
+        f"error: items: {claim.item.id} cancelled in {ws.root}: a cancelled item is not put back (nothing was)\n")
+    assert workspace_stats(ws)["given_up"] == 1
     proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().startswith("1 given-up item(s) back")
-    claim = json.loads(ws.store.read(ws.claim_name(first)).data)
-    assert claim["failures"] == 0 and claim["previous_error"].startswith("RuntimeError: cannot convert")
+    body = json.loads(ws.store.read(ws.claim_name(first)).data)
+    assert body["failures"] == 0 and body["previous_error"].startswith("RuntimeError: cannot convert")
     assert run_workers(ws, Slow(0), progress=False).done == 2
-    check_every_pdf_once(ws, pdfs)
+    stats = workspace_stats(ws)
+    assert (stats["done"], stats["given_up"], stats["cancelled"]) == (2, 0, 1)
+    assert not ws.store.exists(ws.result_name(claim.item.id))
 
 
 def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_server):

@@ -323,7 +323,7 @@ def test_stats_on_a_half_done_workspace(root, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.stats", f"workspace={root}"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert ("10 total: 4 done, 1 being worked on, 1 claims expired, 0 waiting to be tried again after a failure, 0 given "
-            "up, 4 waiting") in proc.stdout
+            "up, 0 cancelled, 4 waiting") in proc.stdout
     assert "8 done, 4 from the text layer (fallback), ~12 to go" in proc.stdout
     assert not glob.glob(str(tmp_path / "outputs")) and not glob.glob(str(tmp_path / "*.log"))  # a query only
     # A later look reads no done marker it has read (on S3, every read of one is refused here) …
@@ -389,7 +389,7 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
     stats = subprocess.run([sys.executable, "-m", "olmocr.pipeline.stats"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
     assert stats.returncode == 0, stats.stderr
-    assert "1 total: 1 done" in stats.stdout and "nothing left: every item is done or given up" in stats.stdout
+    assert "1 total: 1 done" in stats.stdout and "nothing left: every item is done, given up or cancelled" in stats.stdout
 
 
 def test_an_unreachable_s3_endpoint_is_one_line(tmp_path):

@@ -344,18 +344,28 @@ class LeaseKeeper:
 
 def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
     """Put given-up items (those named, or all) back in the queue: their failure counts cleared, free to claim
-    at once; the last error stays as ``previous_error``. Returns the ids put back."""
+    at once; the last error stays as ``previous_error``. A cancelled item is given up for good (whoever
+    cancelled it has been told so): never put back, and naming one is an error. Returns the ids put back."""
     claimed = _ids(workspace.store.list(CLAIMS))
     wanted = sorted(set(items)) if items else sorted(claimed)
     unknown = [i for i in wanted if i not in claimed]
     if unknown:
         raise UserError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
-    back = []
+    if items:
+        named = workspace.store.read_many([workspace.claim_name(i) for i in wanted])
+        refused = sorted(n.rsplit("/", 1)[-1][:-5] for n, data in named.items() if json.loads(data).get("cancelled"))
+        if refused:
+            raise UserError(f"items: {', '.join(refused)} cancelled in {workspace.root}: a cancelled item is not "
+                            f"put back (nothing was)")
+    back, cancelled = [], []
     for item in wanted:
         name = workspace.claim_name(item)
         while True:  # rewritten only on the tag read, so a worker's concurrent write is never lost
             current = workspace.store.read(name)
             body = json.loads(current.data)
+            if body.get("cancelled"):
+                cancelled.append(item)
+                break
             if not body.get("given_up"):
                 if items:
                     log.warning("%s is not given up: left as it is", item)
@@ -365,4 +375,6 @@ def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
             if workspace.store.replace(name, json.dumps(body).encode(), current.tag) is not None:
                 back.append(item)
                 break
+    if cancelled:
+        log.info("%d cancelled item(s) left as they are", len(cancelled))
     return back

@@ -123,7 +123,8 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     for name, data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).items():
         try:
             claim = json.loads(data)
-            state = ("given_up" if claim.get("given_up") else "active" if claim["expires"] > now
+            state = ("cancelled" if claim.get("cancelled") else "given_up" if claim.get("given_up")
+                     else "active" if claim["expires"] > now
                      else "retrying" if claim.get("retry_at", 0) > now else "expired")
         except (ValueError, KeyError, TypeError):
             state = "expired"  # unreadable: the next worker replaces it
@@ -146,7 +147,7 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     return {
         "workspace": workspace.root, "items": len(items), "done": len(done), "active": claims["active"],
         "expired": claims["expired"], "retrying": claims["retrying"], "given_up": claims["given_up"],
-        "given_up_items": sorted(given_up, key=lambda g: g["item"]),
+        "cancelled": claims["cancelled"], "given_up_items": sorted(given_up, key=lambda g: g["item"]),
         "waiting": len(items) - len(done) - sum(claims.values()), "unreadable_done_markers": unreadable,
         "counts": dict(counts), "pages_remaining_estimated": round(remaining),
         "pages_per_s": overall, "pages_per_s_recent": recent, "items_per_s": _rate(records, "items"),
@@ -183,7 +184,7 @@ def describe(stats: dict) -> str:
         f"workspace  {stats['workspace']}",
         f"items      {stats['items']} total: {stats['done']} done, {stats['active']} being worked on, "
         f"{stats['expired']} claims expired, {stats['retrying']} waiting to be tried again after a failure, "
-        f"{stats['given_up']} given up, {stats['waiting']} waiting",
+        f"{stats['given_up']} given up, {stats['cancelled']} cancelled, {stats['waiting']} waiting",
         f"documents  {c.get('documents', 0)} done, {_by_reason(c, 'bad', 'unreadable')}, "
         f"{c.get('dropped_documents', 0)} dropped (too many fallback pages), {_by_reason(c, 'filtered', 'filtered')}",
         f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
@@ -191,8 +192,8 @@ def describe(stats: dict) -> str:
         f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",
         f"rate       {rate(stats['pages_per_s'])} pages/s overall, {rate(stats['pages_per_s_recent'])} pages/s "
         f"over the last {stats['window_min']:g} min",
-        "finish     nothing left: every item is done or given up"
-        if stats["done"] + stats["given_up"] == stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
+        "finish     nothing left: every item is done, given up or cancelled"
+        if stats["done"] + stats["given_up"] + stats["cancelled"] == stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
     ]
     listed = [f"{folder}/ ({what})" for folder, what, n in (
         ("bad", "unreadable and dropped", c.get("bad_documents", 0) + c.get("dropped_documents", 0)),
