@@ -101,6 +101,26 @@ def test_nothing_is_submitted_without_an_account_or_sbatch(tmp_path, warm_python
     assert not (tmp_path / "sweep" / ".submitit").exists() or not os.listdir(tmp_path / "sweep" / ".submitit")
 
 
+def test_a_slurm_conf_that_is_not_there_is_said_at_once(tmp_path, warm_python):
+    """SLURM's tools wait 60 s for a configuration file that is not there: a submission says so in one line
+    before asking them, a dry run writes its script and says why the scheduler did not check it. (On PATH, a
+    sbatch that would answer anything else: the check comes first.)"""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nsleep 120\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    missing = tmp_path / "slurm" / "slurm.conf"
+    env = {"PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}", "SLURM_CONF": str(missing)}
+    proc = stage(warm_python, ["cluster=slurm", "hydra.launcher.account=p1"], tmp_path, env=env, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == (f"error: SLURM_CONF: {missing} does not exist: point it at the "
+                                                    "cluster's slurm.conf, or unset it to use the installed one\n")
+    proc = stage(warm_python, ["cluster=slurm", "dry_run=true", "hydra.launcher.account=p1"], tmp_path, env=env,
+                 timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"nothing submitted; not checked by a scheduler (SLURM_CONF: {missing} does not exist)" in proc.stdout
+    assert (tmp_path / "sweep" / "sbatch_0.sh").exists()
+
+
 def test_unknown_cluster_names_the_options(tmp_path, warm_python):
     proc = stage(warm_python, ["cluster=frontire"], tmp_path)
     assert (proc.returncode, proc.stderr) == (2, "error: cluster=frontire: no such option in conf/cluster/; did you mean "

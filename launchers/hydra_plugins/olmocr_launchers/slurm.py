@@ -117,10 +117,17 @@ class OlmocrSlurmLauncher(SubmititSlurmLauncher):
                 say_warning(f"{problem} (checked here; the job stops for it at once where its nodes see the same files)")
         dry_run, wait = launch_mode(configs, self.params)
         unchecked = "not checked by a scheduler (no sbatch here)"
+        conf = os.environ.get("SLURM_CONF")
         if shutil.which("sbatch") is None:
             if not dry_run:
                 fail("cluster=slurm submits with sbatch, which is not on PATH here: submit from a login node, or "
                      "use dry_run=true to see the scripts")
+        elif conf and not os.path.exists(conf):
+            # SLURM's tools look for a missing configuration file for 60 s before they give up
+            if not dry_run:
+                fail(f"SLURM_CONF: {conf} does not exist: point it at the cluster's slurm.conf, or unset it to use "
+                     f"the installed one")
+            unchecked = f"not checked by a scheduler (SLURM_CONF: {conf} does not exist)"
         else:
             # The scheduler's own check of the job (partition, account, node count, resources), before the stage
             # prepares anything and before a job exists; a dry run's too, where a scheduler answers.
