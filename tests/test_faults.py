@@ -386,6 +386,7 @@ def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_
     queue.release(claim, error="cancelled after 0 page(s)", cancelled=True)
     stats = workspace_stats(ws)
     assert (stats["given_up"], stats["cancelled"]) == (2, 1)
+    assert stats["pages_remaining_estimated"] == 0  # nothing to convert until something is put back
     text = describe(stats)
     assert "2 given up, 1 cancelled, 0 waiting" in text and "done, given up or cancelled" in text
     assert claim.item.id not in text  # not listed among those to put back
@@ -397,7 +398,8 @@ def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"1 given-up item(s) back in the queue of {ws.root}: {first}"
-    assert workspace_stats(ws)["given_up"] == 1
+    stats = workspace_stats(ws)
+    assert (stats["given_up"], stats["pages_remaining_estimated"]) == (1, 1)
     proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}",
                            f"items=[{claim.item.id}]"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr == (

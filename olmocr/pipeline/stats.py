@@ -119,7 +119,7 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
                  and n[:-5] not in done]
     records = [record for record in found.values() if record is not None]
     unreadable = len(found) - len(records)
-    claims, given_up = Counter(), []
+    claims, given_up, ended = Counter(), [], set()  # ended: given up or cancelled, nothing left to convert
     for name, data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).items():
         try:
             claim = json.loads(data)
@@ -129,15 +129,17 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
         except (ValueError, KeyError, TypeError):
             state = "expired"  # unreadable: the next worker replaces it
         claims[state] += 1
+        item = name.rsplit("/", 1)[-1][:-5]
+        if state in ("given_up", "cancelled"):
+            ended.add(item)
         if state == "given_up":
-            item = name.rsplit("/", 1)[-1][:-5]
             given_up.append({"item": item, "pdfs": len(items[item].pdfs), "failures": claim.get("failures"),
                              "error": claim.get("error")})
     counts = Counter()
     for record in records:
         counts.update(record["counts"])
     estimated_done = sum(items[r["id"]].pages for r in records if r.get("id") in items)
-    remaining = sum(item.pages for i, item in items.items() if i not in done)
+    remaining = sum(item.pages for i, item in items.items() if i not in done and i not in ended)
     # Item sizes were estimated from a sample; finished items say how far off the estimate runs.
     if estimated_done and counts.get("pages"):
         remaining = remaining * counts["pages"] / estimated_done
