@@ -416,6 +416,24 @@ def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_
     assert not ws.store.exists(ws.result_name(claim.item.id))
 
 
+def test_a_claim_damaged_from_outside_is_replaced_by_the_next_worker(tmp_path):
+    """A claim cut short (a sync tool, a full disk) or edited into something else: stats counts it as expired,
+    requeue leaves it, and a worker claims the item in its place; every PDF converted once."""
+    from olmocr.pipeline.queue import anything_left, requeue
+    from olmocr.pipeline.worker import run_workers
+    from work_helpers import Slow
+
+    ws = Workspace(str(tmp_path / "ws"))
+    pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b", "c", "d")]
+    ws.add(pdfs, pages_per_group=1)
+    for item, body in zip(ws.items(), (b'{"worker": "w", "expi', b"[1, 2]", b'{"worker": "w", "expires": "soon"}')):
+        ws.store.write(ws.claim_name(item.id), body)
+    assert workspace_stats(ws)["expired"] == 3 and anything_left(ws)
+    assert requeue(ws) == []
+    assert run_workers(ws, Slow(0), progress=False).done == 4
+    check_every_pdf_once(ws, pdfs)
+
+
 def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_server):
     """Deleted since it was queued (its folder or bucket still there): a bad document, counted, the item
     done. Its folder gone (an unmounted disk) or its storage refusing: the item goes back to the queue."""

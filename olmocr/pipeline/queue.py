@@ -53,6 +53,17 @@ def _ids(names: list[str]) -> set[str]:
     return {n[:-5] for n in names if n.endswith(".json")}
 
 
+def claim_body(data: bytes) -> dict:
+    """A claim's body; empty for one that is not a JSON object (damaged from outside: the next worker replaces
+    it as an expired claim, so it is neither given up nor cancelled)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return {}
+    times = ("expires", "retry_at", "claimed")
+    return body if isinstance(body, dict) and all(isinstance(body.get(t, 0.0), (int, float)) for t in times) else {}
+
+
 def anything_left(workspace: Workspace) -> bool:
     """Is any item of ``workspace`` neither done nor given up (work for a worker now or once a claim expires)?
     Reads the index and lists the done markers, then stops at the first open item that is not given up."""
@@ -61,7 +72,7 @@ def anything_left(workspace: Workspace) -> bool:
         if item.id in done:
             continue
         claim = workspace.store.read(workspace.claim_name(item.id))
-        if claim is None or not json.loads(claim.data).get("given_up"):
+        if claim is None or not claim_body(claim.data).get("given_up"):
             return True
     return False
 
@@ -193,12 +204,12 @@ class WorkQueue:
             current = self.store.read(name)
             if current is None:
                 continue
-            held_by = json.loads(current.data)
+            held_by = claim_body(current.data)
             if held_by.get("given_up"):
                 self.given_up.add(item_id)
                 self.outstanding -= 1
                 continue
-            free_at = max(held_by["expires"], held_by.get("retry_at", 0.0))  # held, or waiting to be retried
+            free_at = max(held_by.get("expires", 0.0), held_by.get("retry_at", 0.0))  # held, or waiting to be retried
             if free_at > time.time():
                 self.next_expiry = min(self.next_expiry, free_at)
                 continue
@@ -209,7 +220,10 @@ class WorkQueue:
             if self.store.exists(self.ws.done_name(item_id)):  # its stalled holder finished after all
                 self._done.add(item_id)
                 continue
-            if held_by["expires"] == 0.0:  # given back (a failure, a signal, pipeline.repair), not expired
+            if not held_by:
+                log.warning("claimed %s in place of its unreadable claim (damaged from outside)", item_id)
+                return Claim(self.items[item_id], tag, body)
+            if held_by.get("expires") == 0.0:  # given back (a failure, a signal, pipeline.repair), not expired
                 log.info("claimed %s again (given back by %s)", item_id, held_by.get("worker"))
                 return Claim(self.items[item_id], tag, body)
             log.info("took over %s from %s (claim expired)", item_id, held_by.get("worker"))
@@ -353,7 +367,7 @@ def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
         raise UserError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
     if items:
         named = workspace.store.read_many([workspace.claim_name(i) for i in wanted])
-        refused = sorted(n.rsplit("/", 1)[-1][:-5] for n, data in named.items() if json.loads(data).get("cancelled"))
+        refused = sorted(n.rsplit("/", 1)[-1][:-5] for n, data in named.items() if claim_body(data).get("cancelled"))
         if refused:
             raise UserError(f"items: {', '.join(refused)} cancelled in {workspace.root}: a cancelled item is not "
                             f"put back (nothing was)")
@@ -362,13 +376,13 @@ def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
         name = workspace.claim_name(item)
         while True:  # rewritten only on the tag read, so a worker's concurrent write is never lost
             current = workspace.store.read(name)
-            body = json.loads(current.data)
+            body = claim_body(current.data)
             if body.get("cancelled"):
                 cancelled.append(item)
                 break
             if not body.get("given_up"):
                 if items:
-                    log.warning("%s is not given up: left as it is", item)
+                    log.warning("%s is not given up%s: left as it is", item, "" if body else " (its claim is unreadable)")
                 break
             body.update(given_up=False, failures=0, transient_failures=0, expires=0.0, retry_at=0.0,
                         previous_error=body.pop("error", None))

@@ -109,6 +109,7 @@ class DoneRecords:
 def workspace_stats(workspace, window_min: float = 15.0, now: float | None = None,
                     cache_dir: str | None = None) -> dict:
     """The figures of ``workspace``; the done markers read are remembered in ``cache_dir`` (:class:`DoneRecords`)."""
+    from olmocr.pipeline.queue import claim_body
     from olmocr.pipeline.workspace import CLAIMS, DONE
 
     now = time.time() if now is None else now
@@ -121,13 +122,10 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     unreadable = len(found) - len(records)
     claims, given_up, ended = Counter(), [], set()  # ended: given up or cancelled, nothing left to convert
     for name, data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).items():
-        try:
-            claim = json.loads(data)
-            state = ("cancelled" if claim.get("cancelled") else "given_up" if claim.get("given_up")
-                     else "active" if claim["expires"] > now
-                     else "retrying" if claim.get("retry_at", 0) > now else "expired")
-        except (ValueError, KeyError, TypeError):
-            state = "expired"  # unreadable: the next worker replaces it
+        claim = claim_body(data)  # a damaged one is as good as expired: the next worker replaces it
+        state = ("cancelled" if claim.get("cancelled") else "given_up" if claim.get("given_up")
+                 else "active" if claim.get("expires", 0.0) > now
+                 else "retrying" if claim.get("retry_at", 0.0) > now else "expired")
         claims[state] += 1
         item = name.rsplit("/", 1)[-1][:-5]
         if state in ("given_up", "cancelled"):

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from olmocr.pipeline.archives import SEPARATOR
 from olmocr.pipeline.ocr import BAD, FILTERED, MARKDOWN
+from olmocr.pipeline.queue import claim_body
 from olmocr.pipeline.workspace import CANCELLED, CLAIMS, PROGRESS, Workspace, item_id
 from olmocr.serve.documents import GZIP, Refused, archive_documents, document_pages, is_archive, safe_name
 
@@ -167,7 +168,7 @@ class Jobs:
             waiting = self.waiting()
             ahead = waiting.index(job.item) if job.item in waiting else 0
             return {**state, "status": "queued", "pages_done": 0, "ahead": ahead}
-        body = json.loads(claim.data)
+        body = claim_body(claim.data)  # a damaged one is a running job's: the next worker replaces it
         if body.get("cancelled"):
             return {**state, "status": "cancelled", "pages_done": 0}
         if body.get("given_up"):
