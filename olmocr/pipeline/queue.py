@@ -367,7 +367,7 @@ def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
         raise UserError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
     if items:
         named = workspace.store.read_many([workspace.claim_name(i) for i in wanted])
-        refused = sorted(n.rsplit("/", 1)[-1][:-5] for n, data in named.items() if claim_body(data).get("cancelled"))
+        refused = [i for i in wanted if claim_body(named.get(workspace.claim_name(i), b"")).get("cancelled")]
         if refused:
             raise UserError(f"items: {', '.join(refused)} cancelled in {workspace.root}: a cancelled item is not "
                             f"put back (nothing was)")
