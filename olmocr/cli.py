@@ -413,6 +413,8 @@ def _no_such_key(node: DictConfig, leaf: str, prefix: str, override_key: str) ->
         schema = OmegaConf.get_type(node)
         owner = schema.__name__ if dataclasses.is_dataclass(schema) else "this map"
         keys = [str(k) for k in node.keys() if k != "hydra"]  # the root holds Hydra's own node: not a key to set
+    if leaf in keys:  # the builder takes it, and the config leaves it to its default: adding it is the way
+        return f"{owner} takes it, and this config leaves it at its default: +{override_key}=… sets it"
     close = difflib.get_close_matches(leaf, keys, n=1)
     hint = f"did you mean {prefix}{close[0]}?" if close else f"its keys: {', '.join(sorted(keys))}"
     if owner == "this map":

@@ -64,7 +64,8 @@ class Request:
 
 class ChatServer:
     """``script(request) -> answer dict`` decides each reply; default: the next of ``answers`` in order
-    (the last one repeats)."""
+    (the last one repeats). ``checks``: the answer to the pipeline's check page (its start check, and the look it
+    takes when the server refuses a page), or ``checks(n)`` for the n-th check (from 0)."""
 
     def __init__(self, answers: list[dict] | None = None, script: Callable[[Request], dict] | None = None,
                  api_key: str | None = None, checks: dict | None = None):
@@ -113,6 +114,8 @@ class ChatServer:
                     if request.is_check():
                         server.checks.append(request)
                         reply = server.check_answer or good("")
+                        if callable(reply):
+                            reply = reply(len(server.checks) - 1)
                     else:
                         server.requests.append(request)
                         reply = server.script(request)

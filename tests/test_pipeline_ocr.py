@@ -287,6 +287,63 @@ def test_a_document_with_too_many_fallback_pages_is_dropped(tmp_path):
             assert lines[0]["attributes"]["is_fallback"] == [False, True]
 
 
+def test_a_page_the_server_refuses_while_it_answers_others_is_that_pages_failure(tmp_path):
+    """The server answers one page with HTTP 500 every time (as a vision processor refuses a shape) and every other
+    page, and its check page, as usual: that page falls back to its text layer, marked refused by the server; its
+    document is dropped for it (listed in bad/ with what the attempts came to); the other documents convert and the
+    run ends, the worker never paused. The server is asked one other page for the refused page, not one an
+    attempt."""
+    poison = write_pdf(str(tmp_path / "poison.pdf"), ["The page the server refuses"])
+    for name in "ab":
+        write_pdf(str(tmp_path / f"{name}.pdf"), [f"Page of {name}"])
+    refused = page_keys(poison, 1)[0]
+
+    def script(request):
+        return answer("", status=500) if pixels_key(request.image) == refused else good("Read.")
+
+    workspace = str(tmp_path / "ws")
+    with ChatServer(script=script) as server:
+        began = time.monotonic()
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]",
+                                                  "pages_per_group=1", "convert.temperatures=[0.1,0.2,0.3]",
+                                                  "queue.retry_wait_s=30", "queue.pause_after=1"), tmp_path / "run")
+        took = time.monotonic() - began
+        # The start check, 3 attempts of the refused page, the 2 others, and one look for the refused page: the check
+        # page, or the last page answered sent again
+        assert len(server.checks) + len(server.requests) == 7
+    work = summary["work"]
+    assert (work["done"], work["failed"], work["unavailable"]) == (3, 0, 0) and took < 30  # no retry wait, no pause
+    counts = work["counts"]
+    assert (counts["documents"], counts["dropped_documents"], counts["refused_pages"], counts["fallback_pages"]) == (
+        2, 1, 1, 1)
+    listed = [json.loads(line) for path in glob.glob(f"{workspace}/bad/*.jsonl") for line in open(path)]
+    assert [(e["source"], e["reason"], e["failed_attempts"]) for e in listed] == [
+        (poison, "fallback_pages", {'HTTP 500': 3, "refused by the server, which answers other pages": 1})]
+
+
+def test_a_server_that_answers_its_check_but_refuses_every_page_is_the_servers_fault_within_a_few_pages(tmp_path):
+    """HTTP 500 for every real page while the check page is answered (a server that fails long generations) and no
+    real page ever answered: the pages of the first documents look refused for themselves, but from the
+    CHECK_ONLY_DOCUMENTS-th document in a row the failures are the server's: the items go back uncounted and the
+    worker stops naming the server. With the server mended, everything not yet done converts."""
+    from olmocr.pipeline.convert import CHECK_ONLY_DOCUMENTS
+
+    for n in range(12):
+        write_pdf(str(tmp_path / f"d{n:02d}.pdf"), [f"Document {n}"])
+    workspace = str(tmp_path / "ws")
+    options = ["pages_per_group=1", "convert.temperatures=[0.1]", "queue.retry_wait_s=0.2", "queue.retry_wait_max_s=0.5",
+               "queue.give_up_after_s=2"]
+    with ChatServer([answer("", status=500)]) as server:
+        with pytest.raises(Unreachable, match="failed page 1 of .*HTTP 500"):
+            run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]", *options),
+                         tmp_path / "run")
+    done = [json.load(open(path)) for path in glob.glob(f"{workspace}/done/*.json")]
+    assert len(done) == CHECK_ONLY_DOCUMENTS - 1 and all(d["counts"]["refused_pages"] == 1 for d in done)
+    with ChatServer([good("Read.")]) as server:
+        summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *options), tmp_path / "run2")
+    assert summary["work"]["done"] == 12 - len(done) and summary["work"]["counts"]["documents"] == 12 - len(done)
+
+
 def test_a_server_that_is_unreachable_or_refuses_the_key_stops_the_run_before_any_claim(tmp_path, monkeypatch):
     pdf = write_pdf(str(tmp_path / "a.pdf"), ["A page"])
     workspace = str(tmp_path / "ws")
@@ -362,7 +419,8 @@ def test_a_server_that_starts_failing_partway_through_an_item_drops_no_document(
     workspace = str(tmp_path / "ws")
     options = ["queue.retry_wait_s=0.2", "queue.retry_wait_max_s=0.5", "queue.give_up_after_s=2",
                "convert.temperatures=[0.1,0.2]", "convert.timeout_s=1", "convert.concurrency=2"]
-    with ChatServer(script=script) as server:
+    # Failing for everything: its check page too, once the start check has passed.
+    with ChatServer(script=script, checks=lambda n: good("") if n == 0 else failure) as server:
         with pytest.raises(Unreachable) as info:
             run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]", *options),
                          tmp_path / "run")

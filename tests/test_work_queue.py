@@ -20,10 +20,10 @@ import pytest
 from conftest import SAMPLE, write_encrypted_pdf, write_pdf
 from olmocr.faults import Unreachable
 from olmocr.pipeline.inputs import expand
-from olmocr.pipeline.queue import WorkQueue, anything_left
+from olmocr.pipeline.queue import WorkQueue, anything_left, cancel, item_state
 from olmocr.pipeline.stats import workspace_stats
 from olmocr.pipeline.store import open_store
-from olmocr.pipeline.worker import run_workers
+from olmocr.pipeline.worker import Output, run_workers
 from olmocr.pipeline.workspace import INDEX, Workspace, item_id
 from work_helpers import Slow
 
@@ -517,3 +517,87 @@ def test_an_item_whose_side_file_cannot_be_written_yet_is_written_when_it_can_no
     assert (tmp_path / "ws" / "markdown" / "a.md").read_bytes() == b"text"
     assert (tmp_path / "ws" / "bad" / "x.jsonl").read_bytes() == b"{}\n"
     assert workspace_stats(ws)["done"] == 1
+
+
+def test_an_output_the_workspace_cannot_hold_is_the_items_failure_and_never_pauses_the_worker(tmp_path):
+    """One item's markdown has a name too long for the file system (the workspace takes other writes there): that
+    is the item's own failure, counted until it is given up with the reason; the worker never pauses or waits on it
+    as on an outage, and the other items convert."""
+    ws = Workspace(str(tmp_path / "ws"))
+    pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [f"Page {n}"]) for n in "ab"]
+    ws.add(pdfs, pages_per_group=1, sample=0)
+    poison = item_id([pdfs[0]])
+
+    def process(item):
+        name = "x" * 300 if item.id == poison else item.id
+        return Output(b'{"source": "a"}\n', {"documents": 1}, {f"markdown/{name}.md": b"text"})
+
+    began = time.monotonic()
+    report = run_workers(ws, process, max_failures=2, retry_wait_s=0.1, retry_wait_max_s=0.2, pause_after=1,
+                         give_up_after_s=5, progress=False)
+    assert (report.done, report.failed, report.unavailable) == (1, 2, 0) and time.monotonic() - began < 5
+    state = item_state(ws, poison)
+    assert state.state == "failed" and "OutputRefused: the workspace does not take the item's markdown/xxx" in state.error
+    assert "(File name too long), though it takes other writes in markdown/" in state.error
+    assert not [n for n in os.listdir(tmp_path / "ws" / "markdown") if n.startswith(".")]  # its look left nothing
+
+
+def test_cancel_ends_an_item_whatever_it_waits_for(tmp_path):
+    """Cancelled while it waits to be tried again after a failure, an item is given up at once (no worker takes it
+    again); never claimed, it is given up before any worker takes it; done, it stays done."""
+    ws = Workspace(str(tmp_path / "ws"))
+    pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [f"Page {n}"]) for n in "abc"]
+    ws.add(pdfs, pages_per_group=1, sample=0)
+    waiting, never, done = (item_id([p]) for p in pdfs)
+    calls = []
+
+    def process(item):
+        calls.append(item.id)
+        if item.id == waiting:
+            raise ValueError("a failure of its own")
+        return Output(b"{}\n", {"documents": 1})
+
+    q = queue(ws, "w", retry_wait_s=600, retry_wait_max_s=600)
+    claims = [q.claim_next() for _ in range(3)]
+    by_id = {c.item.id: c for c in claims}
+    q.release(by_id[waiting], error="ValueError: a failure of its own")  # to be tried again in 5 to 10 minutes
+    q.release(by_id[never])
+    assert q.complete(by_id[done], b"{}\n", {"documents": 1})
+    assert [item_state(ws, i).state for i in (waiting, never, done)] == ["queued", "queued", "done"]
+    for item in (waiting, never, done):
+        cancel(ws, item)
+    assert [item_state(ws, i).state for i in (waiting, never, done)] == ["cancelled", "cancelled", "done"]
+    report = run_workers(ws, process, retry_wait_s=0.1, retry_wait_max_s=0.2, progress=False)
+    assert calls == [] and report.done == 0
+
+
+@pytest.mark.integration
+def test_a_cancel_stops_an_item_whose_page_the_model_server_holds(tmp_path):
+    """The model server holds the item's only page (no answer for a minute): the cancel is seen within watch_s,
+    not after the page; the request is cancelled, the item given up, nothing written."""
+    from chat_server import ChatServer, good
+
+    from olmocr.config import compose
+    from olmocr.pipeline.__main__ import run
+
+    pdf = write_pdf(str(tmp_path / "held.pdf"), ["A page the server holds"])
+    workspace = str(tmp_path / "ws")
+    ws = Workspace(workspace)
+    ws.add([pdf], sample=0)
+    with ChatServer([{**good("late"), "delay_s": 60}]) as server:
+        def cancel_once_asked():
+            while not server.requests:
+                time.sleep(0.05)
+            cancel(ws, ws.items()[0].id)
+
+        threading.Thread(target=cancel_once_asked, daemon=True).start()
+        began = time.monotonic()
+        summary = run(compose("pipeline", [f"workspace={workspace}", "server=external", f"server.url={server.url}",
+                                           "server.model_name=scripted", "work=ocr", "convert=default",
+                                           "convert.steps.render.longest_side=200", "convert.timeout_s=120",
+                                           "work.watch_s=0.5", "progress=false", f"hydra.run.dir={tmp_path / 'run'}"]),
+                      str(tmp_path / "run"))
+        took = time.monotonic() - began
+    assert summary["work"]["cancelled"] == 1 and took < 30, (summary, took)
+    assert item_state(ws, ws.items()[0].id).state == "cancelled"
+    assert not glob.glob(f"{workspace}/done/*") and not glob.glob(f"{workspace}/results/*")

@@ -135,14 +135,28 @@ class RenderPage(Step):
 
     presents = ("longest_side",)
 
-    def __init__(self, longest_side: Annotated[int, Range(at_least=16)] = 1288, render_cache: str | None = None):
+    def __init__(self, longest_side: Annotated[int, Range(at_least=16)] = 1288, render_cache: str | None = None,
+                 max_aspect: Annotated[float, Range(at_least=1)] = 200.0):
+        """``max_aspect``: a page longer than this many times its width (or wider than its length) is not
+        rendered (``Reject``): a sliver no model reads, whose image vision processors refuse (Qwen2-VL's and
+        its successors' above 200)."""
         from olmocr.data.render_cache import RenderCache
 
         self.longest_side = longest_side
+        self.max_aspect = max_aspect
         self.cache = RenderCache(render_cache) if render_cache else None
+
+    def _sliver(self, sample, size) -> None:
+        width, height = size
+        if min(width, height) <= 0 or max(width, height) / min(width, height) > self.max_aspect:
+            raise Reject("sliver_page", f"{sample.get('pdf_path')} page {sample.get('page', 1)} is {width:g} x "
+                                        f"{height:g}: more than {self.max_aspect:g} times as long as it is wide "
+                                        "(render.max_aspect)")
 
     def __call__(self, sample):
         page = sample.get("page", 1)
+        if sample.get("page_size") is not None:
+            self._sliver(sample, sample["page_size"])
         kept = None
         if self.cache is not None and sample.get("pdf_bytes") is not None and sample.get("image_bytes") is None:
             kept = self.cache.path(sample["pdf_bytes"], page, self.longest_side)
@@ -158,6 +172,7 @@ class RenderPage(Step):
                                               sample.get("pdf_bytes"))
         except (RenderError, ImageError) as exc:
             raise Reject("render_failed", str(exc)) from None
+        self._sliver(sample, sample["image"].size)
         if kept is not None:
             self.cache.put(kept, sample["image"])
         return sample

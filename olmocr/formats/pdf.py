@@ -73,7 +73,7 @@ class PdfInfo:
 
 def open_pdf(path: str, data: bytes | None = None):
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import PyPdfError  # every pypdf error (PdfReadError, LimitReachedError: a tree too deep)
 
     data = read_bytes(path) if data is None else data
     if not data:
@@ -92,9 +92,15 @@ def open_pdf(path: str, data: bytes | None = None):
         len(reader.pages)
     except PdfError:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
+    except RecursionError:
+        raise PdfError("unreadable_pdf", f"{path}: its page tree is nested too deeply to read") from None
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
         raise PdfError("unreadable_pdf", f"{path}: {exc}") from None
     return reader
+
+
+# The largest page PDF allows (ISO 32000: 14,400 units, 200 inches, a side); a larger or empty MediaBox is no page.
+MAX_PAGE_SIDE = 14400.0
 
 
 def _displayed_size(pdf_page) -> tuple[float, float]:
@@ -126,10 +132,16 @@ def pdf_layout(path: str, data: bytes | None = None) -> PdfLayout:
     reader = open_pdf(path, data)
     try:
         sizes = [_displayed_size(page) for page in reader.pages]
+    except RecursionError:
+        raise PdfError("unreadable_pdf", f"{path}: its page tree is nested too deeply to read") from None
     except Exception as exc:  # pypdf raises many types on broken page trees
         raise PdfError("unreadable_pdf", f"{path}: page tree: {exc}") from None
     if not sizes:
         raise PdfError("unreadable_pdf", f"{path} has no pages")
+    for number, (width, height) in enumerate(sizes, start=1):
+        if not (0 < width <= MAX_PAGE_SIDE and 0 < height <= MAX_PAGE_SIDE):  # NaN fails both
+            raise PdfError("bad_page_size", f"{path}: page {number} is {width:g} x {height:g} pt: a page is more than "
+                                            f"0 and at most {MAX_PAGE_SIDE:g} pt (200 in) a side")
     try:
         created = reader.metadata.creation_date if reader.metadata else None
     except Exception:  # noqa: BLE001 - a malformed date string is common and harmless: no date

@@ -32,23 +32,36 @@ def split_member(path: str) -> tuple[str, str] | None:
     return (archive, member) if sep and archive.lower().endswith(ARCHIVE_SUFFIXES) else None
 
 
+def streamed(tar: tarfile.TarFile):
+    """The members of a tar opened as a stream (``r|*``), in order, none kept once passed: iterating a TarFile
+    keeps every header it has read (about 200 bytes an entry, so 1.3 GB for a 940 KB archive of 200,000 empty
+    folders)."""
+    while (member := tar.next()) is not None:
+        tar.members.clear()
+        yield member
+
+
 @contextmanager
 def _members(archive: str, access: Access | None):
     """The archive's regular files as (name, file object), in archive order; a member's bytes must be
     read before the next is asked for."""
     fh = filesystem(archive, access).open(archive, "rb") if is_remote(archive) else open(archive, "rb")
     with fh, tarfile.open(fileobj=fh, mode="r|*") as tar:
-        yield ((member.name, tar.extractfile(member)) for member in tar if member.isfile())
+        yield ((member.name, tar.extractfile(member)) for member in streamed(tar) if member.isfile())
 
 
 def list_members(archive: str, access: Access | None = None) -> tuple[list[str], str | None]:
     """The archive's documents as ``<archive>::<member>`` (a member is one by its name's suffix or its
-    first bytes), and why the listing stopped early when the archive is damaged (None when it is not).
+    first bytes; a name the archive holds twice, once), and why the listing stopped early when the archive is damaged (None when it is not).
     Storage errors and a missing archive pass through."""
     found: list[str] = []
+    seen: set[str] = set()
     try:
         with _members(archive, access) as members:
             for name, fh in members:
+                if name in seen:  # a name again: one document, read as the first (read_members), listed once
+                    continue
+                seen.add(name)
                 if has_document_suffix(name) or kind_of(fh.read(_HEAD)) is not None:
                     found.append(f"{archive}{SEPARATOR}{name}")
     except CORRUPT as exc:

@@ -16,6 +16,7 @@ import io
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -51,6 +52,13 @@ CHECK_PAGE_PX, CHECK_PAGE_COLOUR, CHECK_TOKENS = 64, (250, 250, 240), 8
 CHECK_QUIET_S = 5.0
 # Pages in a row that the server answered none of the requests for, after which it is the server's fault.
 UNANSWERED_IN_A_ROW = 8
+# Documents in a row with pages the server refused while it answered the check page (and no real page yet), after
+# which the refusals are the server's.
+CHECK_ONLY_DOCUMENTS = 3
+# HTTP answers that a request's content can cause (a shape the server's processor refuses, a request too large or
+# malformed for it): a page answered so, while the server answers others, is refused for itself. No route (404),
+# a key refused (401, 403) and busy answers (429, 502-504) say nothing of the page.
+PAGE_STATUSES = (400, 413, 422, 500)
 
 
 def clockwise(degrees: int, direction: str) -> int:
@@ -101,6 +109,9 @@ class PageResult:
     # answered says nothing of the model, only of the server.
     server_error: str | None = None
     answered: bool = False
+    # The HTTP status of each attempt the server failed (None: no answer at all, a dropped connection or timeout)
+    server_statuses: list = field(default_factory=list)
+    refused: bool = False  # the server refused this page while it answered others: the page's own failure
 
     @property
     def server_fault(self) -> str | None:
@@ -121,7 +132,8 @@ class PageResult:
     def record(self) -> dict:
         """The page as a JSON object (the per-page output)."""
         return {"page": self.page, "text": self.text, **self.meta.to_dict(), "fallback": self.fallback,
-                "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts}
+                "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts,
+                **({"refused_by_server": True} if self.refused else {})}
 
 
 def error_gist(error: str) -> str:
@@ -245,6 +257,13 @@ class PageConverter:
         self.pool: ThreadPoolExecutor | None = None
         self._loop: EventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
+        self._probe_lock: asyncio.Lock | None = None
+        # Evidence that the server answers pages: the last real page it answered (its chat turn), what it was last
+        # asked to tell a refused page from a failing server (when, answered, whether a real page), and the
+        # documents whose pages were judged refused on a check page alone since a real page was last answered.
+        self._answered_page: list[dict] | None = None
+        self._probed = (-float("inf"), False, False)
+        self._refused_documents: set[str] = set()
 
     def __enter__(self) -> PageConverter:
         self.server.start(os.path.join(self.log_dir, "server.log"))
@@ -260,19 +279,63 @@ class PageConverter:
             raise
         return self
 
-    async def check_page_request(self) -> None:
-        """One page request before any work: a small page, the configured model name and prompt. A server
-        that does not answer it with a chat completion (a wrong URL path, a model name it does not serve,
-        a request it rejects) is one line here, not a failed attempt on every page of the queue. What the
-        model writes is not judged: that is the pages' business."""
+    async def refuses_page(self, result: PageResult, since: float, document: str) -> bool:
+        """Whether the server failed ``result``'s page (of ``document``) for what the page is: every attempt it
+        failed was answered with a status a request's content can cause (PAGE_STATUSES), and it answers another
+        page asked after ``since`` (when this one was first sent): the last real page it answered, sent again, or,
+        before it has answered any, the check page. A check page says less (a server may answer a short check and
+        no real page): on that evidence alone, only pages of fewer than CHECK_ONLY_DOCUMENTS documents in a row
+        are judged refused for themselves; past that they are the server's."""
+        statuses = result.server_statuses
+        if result.server_fault is None or not statuses or not all(s in PAGE_STATUSES for s in statuses):
+            return False
+        answered, real = await self.answers_others(since)
+        if not answered:
+            return False
+        if not real:
+            if document not in self._refused_documents and len(self._refused_documents) >= CHECK_ONLY_DOCUMENTS - 1:
+                return False
+            self._refused_documents.add(document)
+        return True
+
+    async def answers_others(self, since: float) -> tuple[bool, bool]:
+        """Whether the server answers a page request asked after ``since`` (time.monotonic), and whether that was
+        a real page: the last it answered, sent again (else the check page). Pages that ask at once share one
+        request: an answer to a request made after ``since`` serves them all."""
+        if self._probe_lock is None:  # made on the loop that uses it
+            self._probe_lock = asyncio.Lock()
+        async with self._probe_lock:
+            asked, answered, real = self._probed
+            if asked >= since:
+                return answered, real
+            asked, replay = time.monotonic(), self._answered_page
+            try:
+                if replay is None:
+                    reply = await self._check_reply()
+                else:
+                    reply = await self.client.chat(replay, self.max_tokens, self.temperatures[0], regex=self.regex)
+                answered = reply.error is None
+            except Unavailable:
+                answered = False
+            self._probed = (asked, answered, replay is not None)
+            return self._probed[1:]
+
+    async def _check_reply(self) -> Reply:
         buffer = io.BytesIO()
         Image.new("RGB", (CHECK_PAGE_PX, CHECK_PAGE_PX), CHECK_PAGE_COLOUR).save(buffer, format="PNG")
         sample = {"pdf_path": "start-check.png", "page": 1, "image_bytes": buffer.getvalue(), "num_pages": 1,
                   "page_size": (CHECK_PAGE_PX, CHECK_PAGE_PX)}
         _, messages, url = await asyncio.get_running_loop().run_in_executor(self.pool, self._render, sample)
+        return await self.client.chat(chat_messages(messages, url), CHECK_TOKENS, 0.0, regex=self.regex,
+                                      quiet_s=CHECK_QUIET_S)
+
+    async def check_page_request(self) -> None:
+        """One page request before any work: a small page, the configured model name and prompt. A server
+        that does not answer it with a chat completion (a wrong URL path, a model name it does not serve,
+        a request it rejects) is one line here, not a failed attempt on every page of the queue. What the
+        model writes is not judged: that is the pages' business."""
         try:
-            reply = await self.client.chat(chat_messages(messages, url), CHECK_TOKENS, 0.0, regex=self.regex,
-                                           quiet_s=CHECK_QUIET_S)
+            reply = await self._check_reply()
         except Unavailable as exc:
             raise UserError(f"{self.server.name} at {self.server.url}: {exc}") from None
         if reply.error is not None:
@@ -320,14 +383,16 @@ class PageConverter:
                 return await self._fall_back(result, fallback_path, data)
             rotation, answer, read_at = 0, None, 0
             for temperature in self.temperatures:
-                reply = await self.client.chat(chat_messages(messages, url), self.max_tokens, temperature,
-                                               regex=self.regex)
+                turn_sent = chat_messages(messages, url)
+                reply = await self.client.chat(turn_sent, self.max_tokens, temperature, regex=self.regex)
                 result.input_tokens += reply.input_tokens
                 result.output_tokens += reply.output_tokens
                 if reply.error is None:
                     result.answered = True
-                elif result.server_error is None:
-                    result.server_error = reply.error
+                    self._answered_page, self._refused_documents = turn_sent, set()
+                else:
+                    result.server_error = result.server_error or reply.error
+                    result.server_statuses.append(reply.status)
                 judged = self.judge(reply)
                 attempt = {"temperature": temperature, "rotation": rotation}
                 if reply.status is not None:

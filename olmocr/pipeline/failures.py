@@ -18,6 +18,12 @@ class Cancelled(RuntimeError):
     writes it): the item is given up at once, its result never written."""
 
 
+class OutputRefused(RuntimeError):
+    """The workspace took other writes in the same folder but not one of the item's own outputs (a name too long
+    for it, or a name one of the item's other outputs stands in the way of): the item's fault, counted against
+    it, never waited out as an outage."""
+
+
 class Unavailable(RuntimeError):
     """What an item needs is not available now, for a reason outside the item (a PDF's storage, a server
     answering 503, credentials): the item goes back to the queue as it was and is tried again later."""

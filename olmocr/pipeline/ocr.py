@@ -17,9 +17,9 @@ not serve, no answer within ``timeout_s``, before the page fell back) says nothi
 goes back to the queue uncounted, its other pages cancelled, and the worker pauses and gives up as for
 storage faults, naming the server, the page, the HTTP status and what the server said.
 
-Every ``watch_s`` while an item converts, after a page, its worker writes the pages done so far
-(``progress/<item>.json``) and looks for ``cancelled/<item>.json``: a cancelled item stops there, its pages in
-flight cancelled, and is given up with nothing written.
+Every ``watch_s`` while an item converts, from its start, its worker writes the pages done so far
+(``progress/<item>.json``) and looks for the item's cancel: a cancelled item stops there, whatever it waits on
+(its pages in flight cancelled), and is given up with nothing written.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from olmocr.pipeline.failures import Cancelled, ServerFailed
 from olmocr.pipeline.filter import DocumentFilter
 from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
-from olmocr.pipeline.workspace import CANCELLED, PROGRESS, Item, Workspace
+from olmocr.pipeline.queue import cancel_asked, note_progress
+from olmocr.pipeline.workspace import Item, Workspace
 from olmocr.utils.io import Access, local_path
 
 log = logging.getLogger("olmocr.pipeline")
@@ -98,32 +99,58 @@ def failed_attempts(pages: list[PageResult]) -> dict[str, int]:
 
 
 class ItemWatch:
-    """An item as it converts: after a page, at most every ``every_s``, its pages done are written to
-    ``progress/<item>.json`` and ``cancelled/<item>.json`` is looked for (:class:`Cancelled` when there). The
-    workspace failing either is no reason to stop converting: it is tried again at the next look."""
+    """An item as it converts, looked at every ``every_s`` from its start: the pages done so far written when they
+    changed (:func:`~olmocr.pipeline.queue.note_progress`), and its cancel looked for. :meth:`watch` raises
+    :class:`Cancelled` once the item is cancelled, whatever the conversion waits on then (a page, a server that
+    refuses or is busy, a read). The workspace failing a look is no reason to stop converting: it is tried again at
+    the next."""
 
     def __init__(self, workspace: Workspace, item: Item, every_s: float):
-        self.store, self.item, self.every_s = workspace.store, item, every_s
-        self.pages_done, self._next = 0, 0.0  # the first look after the first page
+        self.workspace, self.item, self.every_s = workspace, item, every_s
+        self.pages_done, self._written = 0, 0
 
-    async def page_done(self) -> None:
+    def page_done(self) -> None:
         self.pages_done += 1
-        if time.monotonic() >= self._next:
-            self._next = time.monotonic() + self.every_s
-            if await asyncio.to_thread(self._look):
-                raise Cancelled(f"cancelled after {self.pages_done} page(s)")
 
-    def _look(self) -> bool:
+    async def watch(self) -> None:
+        while True:
+            if await asyncio.to_thread(self.look):
+                raise Cancelled(f"cancelled after {self.pages_done} page(s)")
+            await asyncio.sleep(self.every_s)
+
+    def look(self) -> bool:
+        """Write the pages done when they changed; whether the item is cancelled."""
         from olmocr.faults import store_errors
 
         try:
-            self.store.write(f"{PROGRESS}/{self.item.id}.json",
-                             json.dumps({"pages_done": self.pages_done, "at": time.time()}).encode())
-            return self.store.exists(f"{CANCELLED}/{self.item.id}.json")
+            if self.pages_done != self._written:
+                done = self.pages_done
+                note_progress(self.workspace, self.item.id, done)
+                self._written = done
+            return cancel_asked(self.workspace, self.item.id)
         except store_errors() as exc:
-            log.warning("item %s: the workspace did not take its progress (%s: %s)", self.item.id,
+            log.warning("item %s: the workspace did not answer its watch (%s: %s)", self.item.id,
                         type(exc).__name__, exc)
             return False
+
+
+async def watched(work, watch: ItemWatch):
+    """``work``'s result, or :class:`Cancelled` as soon as ``watch`` finds the item cancelled (the work is
+    cancelled then, its pages in flight with it), or when a last look once the work is done finds it so: a cancel
+    written while the item converted is honoured, however short the item."""
+    working, watching = asyncio.ensure_future(work), asyncio.ensure_future(watch.watch())
+    try:
+        await asyncio.wait({working, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if watching.done():
+            watching.result()  # raises Cancelled
+        output = working.result()
+        if await asyncio.to_thread(watch.look):
+            raise Cancelled(f"cancelled after {watch.pages_done} page(s)")
+        return output
+    finally:
+        for task in (working, watching):
+            task.cancel()
+        await asyncio.gather(working, watching, return_exceptions=True)
 
 
 @runtime("converter", "workspace", "progress", "pdf_access", "filter")
@@ -165,11 +192,14 @@ class OcrWork:
         return self.converter.run(self.convert_item(item))
 
     async def convert_item(self, item: Item) -> Output:
+        watch = ItemWatch(self.workspace, item, self.watch_s)
+        return await watched(self._convert_item(item, watch), watch)
+
+    async def _convert_item(self, item: Item, watch: ItemWatch) -> Output:
         counts = Counter(documents=0, pages=0, bad_documents=0, dropped_documents=0, fallback_pages=0,
                          input_tokens=0, output_tokens=0)
         lines, page_lines, markdown, filtered, bad = [], [], [], [], []
         found = await asyncio.to_thread(read_documents, list(item.pdfs), self.pdf_access)  # Unavailable: retried later
-        watch = ItemWatch(self.workspace, item, self.watch_s)
         converted = await all_of(self.convert_document(source, found[source], watch) for source in item.pdfs)
         for source, done in zip(item.pdfs, converted):
             if done.error:
@@ -188,6 +218,8 @@ class OcrWork:
             counts["pages"] += len(pages)
             fallback = sum(p.fallback for p in pages)
             counts["fallback_pages"] += fallback
+            if refused := sum(p.refused for p in pages):  # pages the server refused, while it answered others
+                counts["refused_pages"] += refused
             counts["input_tokens"] += sum(p.input_tokens for p in pages)
             counts["output_tokens"] += sum(p.output_tokens for p in pages)
             page_lines += [json.dumps({"source": source, **p.record()}, ensure_ascii=False) for p in pages]
@@ -239,8 +271,15 @@ class OcrWork:
 
     async def _page(self, source: str, sample: dict, path: str | None, data: bytes | None,
                     watch: ItemWatch) -> PageResult:
+        began = time.monotonic()
         result = await self.converter.convert(sample, path, data)
-        if result.server_fault is not None:
+        if await self.converter.refuses_page(result, since=began, document=source):
+            # The server answers another page now: it refuses this one for what the page is (a shape its processor
+            # refuses, a request too large). The page falls back, marked, and counts against its document as any
+            # failed page does.
+            result.refused = True
+            result.attempts.append({"outcome": "refused by the server, which answers other pages"})
+        elif result.server_fault is not None:
             # The server, not the model, failed this page: its fallback would drop or degrade a document
             # for a fault outside it. The item goes back uncounted (the rest of it is cancelled: it is
             # converted whole when it comes back), and the worker pauses and gives up as for storage.
@@ -248,5 +287,5 @@ class OcrWork:
             raise ServerFailed(f"{server.name} at {server.url} failed page {result.page} of {source} (model "
                               f"{server.model}, {len(result.attempts)} attempt(s)): {error_gist(result.server_fault)}")
         self._bar.page(result)
-        await watch.page_done()
+        watch.page_done()
         return result

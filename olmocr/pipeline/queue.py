@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
-from olmocr.pipeline.workspace import CLAIMS, DONE, INDEX, Item, Workspace
+from olmocr.pipeline.workspace import CANCELLED, CLAIMS, DONE, INDEX, PROGRESS, Item, Workspace
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -354,6 +354,90 @@ class LeaseKeeper:
                     self.unreleased += 1
                     log.warning("giving back the claim on %s failed (%s): it expires in its lease", claim.item.id, exc)
         return released
+
+
+@dataclass(frozen=True)
+class ItemState:
+    """Where an item stands, from the queue's own objects (:func:`item_state`)."""
+
+    state: str  # queued, running, cancelling, done, failed (given up) or cancelled
+    pages_done: int = 0  # while running: as its worker last wrote it
+    counts: dict | None = None  # done: the done marker's counts
+    error: str | None = None  # failed: why; queued again after a failure: the last failure
+
+
+def item_state(workspace: Workspace, item: str) -> ItemState:
+    """The state of ``item``: done once its done marker exists; with no claim, queued; a claim given up is failed
+    (or cancelled); a live claim is running (cancelling once asked to stop); a claim given back after a failure,
+    to be tried again, is queued with that failure. A claim damaged from outside is a running item's: the next
+    worker replaces it."""
+    store = workspace.store
+    done = store.read(workspace.done_name(item))
+    if done is not None:
+        return ItemState("done", counts=json.loads(done.data).get("counts", {}))
+    claim = store.read(workspace.claim_name(item))
+    if claim is None:
+        return ItemState("queued")
+    body = claim_body(claim.data)
+    if body.get("cancelled"):
+        return ItemState("cancelled", error=body.get("error"))
+    if body.get("given_up"):
+        return ItemState("failed", error=body.get("error"))
+    if body and body.get("expires", 0.0) == 0.0:  # given back: after a failure, or by a worker that stopped
+        return ItemState("cancelling" if cancel_asked(workspace, item) else "queued", error=body.get("error"))
+    return ItemState("cancelling" if cancel_asked(workspace, item) else "running", _pages_done(workspace, item),
+                     error=body.get("error"))
+
+
+def _pages_done(workspace: Workspace, item: str) -> int:
+    found = workspace.store.read(f"{PROGRESS}/{item}.json")
+    try:
+        pages = json.loads(found.data)["pages_done"] if found is not None else 0
+    except (ValueError, KeyError, TypeError):
+        return 0
+    return pages if isinstance(pages, int) else 0
+
+
+def unclaimed(workspace: Workspace) -> list[str]:
+    """The items no worker has claimed yet, in the order they were queued: one listing of the claims."""
+    claimed = _ids(workspace.store.list(CLAIMS))
+    return [item.id for item in workspace.items() if item.id not in claimed]
+
+
+def cancel(workspace: Workspace, item: str, why: str = "cancelled before it started") -> None:
+    """Cancel ``item``, whatever it is doing: the cancel is written first (a worker converting it sees it within
+    its ``watch_s`` and stops); an item nobody holds now (never claimed, given back to be tried again, or its
+    claim expired) is given up at once, so no worker takes it again. A finished item stays as it is."""
+    store = workspace.store
+    store.write(f"{CANCELLED}/{item}.json", json.dumps({"at": time.time()}).encode())
+    name, done = workspace.claim_name(item), workspace.done_name(item)
+    for _ in range(20):  # a conditional write lost to a worker's claim or renewal: read again
+        if store.exists(done):
+            return
+        current = store.read(name)
+        held = {} if current is None else claim_body(current.data)
+        if held.get("given_up") or (held and held.get("expires", 0.0) > time.time()):
+            return  # finished, or a live holder that stops at its next look
+        body = {"worker": "cancelled", "claimed": time.time(), "failures": 0, **held, "expires": 0.0,
+                "given_up": True, "cancelled": True, "error": why}
+        data = json.dumps(body).encode()
+        if (store.create(name, data) if current is None else store.replace(name, data, current.tag)) is not None:
+            return
+
+
+def cancel_asked(workspace: Workspace, item: str) -> bool:
+    return workspace.store.exists(f"{CANCELLED}/{item}.json")
+
+
+def note_progress(workspace: Workspace, item: str, pages_done: int) -> None:
+    """The pages of ``item`` its worker has converted so far (read by :func:`item_state`)."""
+    workspace.store.write(f"{PROGRESS}/{item}.json", json.dumps({"pages_done": pages_done, "at": time.time()}).encode())
+
+
+def forget_marks(workspace: Workspace, item: str) -> None:
+    """Remove what an item's run left beside its claim and done marker (its progress and cancel)."""
+    for name in (f"{PROGRESS}/{item}.json", f"{CANCELLED}/{item}.json"):
+        workspace.store.delete(name)
 
 
 def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:

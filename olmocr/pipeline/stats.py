@@ -187,8 +187,9 @@ def describe(stats: dict) -> str:
         f"{stats['given_up']} given up, {stats['cancelled']} cancelled, {stats['waiting']} waiting",
         f"documents  {c.get('documents', 0)} done, {_by_reason(c, 'bad', 'unreadable')}, "
         f"{c.get('dropped_documents', 0)} dropped (too many fallback pages), {_by_reason(c, 'filtered', 'filtered')}",
-        f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback), "
-        f"~{stats['pages_remaining_estimated']} to go",
+        f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback"
+        + (f"; {c['refused_pages']} of them refused by the model server" if c.get("refused_pages") else "")
+        + f"), ~{stats['pages_remaining_estimated']} to go",
         f"tokens     {c.get('input_tokens', 0)} in, {c.get('output_tokens', 0)} out",
         f"rate       {rate(stats['pages_per_s'])} pages/s overall, {rate(stats['pages_per_s_recent'])} pages/s "
         f"over the last {stats['window_min']:g} min",

@@ -84,6 +84,22 @@ class Store:
     def confirm_root(self) -> None:
         """Raise when the place the store lives in cannot exist as named (an S3 bucket that is not there)."""
 
+    def takes(self, folder: str) -> bool:
+        """Whether the store takes a write in ``folder`` now: a small object of its own written there and removed.
+        A write that failed while this one lands failed for its name, not for the store."""
+        from olmocr.faults import store_errors
+
+        name = f"{folder}/.write-check-{uuid.uuid4().hex}"
+        try:
+            self.write(name, b"")
+        except store_errors():
+            return False
+        try:
+            self.delete(name)
+        except store_errors():
+            pass  # left behind: a dot name, which listings skip
+        return True
+
 
 def _digest(data: bytes) -> str:
     return hashlib.sha1(data).hexdigest()
@@ -107,7 +123,8 @@ class LocalStore(Store):
         the disk before the results it vouches for)."""
         path = self._path(name)
         folder = os.path.dirname(path)
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+        # A name of its own, not the object's: an object whose name is as long as a file name may be still stages
+        tmp = os.path.join(folder, f".{uuid.uuid4().hex}.tmp")
         try:
             os.makedirs(folder, exist_ok=True)
             with open(tmp, "wb") as fh:
@@ -168,7 +185,13 @@ class LocalStore(Store):
             return {}
 
     def write(self, name: str, data: bytes) -> None:
-        os.replace(self._staged(name, data), self._path(name))
+        tmp = self._staged(name, data)
+        try:
+            os.replace(tmp, self._path(name))
+        except OSError:  # a name the folder cannot take: its staged copy goes too
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def create(self, name: str, data: bytes) -> str | None:
         tmp = self._staged(name, data)
@@ -266,7 +289,8 @@ class S3Store(Store):
 
     def list(self, folder: str) -> list[str]:
         try:
-            return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.url(folder), detail=False)]
+            names = (p.rsplit("/", 1)[-1] for p in self.fs.ls(self.url(folder), detail=False))
+            return [n for n in names if not n.startswith(".")]  # as a local folder's: dot names are the store's own
         except FileNotFoundError:
             return []
 
@@ -275,7 +299,8 @@ class S3Store(Store):
             listed = self.fs.ls(self.url(folder), detail=True)
         except FileNotFoundError:
             return {}
-        return {entry["name"].rsplit("/", 1)[-1]: entry["ETag"] for entry in listed if entry.get("type") == "file"}
+        return {name: entry["ETag"] for entry in listed if entry.get("type") == "file"
+                and not (name := entry["name"].rsplit("/", 1)[-1]).startswith(".")}
 
     def _no_bucket(self, exc: OSError) -> None:
         """Raise NoSuchBucket when ``exc`` says the bucket is not there (s3fs says so as FileNotFoundError, which

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
 from olmocr.faults import gist
-from olmocr.pipeline.failures import Cancelled, StopWork, transient
+from olmocr.pipeline.failures import Cancelled, OutputRefused, StopWork, transient
 from olmocr.pipeline.queue import LeaseKeeper, WorkQueue, worker_name
 from olmocr.pipeline.workspace import Item, Workspace
 
@@ -204,39 +204,13 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
         keeper.hold(queue, claim)
         try:
             output = process(claim.item)
+            first = _finish(queue, claim, output, shared)
         except StopWork:
             raise  # the keeper gives the claim back with the others
-        except Cancelled as exc:
-            log.info("item %s cancelled: %s", claim.item.id, exc)
-            if _stored(functools.partial(queue.release, claim, error=str(exc), cancelled=True), queue, shared,
-                       f"giving item {claim.item.id} up") is STOPPED:
-                return
-            keeper.drop(claim)
-            with lock:
-                report.cancelled += 1
-            continue
         except Exception as exc:  # noqa: BLE001 - one item's failure must not end the worker
-            if stop.is_set():
-                return  # failed as the worker stops: the keeper gives the claim back with the others
-            outside = transient(exc)
-            error = f"{type(exc).__name__}: {exc}"
-            log.warning("item %s failed (%s); %s", claim.item.id, error,
-                        "back to the queue, not counted against it" if outside else "released for another attempt")
-            # Given back as soon as the workspace answers (not left to expire with its lease); until then
-            # the keeper renews it, and gives it back with the others if the worker stops.
-            give_back = functools.partial(queue.release, claim, error=error, transient=outside)
-            if _stored(give_back, queue, shared, f"giving item {claim.item.id} back") is STOPPED:
-                return
-            keeper.drop(claim)
-            with lock:
-                report.failed += not outside
-                report.unavailable += outside
-            with wake:
-                wake.notify_all()
-            if outside:
-                stop.wait(shared.breaker.failed(exc, f"item {claim.item.id}"))
+            if stop.is_set() or _failed(queue, claim, exc, shared) is STOPPED:
+                return  # the keeper gives the claim back with the others
             continue
-        first = _finish(queue, claim, output, shared)
         if first is None:
             return  # stopped while the store did not answer: the keeper gives the claim back with the others
         keeper.drop(claim)
@@ -256,14 +230,62 @@ def _loop(queue: WorkQueue, process: Processor, shared: _Shared, linger: bool, p
             wake.notify_all()
 
 
+def _failed(queue: WorkQueue, claim, exc: Exception, shared: _Shared):
+    """The item's processing (or writing its outputs) raised ``exc``: a cancelled item is given up; a failure of
+    the item's own counts against it; one from outside it gives it back uncounted and pauses the worker as the
+    breaker says. STOPPED when the worker stops before the workspace takes the claim back."""
+    if isinstance(exc, Cancelled):
+        log.info("item %s cancelled: %s", claim.item.id, exc)
+        give_back = functools.partial(queue.release, claim, error=str(exc), cancelled=True)
+        if _stored(give_back, queue, shared, f"giving item {claim.item.id} up") is STOPPED:
+            return STOPPED
+        shared.keeper.drop(claim)
+        with shared.lock:
+            shared.report.cancelled += 1
+        with shared.wake:  # threads lingering on it look again: it is given up
+            shared.wake.notify_all()
+        return None
+    outside = transient(exc)
+    error = f"{type(exc).__name__}: {exc}"
+    log.warning("item %s failed (%s); %s", claim.item.id, error,
+                "back to the queue, not counted against it" if outside else "released for another attempt")
+    # Given back as soon as the workspace answers (not left to expire with its lease); until then the keeper renews
+    # it, and gives it back with the others if the worker stops.
+    give_back = functools.partial(queue.release, claim, error=error, transient=outside)
+    if _stored(give_back, queue, shared, f"giving item {claim.item.id} back") is STOPPED:
+        return STOPPED
+    shared.keeper.drop(claim)
+    with shared.lock:
+        shared.report.failed += not outside
+        shared.report.unavailable += outside
+    with shared.wake:
+        shared.wake.notify_all()
+    if outside:
+        shared.stop.wait(shared.breaker.failed(exc, f"item {claim.item.id}"))
+    return None
+
+
 def _finish(queue: WorkQueue, claim, output: Output, shared: _Shared) -> bool | None:
     """The item's files, then ``queue.complete``, tried again while the store does not answer (the lease
-    keeper renews the claim meanwhile, once the store is back). None when the worker stops first."""
+    keeper renews the claim meanwhile, once the store is back). None when the worker stops first. A file the
+    store refuses while it takes another write in the same folder is refused for its name, which the item gave
+    it: :class:`OutputRefused`, the item's own failure."""
+    from olmocr.faults import no_space, refused, store_errors
+
     pending = dict(output.files)
 
     def write_all() -> bool:
         for name in list(pending):
-            queue.ws.store.write(name, pending[name])
+            try:
+                queue.ws.store.write(name, pending[name])
+            except store_errors() as exc:
+                folder = name.split("/", 1)[0]
+                if not (no_space(exc) or refused(exc)) and queue.ws.store.takes(folder):
+                    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else gist(exc)
+                    shown = name if len(name) <= 120 else f"{name[:100]}…{name[-19:]}"
+                    raise OutputRefused(f"the workspace does not take the item's {shown} ({why}), though it takes "
+                                        f"other writes in {folder}/") from exc
+                raise
             del pending[name]  # written: not again
         return queue.complete(claim, output.result, output.counts)
 
