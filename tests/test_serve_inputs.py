@@ -170,21 +170,122 @@ def test_an_archive_is_its_documents_within_bounds(tmp_path):
     three = open(write_pdf(str(tmp_path / "three.pdf"), ["a", "b", "c"]), "rb").read()
     archive = tar({"a/one.pdf": one, "notes.txt": b"not a document", "../three.pdf": three})
     assert is_archive(archive) and is_archive(tar({"x.pdf": one}, gz=False)) and not is_archive(one)
-    assert archive_documents(archive, 10, 10**6, 10) == (["a/one.pdf", "../three.pdf"], 4, ["notes.txt"])
-    for limits, why in (((2, 10**6, 10), "more than 2 files (max_archive_members)"),
-                        ((10, 1000, 10), "unpacks to more than 1000 bytes (max_unpacked_mb)"),
-                        ((10, 10**6, 3), "more than 3 pages (max_pages)")):
+    assert archive_documents(archive, 10, 10**6, 10, 10**6) == (
+        ["a/one.pdf", "../three.pdf"], 4, [{"name": "notes.txt", "reason": "not a PDF or an image"}])
+    for limits, why in (((2, 10**6, 10, 10**6), "more than 2 entries (max_archive_members)"),
+                        ((10, 1000, 10, 10**6), "unpacks to more than 1000 bytes (max_unpacked_mb)"),
+                        ((10, 10**6, 3, 10**6), "more than 3 pages (max_pages)"),
+                        ((10, 10**6, 10, 2000), f"archive member ../three.pdf is {len(three)} bytes; a document is "
+                                                "at most 2000 (max_upload_mb)")):
         with pytest.raises(Refused, match=re.escape(why)) as refused:
             archive_documents(archive, *limits)
         assert refused.value.status == 413
     # Sizes are counted as the headers declare them, before a byte is unpacked.
     bomb = tar({"small.pdf": one, "huge.bin": b"x"}, gz=False, sizes={"huge.bin": 8**11 - 1})
     with pytest.raises(Refused, match="unpacks to more than"):
-        archive_documents(bomb, 10, 10**9, 10)
+        archive_documents(bomb, 10, 10**9, 10, 10**9)
     with pytest.raises(Refused, match="holds no PDF or image"):
-        archive_documents(tar({"notes.txt": b"text"}), 10, 10**6, 10)
+        archive_documents(tar({"notes.txt": b"text"}), 10, 10**6, 10, 10**6)
     with pytest.raises(Refused, match="archive member bad.pdf: the upload cannot be converted: unreadable_pdf"):
-        archive_documents(tar({"bad.pdf": b"%PDF-1.4 nothing"}), 10, 10**6, 10)
+        archive_documents(tar({"bad.pdf": b"%PDF-1.4 nothing"}), 10, 10**6, 10, 10**6)
     with pytest.raises(Refused, match="the archive cannot be read") as refused:
-        archive_documents(archive[: len(archive) // 2], 10, 10**6, 10)
+        archive_documents(archive[: len(archive) // 2], 10, 10**6, 10, 10**6)
     assert refused.value.status == 422
+
+
+def test_an_archive_is_checked_in_bounded_memory_and_lists_what_it_does_not_convert(tmp_path):
+    """200,000 folders in under a megabyte, and a member of 1 GiB in about one: each refused after reading what a
+    limit needs (the headers up to max_archive_members; a member's header), the memory a check takes a few
+    megabytes whatever the archive lists. A name twice is refused; links, devices and FIFOs are listed, not
+    converted."""
+    import tracemalloc
+
+    from support import hostile
+
+    from olmocr.serve.documents import archive_documents
+
+    one = open(write_pdf(str(tmp_path / "one.pdf"), ["one"]), "rb").read()
+    for archive, limits, why in ((hostile.folder_bomb_tgz(), (1000, 2**31, 100, 2**21), "more than 1000 entries"),
+                                 (hostile.zeros_member_tgz(), (1000, 2**31, 100, 2**21), "is 1073741824 bytes")):
+        assert len(archive) < 2**21
+        tracemalloc.start()
+        with pytest.raises(Refused, match=why) as refused:
+            archive_documents(archive, *limits)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert refused.value.status == 413 and peak < 8 * 2**20, peak
+    with pytest.raises(Refused, match="names 'a.pdf' twice") as refused:
+        archive_documents(hostile.tar_of([("a.pdf", one), ("b.pdf", one), ("a.pdf", one)]), 10, 10**6, 10, 10**6)
+    assert refused.value.status == 422
+    assert archive_documents(hostile.links_and_devices_tar(one), 10, 10**6, 10, 10**6) == (["doc.pdf"], 1, [
+        {"name": "to-passwd", "reason": "not a regular file (a symbolic link)"},
+        {"name": "hard", "reason": "not a regular file (a hard link)"},
+        {"name": "pipe", "reason": "not a regular file (a FIFO)"},
+        {"name": "null", "reason": "not a regular file (a character device)"}])
+
+
+def test_outputs_a_workspace_cannot_hold_are_found_before_anything_is_stored():
+    from olmocr.serve.documents import unstorable
+
+    assert unstorable({"a.pdf": "markdown/ws/u.tar/a.md", "b/c.pdf": "markdown/ws/u.tar/b/c.md"}) is None
+    assert "name is too long" in unstorable({"x" * 253: f"markdown/u.tar/{'x' * 253}.md"})
+    assert "name is too long" in unstorable({"deep": "markdown/" + "d/" * 600 + "x.md"})
+    assert "would write the same output" in unstorable({"a.pdf": "markdown/u/a.md", "a": "markdown/u/a.md"})
+    assert "is where the second one's folder goes" in unstorable({"x": "markdown/u/x.md",
+                                                                  "x.md/y.png": "markdown/u/x.md/y.png.md"})
+
+
+def test_pages_of_no_size_beyond_pdfs_limits_or_nested_too_deeply_are_bad_documents():
+    from support import hostile
+
+    for data, why in ((hostile.zero_pdf(), "bad_page_size: the upload: page 1 is 0 x 0 pt"),
+                      (hostile.sliver_pdf(), "page 1 is 200000 x 1 pt"),
+                      (hostile.page_pdf("0 0 99999 792"), "page 1 is 99999 x 792 pt"),
+                      (hostile.deep_tree_pdf(), "unreadable_pdf: the upload: Maximum page tree depth")):
+        with pytest.raises(Refused, match=re.escape(why)) as refused:
+            document_pages(data, 10, None)
+        assert refused.value.status == 422
+    assert document_pages(hostile.sliver_pdf(14000, 10), 10, None) == ("pdf", 1, None)  # a sliver, but a page
+
+
+def test_a_sliver_page_is_not_rendered_for_the_model():
+    """A page more than render.max_aspect times as long as it is wide never reaches a model server (whose vision
+    processor refuses it): Reject, so the pipeline falls back to its text layer, as for a page that cannot render."""
+    from support import hostile
+
+    from olmocr.data.steps import Reject, RenderPage
+
+    render = RenderPage(longest_side=200)
+    with pytest.raises(Reject, match=r"sliver_page: .* page 1 is 14000 x 10: more than 200 times"):
+        render({"pdf_path": "sliver.pdf", "page": 1, "pdf_bytes": hostile.sliver_pdf(14000, 10),
+                "page_size": (14000.0, 10.0)})
+    image = RenderPage(longest_side=200, max_aspect=2000)(
+        {"pdf_path": "sliver.pdf", "page": 1, "pdf_bytes": hostile.sliver_pdf(14000, 10), "page_size": (14000.0, 10.0)})
+    assert image["image"].size[0] == 200 * 14000 // 14000 and image["image"].size[1] <= 2
+    with pytest.raises(Reject, match="sliver_page"):  # told by the image when the page's size is not known
+        RenderPage(longest_side=400)({"pdf_path": "tall.pdf", "page": 1, "pdf_bytes": hostile.sliver_pdf(10, 14000)})
+
+
+def test_addresses_embedding_ipv4_are_judged_by_the_ipv4_they_lead_to():
+    import ipaddress
+
+    for address in ("64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b:1::a9fe:a9fe", "2002:a00:1::", "2002:7f00:1::1",
+                    "::127.0.0.1", "::a00:1", "::ffff:0:a9fe:a9fe", "fec0::1", "2001:0:4136:e378:8000:63bf:f5ff:fffe"):
+        assert not reachable(address), address
+    for address in ("64:ff9b::5db8:d70e", "2002:5db8:d70e::", "::ffff:93.184.215.14"):
+        assert reachable(address), address
+    assert reachable("64:ff9b::a00:1", (ipaddress.ip_network("10.0.0.0/8"),))  # its IPv4 is in an allowed network
+
+
+def test_a_url_is_checked_as_a_url_and_fetched_in_its_ascii_form():
+    from olmocr.serve.fetch import checked_url
+
+    assert checked_url("https://exämple.org/pa th/ü?q=ä") == "https://xn--exmple-cua.org/pa%20th/%C3%BC?q=%C3%A4"
+    assert checked_url("http://user:secret@host.org:8080/a%20b") == "http://host.org:8080/a%20b"  # no credentials
+    for url, why in (("http://[::1", "is not a URL"), ("http://a:99999/", "is not a URL"), ("http:///x", "names no host"),
+                     ("ftp://x/y", "ftp scheme"), ("gopher:x", "gopher scheme")):
+        with pytest.raises(Refused, match=re.escape(why)) as refused:
+            checked_url(url)
+        assert refused.value.status == 422
+    with pytest.raises(Refused, match=r"redirected to s3://b/k, not http\(s\)://"):
+        checked_url("s3://b/k", redirected=True)

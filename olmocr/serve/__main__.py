@@ -67,6 +67,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     from olmocr.pipeline.server import free_port
     from olmocr.pipeline.worker import run_workers
+    from olmocr.private.uvicorn import timed_protocol
     from olmocr.pipeline.workspace import Workspace
     from olmocr.serve.app import build_app
     from olmocr.serve.metrics import Metrics
@@ -84,11 +85,12 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     nudge = threading.Event()  # a job queued here: this replica's idle workers look at once
     jobs = Jobs(workspace, max_bytes=limit, max_pages=cfg.max_pages, max_waiting=cfg.max_waiting,
                 keep_s=cfg.keep_results_h * 3600, max_archive_members=cfg.max_archive_members,
-                max_unpacked=int(cfg.max_unpacked_mb * 2**20), fetcher=build(cfg.fetch),
-                access=Access(**cfg.workspace_access), queued=nudge.set)
+                max_unpacked=int(cfg.max_unpacked_mb * 2**20), queued=nudge.set)
     readiness = Readiness(workspace, cfg.workers)
     metrics = Metrics(waiting=lambda: len(jobs.waiting()))
-    app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit, sync_timeout_s=cfg.sync_timeout_s)
+    app = build_app(jobs, readiness, metrics, token=token, max_upload_bytes=limit, sync_timeout_s=cfg.sync_timeout_s,
+                    body_timeout_s=cfg.body_timeout_s, concurrent_checks=cfg.concurrent_checks,
+                    fetcher=build(cfg.fetch), access=Access(**cfg.workspace_access))
     stop, errors = threading.Event(), []
     q = cfg.queue
 
@@ -121,7 +123,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     threading.Thread(target=sweep, name="serve-sweep", daemon=True).start()
     port = cfg.port or free_port(cfg.host)  # 0: a free one, chosen here so the log can say which
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=port, log_level="warning",
+                                           http=timed_protocol(cfg.header_timeout_s)))
     workers = threading.Thread(target=work, name="serve-workers", daemon=True) if cfg.workers else None
     if workers is not None:
         workers.start()

@@ -13,11 +13,12 @@ GZIP = b"\x1f\x8b"
 
 
 class Refused(UserError):
-    """A submission the service does not take: ``status`` is the HTTP answer, the message says why."""
+    """A request the service does not take: ``status`` is the HTTP answer, the message says why; ``retry_after``
+    (seconds) when asking again later may succeed; ``fields`` go into the JSON answer beside ``error``."""
 
-    def __init__(self, status: int, message: str, **headers: str):
+    def __init__(self, status: int, message: str, /, retry_after: int | None = None, **fields):
         super().__init__(message)
-        self.status, self.headers = status, headers
+        self.status, self.retry_after, self.fields = status, retry_after, fields
 
 
 def safe_name(name: str | None) -> str:
@@ -79,35 +80,57 @@ def is_archive(data: bytes) -> bool:
     return len(data) > 262 and data[257:262] == b"ustar" and tarfile.is_tarfile(io.BytesIO(data))
 
 
-def archive_documents(data: bytes, max_members: int, max_unpacked: int, max_pages: int) -> tuple[list[str], int, list[str]]:
-    """The documents of a tar archive (its members that are PDFs or images, by their bytes), their pages in
-    all, and the members that are not documents. Read as a stream and refused (413) once it has more than
-    ``max_members`` files, more than ``max_unpacked`` bytes unpacked or more than ``max_pages`` pages; 422 when
-    it is damaged or holds no document."""
+# What an archive member that is not a regular file is, for the answer that lists it (tarfile's member types)
+NOT_A_FILE = {"issym": "a symbolic link", "islnk": "a hard link", "ischr": "a character device",
+              "isblk": "a block device", "isfifo": "a FIFO"}
+HEAD_BYTES = 1024  # enough of a member to tell a PDF or an image from anything else
+
+
+def archive_documents(data: bytes, max_members: int, max_unpacked: int, max_pages: int,
+                      max_document: int) -> tuple[list[str], int, list[dict]]:
+    """The documents of a tar archive (its regular files that are PDFs or images, by their bytes), their pages in
+    all, and the members that are not converted, each with why (not a document; a link, a device or a FIFO).
+    Read as a stream, one member at a time and no member kept once passed, so what a check holds is the archive
+    and one document at most, whatever the archive lists. Refused (413) past ``max_members`` entries of any kind
+    (folders and links count), ``max_unpacked`` bytes unpacked (as the headers declare them, before a byte is
+    unpacked), a member over ``max_document`` bytes (what one uploaded document may be) or ``max_pages`` pages in
+    all; 422 when it is damaged, names one member twice or holds no document."""
     import io
     import tarfile
 
     from olmocr.formats.document import kind_of
-    from olmocr.pipeline.archives import CORRUPT
+    from olmocr.pipeline.archives import CORRUPT, streamed
 
-    documents, skipped, pages, members, unpacked = [], [], 0, 0, 0
+    documents, skipped, seen, pages, entries, unpacked = [], [], set(), 0, 0, 0
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as tar:
-            for member in tar:
-                if not member.isfile():
+            for member in streamed(tar):
+                entries += 1
+                if entries > max_members:
+                    raise Refused(413, f"the archive has more than {max_members} entries (max_archive_members)")
+                if member.isdir():
                     continue
-                members += 1
+                if member.name in seen:
+                    raise Refused(422, f"the archive names {member.name!r} twice: each member is one document of "
+                                       "the result, under its name")
+                seen.add(member.name)
+                if not member.isfile():
+                    kind = next((what for test, what in NOT_A_FILE.items() if getattr(member, test)()), "not a file")
+                    skipped.append({"name": member.name, "reason": f"not a regular file ({kind})"})
+                    continue
                 unpacked += member.size  # as declared, before a byte of it is unpacked
-                if members > max_members:
-                    raise Refused(413, f"the archive has more than {max_members} files (max_archive_members)")
                 if unpacked > max_unpacked:
                     raise Refused(413, f"the archive unpacks to more than {max_unpacked} bytes (max_unpacked_mb)")
-                content = tar.extractfile(member).read()
-                if kind_of(content) is None:
-                    skipped.append(member.name)
+                if member.size > max_document:
+                    raise Refused(413, f"archive member {member.name} is {member.size} bytes; a document is at most "
+                                       f"{max_document} (max_upload_mb)")
+                content = tar.extractfile(member)
+                head = content.read(HEAD_BYTES)
+                if kind_of(head) is None:
+                    skipped.append({"name": member.name, "reason": "not a PDF or an image"})
                     continue
                 try:
-                    pages += document_pages(content, max_pages, None)[1]
+                    pages += document_pages(head + content.read(), max_pages, None)[1]
                 except Refused as exc:
                     raise Refused(exc.status, f"archive member {member.name}: {exc}") from None
                 if pages > max_pages:
@@ -118,3 +141,48 @@ def archive_documents(data: bytes, max_members: int, max_unpacked: int, max_page
     if not documents:
         raise Refused(422, f"the archive holds no PDF or image ({len(skipped)} other file(s))")
     return documents, pages, skipped
+
+
+def archive_member(data: bytes, name: str) -> bytes:
+    """The bytes of the archive's member ``name`` (a regular file the archive was checked to hold), read as a
+    stream."""
+    import io
+    import tarfile
+
+    from olmocr.pipeline.archives import streamed
+
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as tar:
+        for member in streamed(tar):
+            if member.name == name and member.isfile():
+                return tar.extractfile(member).read()
+    raise Refused(404, f"the archive has no member {name!r}")
+
+
+# The longest name of one part of a path (NAME_MAX of Linux file systems) and of a whole object name (an S3 key):
+# a member whose outputs would need a longer one cannot be stored in the workspace.
+NAME_PART_BYTES, NAME_BYTES = 255, 1024
+
+
+def unstorable(outputs: dict[str, str]) -> str | None:
+    """Why the workspace cannot hold the outputs of an archive's members (member name → the object name of its
+    output), or None: a name or one of its parts too long for a file system or S3, two members with the same
+    output, or one member's output where another's folder must be."""
+    folders, owner = {}, {}
+    for member, name in outputs.items():
+        encoded = name.encode("utf-8", "surrogateescape")
+        part = max(name.split("/"), key=lambda p: len(p.encode("utf-8", "surrogateescape")))
+        if len(encoded) > NAME_BYTES or len(part.encode("utf-8", "surrogateescape")) > NAME_PART_BYTES:
+            return (f"archive member {member[:80]!r}{'…' if len(member) > 80 else ''}: its name is too long to store "
+                    f"its output (at most {NAME_PART_BYTES} bytes a part, {NAME_BYTES} in all, with the workspace's "
+                    "folders)")
+        if name in owner:
+            return f"archive members {owner[name]!r} and {member!r} would write the same output ({name})"
+        owner[name] = member
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            folders.setdefault("/".join(parts[:depth]), member)
+    for name, member in owner.items():
+        if name in folders:
+            return (f"archive members {member!r} and {folders[name]!r} cannot both be stored: the first one's output "
+                    f"({name}) is where the second one's folder goes")
+    return None

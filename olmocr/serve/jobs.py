@@ -20,9 +20,10 @@ from dataclasses import asdict, dataclass
 
 from olmocr.pipeline.archives import SEPARATOR
 from olmocr.pipeline.ocr import BAD, FILTERED, MARKDOWN
-from olmocr.pipeline.queue import claim_body
-from olmocr.pipeline.workspace import CANCELLED, CLAIMS, PROGRESS, Workspace, item_id
-from olmocr.serve.documents import GZIP, Refused, archive_documents, document_pages, is_archive, safe_name
+from olmocr.pipeline import queue
+from olmocr.pipeline.workspace import Workspace, item_id
+from olmocr.serve.documents import (GZIP, Refused, archive_documents, archive_member, document_pages, is_archive,
+                                    safe_name, unstorable)
 
 UPLOADS, JOBS = "uploads", "jobs"
 FINISHED = ("done", "failed", "cancelled")
@@ -43,68 +44,71 @@ class Job:
     expired: float | None = None  # when its document and result were removed (keep_results_h after submission)
     # An archive's: the documents queued (member names, in archive order) and the members that are not documents
     members: list[str] | None = None
-    skipped: list[str] | None = None
+    skipped: list | None = None  # {"name", "reason"} each (older records: the names of members not documents)
+
+
+class Admitted:
+    """A submission let in under ``max_waiting``: it counts as a waiting job from :meth:`Jobs.admit` until its item is
+    queued (then the item itself counts) or it is refused."""
+
+    counted = True
 
 
 class Jobs:
     """``max_bytes`` and ``max_pages``: the most a document may have (uploaded or fetched) and the most pages a
-    job converts; ``fetcher`` fetches what a job names by URL, with ``access`` for s3://."""
+    job converts."""
 
     def __init__(self, workspace: Workspace, *, max_bytes: int, max_pages: int, max_waiting: int, keep_s: float,
-                 max_archive_members: int, max_unpacked: int, fetcher=None, access=None, queued=None):
+                 max_archive_members: int, max_unpacked: int, queued=None):
         self.ws = workspace
         self.queued = queued  # called once a job is queued (this replica's idle workers look at once)
         self.keep_s = keep_s
         self.max_archive_members, self.max_unpacked = max_archive_members, max_unpacked
         self.max_bytes, self.max_pages, self.max_waiting = max_bytes, max_pages, max_waiting
-        self.fetcher, self.access = fetcher, access
         self._waiting: tuple[float, list[str]] = (0.0, [])
+        self._admitted: set[Admitted] = set()
         self._waiting_lock = threading.Lock()
 
     def waiting(self) -> list[str]:
         """The workspace's items no worker has taken yet, in the order they were queued (by any replica or batch
         run): one listing of the claims, at most once a second."""
         with self._waiting_lock:
-            at, items = self._waiting
-            if time.monotonic() - at >= 1.0:
-                claimed = {name[:-5] for name in self.ws.store.list(CLAIMS) if name.endswith(".json")}
-                items = [item.id for item in self.ws.items() if item.id not in claimed]
-                self._waiting = (time.monotonic(), items)
-            return items
+            return self._looked()
 
-    def submit(self, data: bytes | None = None, filename: str | None = None, page_range: str | None = None,
-               url: str | None = None, one_page: bool = False) -> Job:
-        """Store the document (given, or fetched from ``url``), cut to ``page_range``, queue it as its own work
-        item and record the job. Refused (429) while ``max_waiting`` items wait for a worker. ``one_page``: a
-        synchronous call's, refused when it would convert more."""
+    def _looked(self) -> list[str]:
+        at, items = self._waiting
+        if time.monotonic() - at >= 1.0:
+            items = queue.unclaimed(self.ws)
+            self._waiting = (time.monotonic(), items)
+        return items
+
+    def admit(self) -> Admitted:
+        """Let one submission in, or Refused (429) while ``max_waiting`` jobs wait for a worker: the items waiting
+        in the workspace (looked at at most once a second) and this replica's submissions let in and not yet
+        queued, so concurrent submissions never let in more than ``max_waiting``. :meth:`leave` when done with."""
+        with self._waiting_lock:
+            waiting = len(self._looked()) + sum(a.counted for a in self._admitted)
+            if waiting >= self.max_waiting:
+                raise Refused(429, f"{waiting} jobs are waiting for a worker, as many as this service queues "
+                                   f"(max_waiting); try again later", retry_after=10)
+            admitted = Admitted()
+            self._admitted.add(admitted)
+            return admitted
+
+    def leave(self, admitted: Admitted) -> None:
+        with self._waiting_lock:
+            self._admitted.discard(admitted)
+
+    def submit(self, admitted: Admitted, data: bytes, filename: str | None = None, page_range: str | None = None,
+               one_page: bool = False) -> Job:
+        """Store the document, cut to ``page_range``, queue it as its own work item and record the job; refused
+        before anything is stored when it is not a document this service converts. ``one_page``: a synchronous
+        call's, refused when it would convert more."""
         from olmocr.formats.pdf import pdf_pages
 
-        waiting = len(self.waiting())
-        if waiting >= self.max_waiting:
-            raise Refused(429, f"{waiting} jobs are waiting for a worker, as many as this service queues "
-                               f"(max_waiting); try again later", **{"Retry-After": "10"})
-        if url is not None:
-            if self.fetcher is None:
-                raise Refused(422, "url: this service takes documents only as uploads")
-            data, fetched_name = self.fetcher.fetch(url, self.max_bytes, self.access)
-            filename = filename or fetched_name
         job_id = uuid.uuid4().hex
         if is_archive(data):
-            if one_page or page_range:
-                raise Refused(422, "an archive is converted whole, as a job: page_range and POST /v1/convert take "
-                                   "one document")
-            members, pages, skipped = archive_documents(data, self.max_archive_members, self.max_unpacked,
-                                                        self.max_pages)
-            name = f"{UPLOADS}/{job_id}.{'tar.gz' if data[:2] == GZIP else 'tar'}"
-            self.ws.store.write(name, data)
-            archive = self.ws.store.url(name)
-            documents = [f"{archive}{SEPARATOR}{member}" for member in members]
-            job = Job(job_id, item_id(documents), archive, safe_name(filename), pages, time.time(), members=members,
-                      skipped=skipped)
-            self._queue(job, documents)
-            log.info("job %s queued: %s, an archive of %d document(s) (%d page(s); %d other file(s) skipped), "
-                     "item %s", job.id, job.filename, len(members), pages, len(skipped), job.item)
-            return job
+            return self._archive(admitted, job_id, data, filename, page_range or one_page)
         suffix, pages, chosen = document_pages(data, 1, page_range, ONE_PAGE) if one_page else document_pages(
             data, self.max_pages, page_range)
         if chosen is not None and chosen != list(range(1, pages + 1)):
@@ -116,16 +120,41 @@ class Jobs:
         pdf = self.ws.store.url(name)
         converted = pages if chosen is None else len(chosen)
         job = Job(job_id, item_id([pdf]), pdf, safe_name(filename), converted, time.time(), chosen)
-        self._queue(job, [pdf])
+        self._queue(admitted, job, [pdf])
         log.info("job %s queued: %s, %d page(s)%s, item %s", job.id, job.filename, job.pages,
                  f" of {pages} (page_range {page_range})" if chosen else "", job.item)
         return job
 
-    def _queue(self, job: Job, documents: list[str]) -> None:
+    def _archive(self, admitted: Admitted, job_id: str, data: bytes, filename: str | None, chosen: bool) -> Job:
+        from olmocr.pipeline.dolma import mirror_path
+
+        if chosen:
+            raise Refused(422, "an archive is converted whole, as a job: page_range and POST /v1/convert take one "
+                               "document")
+        members, pages, skipped = archive_documents(data, self.max_archive_members, self.max_unpacked,
+                                                    self.max_pages, self.max_bytes)
+        name = f"{UPLOADS}/{job_id}.{'tar.gz' if data[:2] == GZIP else 'tar'}"
+        archive = self.ws.store.url(name)
+        documents = [f"{archive}{SEPARATOR}{member}" for member in members]
+        # What the workers will write for each member (its markdown, by the pipeline's own naming), checked before
+        # anything is stored: a name the workspace cannot hold is refused now, not found by a worker.
+        why = unstorable({m: f"{MARKDOWN}/{mirror_path(d, '.md')}" for m, d in zip(members, documents)})
+        if why is not None:
+            raise Refused(422, why)
+        self.ws.store.write(name, data)
+        job = Job(job_id, item_id(documents), archive, safe_name(filename), pages, time.time(), members=members,
+                  skipped=skipped)
+        self._queue(admitted, job, documents)
+        log.info("job %s queued: %s, an archive of %d document(s) (%d page(s); %d other member(s) not converted), "
+                 "item %s", job.id, job.filename, len(members), pages, len(skipped), job.item)
+        return job
+
+    def _queue(self, admitted: Admitted, job: Job, documents: list[str]) -> None:
         """The job's documents queued as one work item, then its record written."""
         self.ws.add(documents, pages_per_group=2**62, sample=0)  # one item, whatever its pages
         with self._waiting_lock:
-            self._waiting = (0.0, [])  # this replica's own submission counts at once
+            # The item counts now, in place of its admission: the next look lists it (at once, not in a second).
+            self._waiting, admitted.counted = (0.0, []), False
         self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
         if self.queued is not None:
             self.queued()
@@ -138,12 +167,18 @@ class Jobs:
         return job
 
     def finished(self, job_id: str) -> tuple[Job, dict]:
-        """The job and its result, or Refused: 404, 409 (not done yet, with Retry-After), 410 (expired)."""
+        """The job and its result, or Refused: 404, 409 (not done yet, with Retry-After; failed or cancelled, with
+        the reason and no Retry-After: there will be none), 410 (expired)."""
         job = self.find(job_id)
         found = self.result(job)
         if found is None:
             state = self.status(self.find(job_id))  # read again: it may have expired since
-            raise Refused(409, f"job {job_id} is {state['status']}: no result yet", **{"Retry-After": "2"})
+            if state["status"] in ("failed", "cancelled"):
+                why = f": {state['error']}" if state.get("error") else ""
+                raise Refused(409, f"job {job_id} {state['status']}{why}; it has no result", status=state["status"],
+                              reason=state.get("error"))
+            raise Refused(409, f"job {job_id} is {state['status']}: no result yet", retry_after=2,
+                          status=state["status"])
         return job, found
 
     def get(self, job_id: str) -> Job | None:
@@ -159,38 +194,25 @@ class Jobs:
             raise Refused(410, f"job {job.id} finished more than {self.keep_s / 3600:.4g} h ago: its document and "
                                "result are no longer kept (keep_results_h)")
         state = {"id": job.id, "filename": job.filename, "pages": job.pages, "submitted": job.submitted}
-        done = self.ws.store.read(self.ws.done_name(job.item))
-        if done is not None:
-            counts = json.loads(done.data).get("counts", {})
-            return {**state, "status": "done", "pages_done": job.pages, "counts": counts}
-        claim = self.ws.store.read(f"{CLAIMS}/{job.item}.json")
-        if claim is None:
+        found = queue.item_state(self.ws, job.item)
+        if found.state == "done":
+            return {**state, "status": "done", "pages_done": job.pages, "counts": found.counts}
+        if found.state == "queued":
             waiting = self.waiting()
             ahead = waiting.index(job.item) if job.item in waiting else 0
-            return {**state, "status": "queued", "pages_done": 0, "ahead": ahead}
-        body = claim_body(claim.data)  # a damaged one is a running job's: the next worker replaces it
-        if body.get("cancelled"):
-            return {**state, "status": "cancelled", "pages_done": 0}
-        if body.get("given_up"):
-            return {**state, "status": "failed", "pages_done": 0, "error": body.get("error")}
-        progress = self.ws.store.read(f"{PROGRESS}/{job.item}.json")
-        pages_done = json.loads(progress.data)["pages_done"] if progress is not None else 0
-        cancelling = self.ws.store.exists(f"{CANCELLED}/{job.item}.json")
-        return {**state, "status": "cancelling" if cancelling else "running", "pages_done": pages_done,
-                **({"error": body["error"]} if body.get("error") else {})}
+            return {**state, "status": "queued", "pages_done": 0, "ahead": ahead,
+                    **({"error": found.error} if found.error else {})}
+        return {**state, "status": found.state, "pages_done": found.pages_done,
+                **({"error": found.error} if found.error else {})}
 
     def cancel(self, job: Job) -> dict:
-        """Cancel the job's work: queued, it is given up before any worker takes it; running, its worker stops
-        between pages (``cancelling`` until then). A job done or given up stays as it is."""
+        """Cancel the job's work, whatever it is doing: queued (or waiting to be tried again), it is given up
+        before any worker takes it; running, its worker stops within ``work.watch_s`` (``cancelling`` until
+        then). A finished job stays as it is."""
         state = self.status(job)
         if state["status"] in FINISHED:
             return state
-        self.ws.store.write(f"{CANCELLED}/{job.item}.json", json.dumps({"id": job.id, "at": time.time()}).encode())
-        # Nobody holds it: a claim made here, given up, keeps every worker from it. Held (or taken in between):
-        # the create fails and its worker sees the marker.
-        body = {"worker": "cancelled", "claimed": time.time(), "expires": 0.0, "failures": 0, "given_up": True,
-                "cancelled": True, "error": "cancelled before it started"}
-        self.ws.store.create(f"{CLAIMS}/{job.item}.json", json.dumps(body).encode())
+        queue.cancel(self.ws, job.item)
         return self.status(job)
 
     def sweep(self) -> int:
@@ -210,9 +232,9 @@ class Jobs:
             self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
             markdown = [f"{MARKDOWN}/{mirror_path(source, '.md')}" for source in self.sources(job)]
             for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item), *markdown,
-                        f"{PROGRESS}/{job.item}.json", f"{CANCELLED}/{job.item}.json", f"{BAD}/{job.item}.jsonl",
-                        f"{FILTERED}/{job.item}.jsonl"):
+                        f"{BAD}/{job.item}.jsonl", f"{FILTERED}/{job.item}.jsonl"):
                 self.ws.store.delete(obj)
+            queue.forget_marks(self.ws, job.item)
             expired += 1
         if expired:
             log.info("%d finished job(s) older than %.4g h expired: documents and results removed", expired,
@@ -223,13 +245,10 @@ class Jobs:
         """The JPEG of the job's ``page`` (its number in the submitted document; in an archive, in its
         ``document``-th document), rendered from the stored upload; Refused (404) for a page the job did not
         convert."""
-        import io
-        import tarfile
-
-        from olmocr.formats.document import IMAGE, kind_of
+        from olmocr.formats.document import IMAGE, DocumentError, kind_of
         from olmocr.formats.html import jpeg
         from olmocr.formats.image import render_image
-        from olmocr.formats.render import render_page
+        from olmocr.formats.render import RenderError, render_page
 
         members = job.members or [None]
         if not 0 <= document < len(members):
@@ -238,19 +257,24 @@ class Jobs:
         found = self.ws.store.read(f"{UPLOADS}/{os.path.basename(job.pdf)}")
         if found is None:
             raise Refused(410, f"job {job.id}'s document is no longer kept")
-        data = found.data
+        data, source = found.data, self.sources(job)[document]
         if members[document] is not None:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
-                data = tar.extractfile(members[document]).read()
-        pages = job.pages if members[document] is None else document_pages(data, 2**31, None)[1]
-        numbers = job.page_numbers or list(range(1, pages + 1))
-        if page not in numbers:
-            raise Refused(404, f"job {job.id} has no page {page} (its pages: {', '.join(map(str, numbers))})")
-        at = numbers.index(page) + 1
-        if kind_of(data) == IMAGE:
-            image = render_image(job.pdf, data, at, longest_side)
+            data = archive_member(data, members[document])
+        pages = job.pages if members[document] is None else document_pages(data, self.max_pages, None)[1]
+        if job.page_numbers:
+            at = job.page_numbers.index(page) + 1 if page in job.page_numbers else None
         else:
-            image = render_page(job.pdf, at, longest_side, data=data)
+            at = page if 1 <= page <= pages else None
+        if at is None:
+            shown = ", ".join(map(str, job.page_numbers)) if job.page_numbers else f"1-{pages}"
+            raise Refused(404, f"job {job.id} has no page {page} (its pages: {shown})")
+        try:
+            if kind_of(data) == IMAGE:
+                image = render_image(source, data, at, longest_side)
+            else:
+                image = render_page(source, at, longest_side, data=data)
+        except (RenderError, DocumentError) as exc:
+            raise Refused(422, f"page {page} of job {job.id} cannot be drawn: {exc}") from None
         return jpeg(image, longest_side)
 
     def result(self, job: Job) -> dict | None:
@@ -269,7 +293,8 @@ class Jobs:
         names, sources = job.members or [job.filename], self.sources(job)
         documents = [self._document(name, by_source[source], job.page_numbers)
                      for name, source in zip(names, sources) if source in by_source]
-        not_converted = [{"name": name, "reason": "not a PDF or an image"} for name in job.skipped or []]
+        not_converted = [{"name": entry, "reason": "not a PDF or an image"} if isinstance(entry, str) else entry
+                         for entry in job.skipped or []]
         for folder in (BAD, FILTERED):
             listed = self.ws.store.read(f"{folder}/{job.item}.jsonl")
             for line in (listed.data.decode("utf-8").splitlines() if listed is not None else []):

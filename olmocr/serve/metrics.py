@@ -31,6 +31,8 @@ class Metrics:
                              "(model, fallback: the text layer)", ["by"], registry=registry)
         self.convert_seconds = Histogram("olmocr_serve_convert_seconds", "Time this replica's workers took to "
                                          "convert a job", buckets=SECONDS, registry=registry)
+        self.refused_pages = Counter("olmocr_serve_pages_refused", "Pages the model server refused for what they are "
+                                     "while it answered others (each is also a fallback page)", registry=registry)
         self.server_errors = Counter("olmocr_serve_model_server_errors", "Jobs sent back to the queue because "
                                      "the model server failed a page", registry=registry)
         if waiting is not None:
@@ -64,6 +66,7 @@ class Metrics:
                      output.counts.get("pages", 0), fallback)
             self.pages.labels("model").inc(output.counts.get("pages", 0) - fallback)
             self.pages.labels("fallback").inc(fallback)
+            self.refused_pages.inc(output.counts.get("refused_pages", 0))
             return output
 
         return counted

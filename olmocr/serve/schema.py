@@ -34,8 +34,14 @@ class ServeConfig(StageConfig):
     # finished jobs' documents and results are removed this long after submission (the record says expired: 410)
     keep_results_h: Positive = 168.0
     sync_timeout_s: Positive = 60.0  # POST /v1/convert: the page's result within this, or 504 and its work cancelled
+    # a request's headers must arrive within this of the connection (or of its last answer), else 408 and closed
+    header_timeout_s: Positive = 10.0
+    body_timeout_s: Positive = 30.0  # a body from which nothing arrives for this long is answered 408
+    # submissions read and checked (page trees, archives) and page images drawn at once, each holding a document in
+    # memory; more wait up to 10 s, then 503 with Retry-After
+    concurrent_checks: Annotated[int, Range(at_least=1)] = 4
     # documents a job names by URL: olmocr.serve.fetch.Fetcher's keys (timeout_s, max_redirects, allow_networks,
-    # s3_prefixes)
+    # s3_prefixes, concurrency)
     fetch: Any = field(default_factory=schema_for("olmocr.serve.fetch.Fetcher"))
     workers: Annotated[int, Range(at_least=0)] = 2  # documents converted at once here; 0: accept only
     work: Any = MISSING  # conf/work/ (ocr)
