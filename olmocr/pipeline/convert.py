@@ -112,6 +112,7 @@ class PageResult:
     # The HTTP status of each attempt the server failed (None: no answer at all, a dropped connection or timeout)
     server_statuses: list = field(default_factory=list)
     refused: bool = False  # the server refused this page while it answered others: the page's own failure
+    last_sent: float = 0.0  # when its last attempt was sent (time.monotonic)
 
     @property
     def server_fault(self) -> str | None:
@@ -132,8 +133,8 @@ class PageResult:
     def record(self) -> dict:
         """The page as a JSON object (the per-page output)."""
         return {"page": self.page, "text": self.text, **self.meta.to_dict(), "fallback": self.fallback,
-                "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "attempts": self.attempts,
-                **({"refused_by_server": True} if self.refused else {})}
+                "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "attempts": self.attempts, **({"refused_by_server": True} if self.refused else {})}
 
 
 def error_gist(error: str) -> str:
@@ -263,6 +264,7 @@ class PageConverter:
         # documents whose pages were judged refused on a check page alone since a real page was last answered.
         self._answered_page: list[dict] | None = None
         self._probed = (-float("inf"), False, False)
+        self._answered_at = -float("inf")  # when the last request a real page was answered for was sent
         self._refused_documents: set[str] = set()
 
     def __enter__(self) -> PageConverter:
@@ -279,17 +281,17 @@ class PageConverter:
             raise
         return self
 
-    async def refuses_page(self, result: PageResult, since: float, document: str) -> bool:
+    async def refuses_page(self, result: PageResult, document: str) -> bool:
         """Whether the server failed ``result``'s page (of ``document``) for what the page is: every attempt it
         failed was answered with a status a request's content can cause (PAGE_STATUSES), and it answers another
-        page asked after ``since`` (when this one was first sent): the last real page it answered, sent again, or,
-        before it has answered any, the check page. A check page says less (a server may answer a short check and
-        no real page): on that evidence alone, only pages of fewer than CHECK_ONLY_DOCUMENTS documents in a row
-        are judged refused for themselves; past that they are the server's."""
+        page asked after this one's last attempt: a page answered since, the last real page it answered, sent
+        again, or, before it has answered any, the check page. A check page says less (a server may answer a
+        short check and no real page): on that evidence alone, only pages of fewer than CHECK_ONLY_DOCUMENTS
+        documents in a row are judged refused for themselves; past that they are the server's."""
         statuses = result.server_statuses
         if result.server_fault is None or not statuses or not all(s in PAGE_STATUSES for s in statuses):
             return False
-        answered, real = await self.answers_others(since)
+        answered, real = await self.answers_others(result.last_sent)
         if not answered:
             return False
         if not real:
@@ -300,8 +302,11 @@ class PageConverter:
 
     async def answers_others(self, since: float) -> tuple[bool, bool]:
         """Whether the server answers a page request asked after ``since`` (time.monotonic), and whether that was
-        a real page: the last it answered, sent again (else the check page). Pages that ask at once share one
-        request: an answer to a request made after ``since`` serves them all."""
+        a real page: another page answered since then (no request needed), or the last it answered, sent again
+        (else the check page). Pages that ask at once share one request: an answer to a request made after
+        ``since`` serves them all."""
+        if self._answered_at >= since:
+            return True, True
         if self._probe_lock is None:  # made on the loop that uses it
             self._probe_lock = asyncio.Lock()
         async with self._probe_lock:
@@ -384,12 +389,14 @@ class PageConverter:
             rotation, answer, read_at = 0, None, 0
             for temperature in self.temperatures:
                 turn_sent = chat_messages(messages, url)
+                sent = result.last_sent = time.monotonic()
                 reply = await self.client.chat(turn_sent, self.max_tokens, temperature, regex=self.regex)
                 result.input_tokens += reply.input_tokens
                 result.output_tokens += reply.output_tokens
                 if reply.error is None:
                     result.answered = True
                     self._answered_page, self._refused_documents = turn_sent, set()
+                    self._answered_at = sent
                 else:
                     result.server_error = result.server_error or reply.error
                     result.server_statuses.append(reply.status)

@@ -28,7 +28,6 @@ import asyncio
 import datetime
 import json
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Annotated
@@ -271,9 +270,8 @@ class OcrWork:
 
     async def _page(self, source: str, sample: dict, path: str | None, data: bytes | None,
                     watch: ItemWatch) -> PageResult:
-        began = time.monotonic()
         result = await self.converter.convert(sample, path, data)
-        if await self.converter.refuses_page(result, since=began, document=source):
+        if await self.converter.refuses_page(result, document=source):
             # The server answers another page now: it refuses this one for what the page is (a shape its processor
             # refuses, a request too large). The page falls back, marked, and counts against its document as any
             # failed page does.
