@@ -275,7 +275,10 @@ class TransformersServer(ManagedServer):
         # raw decode): a sampled <|image_pad|> would reach Dolma text and, in a DPO pair, become an
         # image placeholder with no image behind it. Read once the server has loaded the model, so a
         # folder that is no model fails with the server's own error; transformers (seconds to import) is
-        # imported meanwhile, while the server loads, rather than before it starts.
+        # imported meanwhile, while the server loads, rather than before it starts. The model is found (a tiny
+        # one built, which imports transformers itself) first: two threads importing transformers' modules at once
+        # can each meet the other's half-made module ("cannot import name PreTrainedTokenizerFast").
+        self.source.path  # noqa: B018 - resolved (built) here, before the import thread starts
         importing = threading.Thread(target=importlib.import_module,
                                      args=("transformers.models.auto.tokenization_auto",), daemon=True)
         importing.start()
