@@ -8,7 +8,6 @@ import http.server
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -18,18 +17,12 @@ import urllib.request
 
 import pytest
 
-from conftest import write_pdf
+from conftest import SERVE_TOKEN, write_pdf
 from test_serve_inputs import tar
 from olmocr.config import PROJECT_ROOT
 
 SAMPLE_PDF = sorted(glob.glob(os.path.join(PROJECT_ROOT, "data", "sample", "eval", "pdfs", "*.pdf")))[0]
-TOKEN = "s3cret-token-for-tests"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+TOKEN = SERVE_TOKEN
 
 
 def call(url: str, method: str = "GET", body: bytes | None = None, token: str | None = TOKEN) -> tuple[int, dict]:
@@ -52,42 +45,6 @@ def send(url: str, method: str = "POST", token: str | None = TOKEN, **kwargs) ->
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
     return response.status_code, response.json()
-
-
-@pytest.fixture
-def start_service(tmp_path, cache_dir):
-    """``start(*overrides)``: the service on a free port (a token, 0.5 MB uploads, 2 pages a job), its base URL
-    and workspace once /health answers."""
-    procs = []
-
-    def start(*overrides: str, name: str = "service"):
-        port = free_port()
-        workspace = tmp_path / "ws"
-        env = dict(os.environ, OLMOCR_TEST_TOKEN=TOKEN)
-        # A session of its own: a test may kill it whole, as a machine that dies
-        proc = subprocess.Popen([sys.executable, "-m", "olmocr.serve", f"port={port}", f"workspace={workspace}",
-                                 "token_env=OLMOCR_TEST_TOKEN", "max_upload_mb=0.5", "max_pages=2",
-                                 f"hydra.run.dir={tmp_path / ('run_' + name)}", *overrides], cwd=PROJECT_ROOT,
-                                env=env, stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        procs.append(proc)
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                return base, workspace
-            except OSError:
-                assert proc.poll() is None, (tmp_path / f"{name}.log").read_text()
-                time.sleep(0.3)
-        raise AssertionError("the service did not answer /health in 120 s")
-
-    start.procs = procs
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(30)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import write_pdf
 from support import hostile
-from test_serve import TOKEN, call, send, start_service, wait_done  # noqa: F401 - start_service: the fixture
+from test_serve import TOKEN, call, send, wait_done
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
