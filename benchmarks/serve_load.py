@@ -19,6 +19,16 @@ threads. The documents are the bundled sample PDFs and generated ones of 1 to 8 
   workspace's gzipped index) over the first and the last hundred.
 - **Lost or twice**: every job submitted must end done, its item with one done marker and one result, and
   the service's log must say each item was converted once.
+- **A hostile mix** (``--hostile-share``): the same documents submitted by the same clients to two fresh
+  services, one clean and one where an attacker adds poison submissions (a share of all, spread over as long as
+  the clean run took; tests/support/hostile.py): pages the
+  model server refuses (its processor's aspect-ratio bound; both services render such pages for it,
+  ``+convert.steps.render.max_aspect=100000``, and make one greedy attempt a page, so that rounds differ by the
+  poison, not by sampled answers' lengths), archives of links and devices, page trees that lie about their
+  count, and uploads refused at submission (pages of no size, page trees too deep, a name twice, 200,000
+  folders, a 1 GiB member, JSON nested 60,000 deep). The normal jobs' pages/s (their own done markers) and
+  submitted-to-done latency in each, their ratio, and how each poison submission ended (an error's status, or
+  a finished job with its counts).
 """
 
 from __future__ import annotations
@@ -94,14 +104,14 @@ def until_done(base: str, job: str) -> dict:
     return state
 
 
-def service(workspace: str, log: str, server, workers: int) -> tuple[subprocess.Popen, str]:
+def service(workspace: str, log: str, server, workers: int, *extra: str) -> tuple[subprocess.Popen, str]:
     from olmocr.pipeline.server import free_port
 
     port = free_port("127.0.0.1")
     env = dict(os.environ, OLMOCR_LOAD_TOKEN=TOKEN)
     proc = subprocess.Popen([sys.executable, "-m", "olmocr.serve", f"workspace={workspace}", f"port={port}",
                              "token_env=OLMOCR_LOAD_TOKEN", f"workers={workers}", "max_waiting=100000",
-                             *external(server), f"hydra.run.dir={workspace}_run"], cwd=ROOT, env=env,
+                             *external(server), f"hydra.run.dir={workspace}_run", *extra], cwd=ROOT, env=env,
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -143,6 +153,87 @@ def submit_all(base: str, docs: list[tuple[str, bytes]], clients: int, on_submit
     return states
 
 
+def poison() -> list[tuple[str, bytes, str]]:
+    """The hostile submissions of the mix: (name, body, content type)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support import hostile  # the test tools, tests/support/
+
+    one = pdf(1, "inside an archive")
+    return [("refused_page.pdf", hostile.sliver_pdf(14000, 10), "application/pdf"),
+            ("links.tar.gz", hostile.links_and_devices_tar(one), "application/gzip"),
+            ("lying_count.pdf", hostile.lying_count_pdf(), "application/pdf"),
+            ("zero.pdf", hostile.zero_pdf(), "application/pdf"),
+            ("deep_tree.pdf", hostile.deep_tree_pdf(), "application/pdf"),
+            ("twice.tar.gz", hostile.tar_of([("a.pdf", one), ("a.pdf", one)]), "application/gzip"),
+            ("folders.tar.gz", hostile.folder_bomb_tgz(), "application/gzip"),
+            ("big_member.tar.gz", hostile.zeros_member_tgz(), "application/gzip"),
+            ("deep.json", hostile.deep_json(), "application/json")]
+
+
+def mixed_run(base: str, normal: list[tuple[str, bytes]], hostile: list[tuple[str, bytes, str]], clients: int,
+              spread_s: float):
+    """``clients`` submit their share of the normal documents one after another, each long-polled to its end, as
+    in the clean run; meanwhile one more client, the attacker, submits the hostile ones spread evenly over
+    ``spread_s`` (each waited for to its end). Each normal job's submitted-to-done time, the normal job ids, how long
+    the normal clients took, and how each hostile submission ended: (name, HTTP status of the submission, the error
+    or the finished job's state with what was not converted)."""
+    import urllib.error
+
+    latency, normal_jobs, ended, lock = [], [], [], threading.Lock()
+    began = time.perf_counter()
+
+    def client(share):
+        for name, data in share:
+            submitted = time.perf_counter()
+            job = call(f"{base}/v1/jobs?filename={name}", "POST", data)["id"]
+            until_done(base, job)
+            with lock:
+                latency.append(time.perf_counter() - submitted)
+                normal_jobs.append(job)
+
+    def attacker():
+        for k, (name, data, kind) in enumerate(hostile):
+            time.sleep(max(began + (k + 0.5) * spread_s / len(hostile) - time.perf_counter(), 0))
+            try:
+                job = call(f"{base}/v1/jobs?filename={name}", "POST", data, kind)["id"]
+            except urllib.error.HTTPError as exc:
+                with lock:
+                    ended.append((name, exc.code, json.loads(exc.read())["error"]))
+                continue
+            state = until_done(base, job)
+            found = call(f"{base}/v1/jobs/{job}/result") if state["status"] == "done" else {}
+            with lock:
+                ended.append((name, 202, {**state, "not_converted": found.get("not_converted", [])}))
+
+    threads = [threading.Thread(target=client, args=(normal[n::clients],)) for n in range(clients)]
+    threads += [threading.Thread(target=attacker)] if hostile else []
+    for thread in threads:
+        thread.start()
+    for thread in threads[:clients]:
+        thread.join()
+    took = time.perf_counter() - began
+    for thread in threads[clients:]:
+        thread.join()
+    return latency, normal_jobs, took, ended
+
+
+def normal_rate(workspace: str, jobs: list[str]) -> float:
+    """Pages/s of these jobs' items, over the span from the first claim to the last finish."""
+    items = {json.load(open(os.path.join(workspace, "jobs", f"{job}.json")))["item"] for job in jobs}
+    done = [json.load(open(os.path.join(workspace, "done", f"{item}.json"))) for item in items]
+    span = max(r["finished"] for r in done) - min(r["claimed"] for r in done)
+    return sum(r["counts"].get("pages", 0) for r in done) / span
+
+
+def worker_share(workspace: str, jobs: list[str]) -> float:
+    """The share of the workers' time (claimed to finished, over every item done) spent on items other than these
+    jobs'."""
+    mine = {json.load(open(os.path.join(workspace, "jobs", f"{job}.json")))["item"] for job in jobs}
+    done = [json.load(open(path)) for path in glob.glob(os.path.join(workspace, "done", "*.json"))]
+    spent = {r["id"]: r["finished"] - r["claimed"] for r in done}
+    return sum(t for item, t in spent.items() if item not in mine) / sum(spent.values())
+
+
 def rss_mb(pid: int) -> float:
     import psutil
 
@@ -166,6 +257,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--latency-jobs", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--hostile-share", type=float, default=0.25,
+                        help="the hostile mix: poison submissions as a share of all (0: no mix)")
+    parser.add_argument("--mix-rounds", type=int, default=5, help="the hostile mix: rounds of each, alternately")
+    parser.add_argument("--skip-load", action="store_true", help="only the hostile mix")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="serve_load_")
@@ -185,6 +280,11 @@ def main() -> None:
         batch_wall = time.perf_counter() - began
         batch_rate, batch_pages, batch_items = pages_per_second(batch)
 
+        if args.hostile_share > 0:
+            mix = hostile_mix(tmp, server, docs, args)
+        if args.skip_load:
+            print_mix(*mix)
+            return
         workspace, log = os.path.join(tmp, "served"), os.path.join(tmp, "service.log")
         proc, base = service(workspace, log, server, args.workers)
         try:
@@ -232,6 +332,66 @@ def main() -> None:
           f"{len(first)}, {statistics.median(last) * 1000:.0f} ms over the last {len(last)} "
           f"(of {len(submit_s)}; the workspace then held {args.docs + args.latency_jobs * 2 + args.jobs} jobs)")
     print(f"jobs lost: {lost}; items converted twice: {twice}")
+    if args.hostile_share > 0:
+        print_mix(*mix)
+
+
+def hostile_mix(tmp: str, server, docs, args):
+    """The same normal documents through a clean service and through one that also takes the poison
+    submissions (as many as make ``--hostile-share`` of all, the poison list repeated as needed), alternately,
+    ``--mix-rounds`` times each (the tiny model's answers vary in length from run to run)."""
+    kinds = poison()
+    count = max(round(len(docs) * args.hostile_share / (1 - args.hostile_share)), 1)
+    hostile = [kinds[k % len(kinds)] for k in range(count)]
+    runs = {"clean": [], "hostile": []}
+    for round_ in range(args.mix_rounds):
+        spread_s = None
+        for name, mixed in (("clean", []), ("hostile", hostile)):
+            workspace = os.path.join(tmp, f"mix_{name}_{round_}")
+            # One greedy attempt a page: the tiny model never answers in the page format, so every attempt of the
+            # schedule would run, each sampled to a length of its own, and the rounds would differ by that alone.
+            proc, base = service(workspace, f"{workspace}.log", server, args.workers, "convert.temperatures=[0.0]",
+                                 "+convert.steps.render.max_aspect=100000")
+            try:
+                latency, jobs, took, ended = mixed_run(base, docs, mixed, args.clients, spread_s or 1.0)
+                spread_s = spread_s or took  # the poison spread over as long as the clean run took
+                runs[name].append((normal_rate(workspace, jobs), statistics.median(latency), ended, rss_mb(proc.pid),
+                                   worker_share(workspace, jobs)))
+            finally:
+                proc.terminate()
+                proc.wait(60)
+    return runs, len(docs), count
+
+
+def print_mix(runs, normal, count) -> None:
+    clean, hostile = runs["clean"], runs["hostile"]
+    rate = [h[0] / c[0] for c, h in zip(clean, hostile)]
+    latency = [h[1] / c[1] for c, h in zip(clean, hostile)]
+    print(f"hostile mix: {normal} normal documents, {count} poison submissions among them "
+          f"({count / (normal + count):.0%} of all), {len(clean)} rounds, clean and with poison alternately")
+    print("  normal jobs' pages/s, clean / with poison: " + ", ".join(f"{c[0]:.2f} / {h[0]:.2f}" for c, h in
+                                                                      zip(clean, hostile))
+          + f"; ratio median {statistics.median(rate):.2f}x")
+    print("  normal jobs' submitted-to-done median (s), clean / with poison: " + ", ".join(
+        f"{c[1]:.2f} / {h[1]:.2f}" for c, h in zip(clean, hostile))
+        + f"; ratio median {statistics.median(latency):.2f}x")
+    print("  the workers' time spent on the poison: " + ", ".join(f"{h[4]:.1%}" for h in hostile)
+          + f"; the clean rounds' pages/s vary {min(c[0] for c in clean):.2f} to {max(c[0] for c in clean):.2f} "
+          "among themselves")
+    print(f"  service RSS at the end: clean {max(c[3] for c in clean):.0f} MB, with poison "
+          f"{max(h[3] for h in hostile):.0f} MB (the most of the rounds)")
+    print("  how each poison submission ended (the last round):")
+    for name, status, how in sorted(hostile[-1][2], key=lambda e: e[0]):
+        if status == 202:
+            counts = how.get("counts", {})
+            skipped = "; ".join(f"{n['name']} ({n['reason']})" for n in how["not_converted"]) or "none"
+            said = f"{how['status']}" + (f": {how['error']}" if how.get("error") else "") + (
+                f" (pages {counts.get('pages', 0)}, fallback {counts.get('fallback_pages', 0)}, refused by the "
+                f"model server {counts.get('refused_pages', 0)}; not converted: {skipped})"
+                if how["status"] == "done" else "")
+        else:
+            said = f"HTTP {status}: {how[:120]}"
+        print(f"    {name}: {said}")
 
 
 if __name__ == "__main__":
