@@ -319,10 +319,12 @@ def test_replicas_share_the_work_and_a_killed_one_loses_nothing_and_converts_not
         def its(folder: str) -> dict[str, dict]:
             found = {}
             for name in os.listdir(workspace / folder) if (workspace / folder).exists() else []:
+                if name.startswith("."):
+                    continue  # a file the store is writing, renamed into place when whole
                 try:
                     found[name] = json.load(open(workspace / folder / name))
-                except ValueError:
-                    continue  # being written
+                except (ValueError, FileNotFoundError):
+                    continue  # being written, or a claim given up since the listing
             return {name: r for name, r in found.items() if named and r["worker"].startswith(named[1])}
 
         finished = its("done")

@@ -542,6 +542,31 @@ def test_an_output_the_workspace_cannot_hold_is_the_items_failure_and_never_paus
     assert not [n for n in os.listdir(tmp_path / "ws" / "markdown") if n.startswith(".")]  # its look left nothing
 
 
+def test_a_write_lost_to_a_moment_of_outage_is_not_taken_for_the_items_fault(tmp_path):
+    """The store fails the item's markdown once and is back by the look that follows (an outage ending between
+    the two): the file is written again, the item is done, converted once and never counted as failed."""
+    ws = Workspace(str(tmp_path / "ws"))
+    ws.add([write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1, sample=0)
+    store, calls, failed = ws.store, [], []
+    real_write = store.write
+
+    def write(name, data):
+        if name.startswith("markdown/") and not failed:
+            failed.append(name)
+            raise ConnectionError("the storage was away for a moment")
+        return real_write(name, data)
+
+    store.write = write
+
+    def process(item):
+        calls.append(item.id)
+        return Output(b'{"source": "a"}\n', {"documents": 1}, {"markdown/a.md": b"text"})
+
+    report = run_workers(ws, process, max_failures=1, retry_wait_s=0.1, retry_wait_max_s=0.2, progress=False)
+    assert (report.done, report.failed, report.unavailable) == (1, 0, 0) and len(calls) == 1 and failed
+    assert (tmp_path / "ws" / "markdown" / "a.md").read_bytes() == b"text"
+
+
 def test_cancel_ends_an_item_whatever_it_waits_for(tmp_path):
     """Cancelled while it waits to be tried again after a failure, an item is given up at once (no worker takes it
     again); never claimed, it is given up before any worker takes it; done, it stays done."""

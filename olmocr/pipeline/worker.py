@@ -280,12 +280,20 @@ def _finish(queue: WorkQueue, claim, output: Output, shared: _Shared) -> bool | 
                 queue.ws.store.write(name, pending[name])
             except store_errors() as exc:
                 folder = name.split("/", 1)[0]
-                if not (no_space(exc) or refused(exc)) and queue.ws.store.takes(folder):
-                    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else gist(exc)
+                if no_space(exc) or refused(exc) or not queue.ws.store.takes(folder):
+                    raise
+                # The store takes other writes: either it refuses this name, or it was away for a moment and is
+                # back (an outage ending between the two writes). The file once more tells them apart; taken for
+                # the item's fault too soon, its pages would be converted again.
+                try:
+                    queue.ws.store.write(name, pending[name])
+                except store_errors() as again:
+                    if no_space(again) or refused(again) or not queue.ws.store.takes(folder):
+                        raise
+                    why = again.strerror if isinstance(again, OSError) and again.strerror else gist(again)
                     shown = name if len(name) <= 120 else f"{name[:100]}…{name[-19:]}"
                     raise OutputRefused(f"the workspace does not take the item's {shown} ({why}), though it takes "
-                                        f"other writes in {folder}/") from exc
-                raise
+                                        f"other writes in {folder}/") from again
             del pending[name]  # written: not again
         return queue.complete(claim, output.result, output.counts)
 
