@@ -5,7 +5,10 @@
 Pages (scripts/reading_pages.sh): the recipe's training pages, and a held-out bench of another seed in four
 categories of 256 pages: ``bank`` (sentences of the word bank, one word in eight never on a training page),
 ``unseen`` (only those words), ``letters`` (random strings no prior can guess) and ``lines`` (paragraphs of two to
-four lines). Then, each by its stage's own command (a run dir under --out, resumed or skipped when done):
+four lines); and a typeset held-out bench (other seeds, 256 pages of each: the same kinds set as documents set
+text, any place, size and typeface, both cases and numbers, in five categories: ``letters``, ``unseen``,
+``codes``, ``lines``, and ``faces`` in two typefaces training never used). Every row is scored on both. Then,
+each by its stage's own command (a run dir under --out, resumed or skipped when done):
 
 - untrained: the reader at its random weights (model=reader), through the pipeline;
 - sft: +experiment=read_tiny, SFT from random weights;
@@ -17,7 +20,10 @@ four lines). Then, each by its stage's own command (a run dir under --out, resum
 - dpo: +experiment=read_dpo from the SFT checkpoint, on pairs mined from its own samples of other training pages
   (python -m olmocr.pairs); the same samples give the SFT model's pass@1 and pass@k at the sampling temperature;
 - fp8: the soup compressed to FP8 (python -m olmocr.compress), through the pipeline;
-- pipeline: the SFT model served by vLLM's CPU engine instead of transformers serve.
+- pipeline: the SFT model served by vLLM's CPU engine instead of transformers serve;
+- tesseract: Debian's tesseract on the same pages at the same pixels (python -m olmocr.pipeline.tesseract, the
+  reader's render step at its 448 pixels): a real engine's figures beside every row's, and each row's CER over
+  tesseract's, set by set.
 
 Every model is released (python -m olmocr.prepare) and greedy-decodes every held-out page through the pipeline
 (python -m olmocr.pipeline.bench, transformers serve; the pipeline row: vLLM's CPU engine), and is scored here,
@@ -46,9 +52,15 @@ sys.path.insert(0, ROOT)
 
 from olmocr.bench.intervals import Interval, bootstrap, paired  # noqa: E402
 
-ROWS = ("untrained", "sft", "blind", "grpo", "control", "soup", "dpo", "fp8", "pipeline")
+ROWS = ("untrained", "sft", "blind", "grpo", "control", "soup", "dpo", "fp8", "pipeline", "tesseract")
 SETS = ("bank", "unseen", "letters", "lines")
 HELD_OUT = ("bank", "unseen", "letters")  # the line pages; "held-out" pools them
+# Each held-out bench: its folder under the pages, its categories, the line pages "held-out" pools. The grid bench
+# is the typography the reader trained on; the typeset one sets the same kinds as documents set text (any place,
+# size and typeface, both cases, numbers), faces in two typefaces training never used.
+BENCHES = {"grid": ("heldout", SETS, HELD_OUT),
+           "typeset": (os.path.join("typeset", "heldout"), ("letters", "unseen", "codes", "lines", "faces"),
+                       ("letters", "unseen", "codes"))}
 BLIND = "+data.steps.blind={_target_: olmocr.data.steps.BlankImage, _after_: render}"
 GREEDY = ["convert.temperatures=[0]", "convert.concurrency=8", "progress=false"]
 # What each stage starts from: its difference from that row, page by page, is its gain.
@@ -95,7 +107,7 @@ class Factory:
     def pages(self) -> None:
         a = self.args
         env = {"TRAIN_PAGES": a.train_pages, "LINES_PAGES": max(1, a.train_pages // 2),
-               "HELDOUT_PAGES": a.heldout_pages, "PAIRS_PAGES": a.dpo_pages}
+               "HELDOUT_PAGES": a.heldout_pages, "PAIRS_PAGES": a.dpo_pages, "TYPESET_PAGES": a.typeset_pages}
         os.environ.update({k: str(v) for k, v in env.items()})
         os.environ.setdefault("PYTHON", self.py)
         if not os.path.exists(self.path("pages", "done")):
@@ -114,12 +126,35 @@ class Factory:
                                                 f"hydra.run.dir={self.path('runs', 'prepare_' + row)}"])
         return out
 
-    def convert(self, row: str, model: list[str], server: str = "transformers") -> str:
-        candidates = self.path("candidates", row)
-        self.module(f"{row} bench", "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={self.path('pages', 'heldout')}",
-                                                   f"candidates={candidates}", *convert_args(),
-                                                   f"hydra.run.dir={self.path('runs', 'bench_mode_' + row)}"])
-        return candidates
+    def benches(self) -> dict[str, str]:
+        """The held-out benches the pages hold (the typeset one unless --typeset-pages 0), by name."""
+        folders = {name: self.path("pages", folder) for name, (folder, _, _) in BENCHES.items()}
+        return {name: folder for name, folder in folders.items() if os.path.isdir(folder)}
+
+    def candidates(self, bench: str, row: str) -> str:
+        return self.path("candidates", row) if bench == "grid" else self.path("candidates", bench, row)
+
+    def convert(self, row: str, model: list[str], server: str = "transformers") -> dict[str, str]:
+        """The model's candidates on every held-out bench, each converted by the pipeline in bench mode."""
+        out = {}
+        for bench, folder in self.benches().items():
+            out[bench] = candidates = self.candidates(bench, row)
+            run = self.path("runs", f"bench_mode_{row}" + ("" if bench == "grid" else f"_{bench}"))
+            self.module(f"{row} bench", "olmocr.pipeline.bench", [*model, f"server={server}", f"bench_dir={folder}",
+                                                       f"candidates={candidates}", *convert_args(),
+                                                       f"hydra.run.dir={run}"])
+        return out
+
+    def tesseract(self) -> dict[str, str]:
+        """Debian's tesseract on the same pages at the same pixels: the reader's render step, at its size."""
+        size = reader_config().data.steps.render.longest_side
+        out = {}
+        for bench, folder in self.benches().items():
+            out[bench] = candidates = self.candidates(bench, "tesseract")
+            self.module("tesseract", "olmocr.pipeline.tesseract", [f"bench_dir={folder}", f"candidates={candidates}",
+                                                                  f"render.longest_side={size}", "progress=false",
+                                                                  f"hydra.run.dir={self.path('runs', 'tesseract_' + bench)}"])
+        return out
 
 
 def page_scores(bench_dir: str, candidates: str) -> dict[str, dict[str, list[float]]]:
@@ -180,9 +215,11 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
         every = steps // 3 if steps % 3 == 0 else steps
         sft_args += [f"trainer.max_duration.value={steps}", f"trainer.eval_interval={every}",
                      f"checkpoint.interval={every}"]
-    candidates: dict[str, str] = {}
+    candidates: dict[str, dict[str, str]] = {}
+    if "tesseract" in rows:
+        candidates["tesseract"] = f.tesseract()
 
-    def trained(row: str, args: list[str]) -> str:
+    def trained(row: str, args: list[str]) -> dict[str, str]:
         f.train(row, args)
         return f.convert(row, ["model=reader_trained", f"model.name_or_path={f.release(row, [f.path(row)])}"])
 
@@ -192,11 +229,11 @@ def chain(f: Factory, rows: set[str], steps: int | None) -> dict[str, str]:
         candidates["untrained"] = f.convert("untrained", ["model=reader", *(
             f"convert.steps.{name}.{key}={steps[name][key]}" for name, key in (("render", "longest_side"),
                                                                               ("prompt", "version")))])
-    if rows - {"untrained", "blind"}:
+    if rows - {"untrained", "blind", "tesseract"}:
         candidates["sft"] = trained("sft", [*sft_args, "run_name=read_sft"])
     if "blind" in rows:
         candidates["blind"] = trained("blind", [*sft_args, "run_name=read_blind", BLIND])
-    if not rows & {"grpo", "control", "dpo", "soup", "fp8", "pipeline"}:
+    if not rows & {"grpo", "control", "dpo", "soup", "fp8", "pipeline"}:  # tesseract needs no model
         return candidates
     sft = f.path("release", "sft")
     start = ["model=reader_trained", f"model.name_or_path={sft}", f"paths.reading={f.path('pages')}",
@@ -300,14 +337,16 @@ def fmt(i: Interval, digits: int = 1) -> str:
     return f"{i.mean:.{digits}f} [{i.low:.{digits}f}, {i.high:.{digits}f}]"
 
 
-def report(f: Factory, candidates: dict[str, str]) -> dict:
-    heldout = f.path("pages", "heldout")
-    scores = {row: page_scores(heldout, path) for row, path in candidates.items()}
-    sets = [s for s in SETS if any(s in sc for sc in scores.values())]
-    groups = {name: (name,) for name in sets} | {"held-out": tuple(s for s in HELD_OUT if s in sets)}
-    table = {row: {g: figures(pooled(sc, members)) for g, members in groups.items() if pooled(sc, members)}
-             for row, sc in scores.items()}
-    print(f"\nheld-out reading pages ({heldout}), strict; a page that fell back or was empty passes nothing; "
+def bench_tables(f: Factory, bench: str, candidates: dict[str, dict[str, str]]) -> dict:
+    """One held-out bench: every row's figures per category and pooled, each stage's gain over the row it started
+    from, chance, and where tesseract read the bench, each row's CER over tesseract's, set by set."""
+    folder, members, held_out = BENCHES[bench]
+    heldout = f.path("pages", folder)
+    scores = {row: page_scores(heldout, paths[bench]) for row, paths in candidates.items() if bench in paths}
+    sets = [s for s in members if any(s in sc for sc in scores.values())]
+    groups = {name: (name,) for name in sets} | {"held-out": tuple(s for s in held_out if s in sets)}
+    table = {row: {g: figures(pooled(sc, m)) for g, m in groups.items() if pooled(sc, m)} for row, sc in scores.items()}
+    print(f"\n=== the {bench} bench ({heldout}), strict; a page that fell back or was empty passes nothing; "
           "95% intervals by bootstrap over pages")
     floor = chance(heldout)
     for g in groups:
@@ -321,7 +360,7 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
                 print(f"{row:<24}{fmt(t[g]['present']):>24}{fmt(t[g]['cer'], 3):>24}"
                       f"{'' if seconds is None else f'{seconds:10.0f}'}")
     deltas = {}
-    print("\neach stage against the row it started from, on the same pages (paired 95% intervals)")
+    print(f"\n{bench}: each stage against the row it started from, on the same pages (paired 95% intervals)")
     for row, base in BASE.items():
         if row in scores and base in scores:
             deltas[row] = {g: gains(pooled(scores[base], m), pooled(scores[row], m)) for g, m in groups.items()
@@ -329,6 +368,21 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
             for g, d in deltas[row].items():
                 print(f"{row + ' - ' + base:<36}{g:<10} present {fmt(d['present']):>22} points   "
                       f"CER {fmt(d['cer'], 3):>22}")
+    ratios = {}
+    if "tesseract" in table:
+        print(f"\n{bench}: each row's CER over tesseract's on the same pages, set by set (below 1: fewer errors)")
+        engine = table["tesseract"]
+        for row, t in table.items():
+            if row != "tesseract":
+                ratios[row] = {g: t[g]["cer"].mean / max(engine[g]["cer"].mean, 1e-3) for g in t if g in engine}
+                print(f"{row:<24}" + "  ".join(f"{g} {r:.2f}x" for g, r in ratios[row].items()))
+    return {"table": table, "deltas": deltas, "chance": floor, "ratios": ratios}
+
+
+def report(f: Factory, candidates: dict[str, dict[str, str]]) -> dict:
+    benches = {bench: bench_tables(f, bench, candidates) for bench in f.benches()}
+    grid = benches["grid"]
+    table, deltas, floor = grid["table"], grid["deltas"], grid["chance"]
     curves = {row: curve(f, f.path(row)) for row in ("sft", "blind") if row in candidates}
     for row, points in curves.items():
         print(f"\n{row}: step, held-out loss, then strict present % / CER per category at each eval")
@@ -356,8 +410,10 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
     print("\ngoals")
     for line in lines:
         print(f"  {line}")
-    result = {"scores": {row: {g: {k: vars(v) for k, v in t.items()} for g, t in gs.items()} for row, gs in table.items()},
-              "gains": {row: {g: {k: vars(v) for k, v in t.items()} for g, t in gs.items()} for row, gs in deltas.items()},
+    result = {"benches": {bench: {"scores": figures_json(b["table"]), "gains": figures_json(b["deltas"]),
+                                  "chance_cer": b["chance"], "cer_over_tesseract": b["ratios"]}
+                          for bench, b in benches.items()},
+              "scores": figures_json(table), "gains": figures_json(deltas),
               "curves": {row: [{k: (vars(v) if isinstance(v, Interval) else {m: vars(i) for m, i in v.items()}
                                     if isinstance(v, dict) else v) for k, v in p.items()} for p in points]
                          for row, points in curves.items()},
@@ -369,11 +425,16 @@ def report(f: Factory, candidates: dict[str, str]) -> dict:
     return result
 
 
+def figures_json(rows: dict) -> dict:
+    return {row: {g: {k: vars(v) for k, v in t.items()} for g, t in gs.items()} for row, gs in rows.items()}
+
+
 def made_in(times: dict[str, float], row: str) -> float | None:
     """Seconds the row's model took to make: its training run, or its release where that makes it (the soup);
     FP8's compression. None for a model made elsewhere (untrained, the same SFT served by vLLM)."""
     stage = STAGE_OF.get(row, row)
-    return times.get(stage, times.get(f"{stage} release")) if row not in ("untrained", "pipeline, vLLM") else None
+    return (times.get(stage, times.get(f"{stage} release")) if row not in ("untrained", "pipeline, vLLM", "tesseract")
+            else None)
 
 
 def goals(table: dict, deltas: dict, waits: dict, floor: dict[str, float], times: dict[str, float]) -> list[str]:
@@ -442,6 +503,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="SFT steps of 8 pages (default: +experiment=read_tiny's)")
     parser.add_argument("--train-pages", type=int, default=12000, help="training pages of each kind")
     parser.add_argument("--heldout-pages", type=int, default=256, help="held-out pages of each category")
+    parser.add_argument("--typeset-pages", type=int, default=12000,
+                        help="typeset training pages of each kind (0: no typeset pages, nor their bench)")
     parser.add_argument("--grpo-steps", type=int, help="default: +experiment=read_grpo's")
     parser.add_argument("--dpo-pages", type=int, default=512, help="training-like pages whose samples are mined")
     parser.add_argument("--samples", type=int, default=8, help="samples a page, mined for DPO pairs and pass@k")

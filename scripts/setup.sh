@@ -32,6 +32,25 @@ if ! command -v pdftoppm >/dev/null; then
   }
 fi
 
+# Typeset reading pages are set in Debian's DejaVu and Carlito/Caladea faces (olmocr.synth.fonts), and Debian's
+# tesseract reads the same pages beside the models made here (python -m olmocr.pipeline.tesseract).
+page_packages=(tesseract-ocr fonts-dejavu-core fonts-crosextra-carlito fonts-crosextra-caladea)
+pages_missing() {
+  command -v tesseract >/dev/null || return 0
+  for font in dejavu/DejaVuSerif-Bold.ttf crosextra/Carlito-Bold.ttf crosextra/Caladea-Bold.ttf; do
+    [ -e "/usr/share/fonts/truetype/$font" ] || return 0
+  done
+  return 1
+}
+if pages_missing; then
+  echo "setup: installing tesseract-ocr and the fonts typeset reading pages use (${page_packages[*]:1})"
+  apt_install --no-install-recommends "${page_packages[@]}" || {
+    msg="tesseract or the page fonts are missing and cannot be installed without root: run 'sudo apt-get install -y ${page_packages[*]}'"
+    if [ -n "$extras" ]; then echo "setup: $msg" >&2; exit 1; fi
+    echo "setup: warning: $msg; until then, typeset reading pages and the tesseract row cannot be made" >&2
+  }
+fi
+
 # The tests open the HTML reports in a real headless browser: Debian's chromium and its driver.
 if [ -n "$extras" ] && { ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; }; then
   echo "setup: installing chromium and chromium-driver (the tests open the HTML reports in a browser)"

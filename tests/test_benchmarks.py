@@ -167,10 +167,18 @@ def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
     with intervals and the blind control's difference from SFT on the same pages (the figures mean nothing at 6
     steps; the chain must run and report what it measured)."""
     in_process("learning_to_read.py", ["--out", str(tmp_path), "--steps", "6", "--train-pages", "24",
-                                       "--heldout-pages", "3", "--dpo-pages", "2", "--rows", "untrained", "sft",
-                                       "blind"], monkeypatch, capsys)
+                                       "--heldout-pages", "3", "--dpo-pages", "2", "--typeset-pages", "6",
+                                       "--rows", "untrained", "sft", "blind", "tesseract"], monkeypatch, capsys)
     result = json.load(open(tmp_path / "learning_to_read.json"))
-    assert set(result["scores"]) == {"untrained", "sft", "blind"}
+    assert set(result["scores"]) == {"untrained", "sft", "blind", "tesseract"}
+    # Every row on the typeset bench too, and beside tesseract: its reading of the same pages, and each row's
+    # CER over its, set by set.
+    typeset = result["benches"]["typeset"]
+    assert set(typeset["scores"]) == {"untrained", "sft", "blind", "tesseract"}
+    assert set(typeset["scores"]["sft"]) == {"letters", "unseen", "codes", "lines", "faces", "held-out"}
+    assert typeset["scores"]["tesseract"]["held-out"]["present"]["mean"] > 50  # a real engine reads them
+    assert set(typeset["cer_over_tesseract"]) == {"untrained", "sft", "blind"}
+    assert typeset["cer_over_tesseract"]["untrained"]["faces"] >= 1
     for row, groups in result["scores"].items():
         assert set(groups) == {"bank", "unseen", "letters", "lines", "held-out"}, row
         for name, figures in groups.items():

@@ -74,7 +74,7 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir, t
 
 
 # SFT data (page/target pairs) and GRPO data (bench pages) take different step lists.
-SFT_DATA, BENCH_DATA, PAIRS_DATA = (["folder", "olmocr_mix", "olmocr_mix_0225", "reading", "sample"],
+SFT_DATA, BENCH_DATA, PAIRS_DATA = (["folder", "olmocr_mix", "olmocr_mix_0225", "reading", "sample", "typeset"],
                                     ["reading_prompts", "synth_bench", "synthmix"], ["pairs"])
 SFT_STEPS, PROMPT_STEPS = ["v1", "v4", "v4_augmented"], ["prompt_v4"]
 

@@ -426,3 +426,84 @@ def test_mixed_reading_pages_hold_training_words_changed_words_and_random_letter
     for words_from in ("mixed", "letters"):
         gen = ReadingPageGenerator(5, "line", words_from)
         assert all(gen.describe(i).blocks for i in range(1500))
+
+
+def test_typeset_reading_pages_are_set_as_documents_set_text(tmp_path):
+    """reading_type=typeset: the same kinds of text off the image-token grid — margins, sizes, leading and
+    heights that are no whole number of rows or patches, the training typefaces (each embedded in the PDF as
+    asked, the held-out ones never among them), both cases, numbers and punctuation; the text layer is the truth,
+    the ink lies inside the page, the tests pass on the truth and not on a word of it."""
+    import subprocess
+
+    import numpy as np
+
+    from olmocr.formats.pdf import text_layer
+    from olmocr.synth.reading import HELD_OUT_FACES, SCALE, SIZE, TRAIN_FACES, UNSEEN, ReadingPageGenerator
+
+    gen = ReadingPageGenerator(4, "lines", "seen", kind="typeset")
+    described = [gen.describe(i) for i in range(120)]
+    sizes = [p.body_size / SIZE for p in described]
+    assert SCALE[0] - 1e-9 <= min(sizes) < 0.8 and 1.35 < max(sizes) <= SCALE[1] + 1e-9
+    lefts = {round(p.frame[0] % 14, 1) for p in described}
+    assert len(lefts) > 50  # anywhere against a patch, not one phase of it
+    assert sum(p.page_size[1] % 28 > 1 for p in described) > 100  # heights are not whole rows
+    fonts_used = {p.font[0] for p in described}
+    assert len(fonts_used) == 2 * len(TRAIN_FACES)  # each face, regular and bold
+    assert not any(face in font for font in fonts_used for face in HELD_OUT_FACES)
+    written = " ".join(s for p in described for b in p.blocks for s in b.sentences)
+    assert any(c.isupper() for w in written.split()[1:] for c in w[1:])  # capitals inside sentences
+    assert sum(c.isdigit() for c in written) > 50 and {",", ";", ":"} <= set(written)
+    assert not {w.strip('.,;:?!()"\u201c\u201d').lower() for w in written.split()} & UNSEEN
+
+    counts = generate(str(tmp_path), 8, seed=4, reading="lines", reading_words="seen", reading_type="typeset")
+    assert counts["page"] == 8
+    tests = load_tests(str(tmp_path / "synth.jsonl")).tests
+    for index in range(8):
+        stem = tmp_path / "pdfs" / f"synth_s4_{index:05d}"
+        page = described[index]
+        _, truth = parse_document(stem.with_suffix(".md").read_text())
+        drawn = [line for line in text_layer(str(stem.with_suffix(".pdf")), 1).split("\n") if line.strip()]
+        assert " ".join(" ".join(drawn).split()) == " ".join(truth.split())
+        embedded = subprocess.run(["pdffonts", str(stem.with_suffix(".pdf"))], capture_output=True, text=True).stdout
+        assert page.font[0].split("-")[0].lower() in embedded.lower(), (page.font, embedded)
+        image = render_page(str(stem.with_suffix(".pdf")), 1, 448)
+        assert image.size[0] == 448 and abs(image.size[1] - page.page_size[1]) <= 1
+        ink = np.nonzero(np.asarray(image.convert("L")).min(axis=1) < 128)[0]
+        # The first ink near the top margin drawn (a capital's top, not the line's), none past the bottom
+        assert abs(ink[0] - page.frame[1] - 0.2 * page.body_size) < 0.35 * page.body_size, (ink[0], page.frame)
+        assert ink[-1] < image.size[1] - 1
+        for test in (t for t in tests if t.pdf == stem.name + ".pdf"):
+            assert test.run(truth)[0], test.id
+            if test.type != "baseline":
+                assert not test.run(truth.split()[0])[0]
+
+
+def test_typeset_codes_and_held_out_faces(tmp_path):
+    """reading_words=codes: lines of mixed-case strings, numbers and identifiers; reading_faces names the
+    typefaces (the held-out pair here); a grid page cannot take either; a face whose file is missing is one line
+    naming its Debian package."""
+    from olmocr.errors import UserError
+    from olmocr.synth import fonts
+    from olmocr.synth.reading import ReadingPageGenerator
+
+    gen = ReadingPageGenerator(2, "line", "codes", kind="typeset", faces=("carlito", "caladea"))
+    pages = [gen.describe(i) for i in range(60)]
+    assert {p.font[0].split("-")[0] for p in pages} == {"carlito", "caladea"}
+    tokens = [w.rstrip(".?!;,:") for p in pages for b in p.blocks for s in b.sentences for w in s.split()]
+    assert sum(any(c.isdigit() for c in t) for t in tokens) > 0.4 * len(tokens)
+    assert sum(any(c.isupper() for c in t[1:]) for t in tokens) > 0.3 * len(tokens)
+    generate(str(tmp_path), 3, seed=2, reading="line", reading_words="codes", reading_type="typeset",
+             reading_faces=["carlito"])
+    with pytest.raises(ValueError, match='holds pages made with reading_faces=\\["carlito"\\]'):
+        generate(str(tmp_path), 3, seed=2, reading="line", reading_words="codes", reading_type="typeset")
+    with pytest.raises(UserError, match="reading_type=grid sets lowercase words in Courier alone"):
+        ReadingPageGenerator(0, "line", "codes")
+    with pytest.raises(UserError, match="typeface: expected one of courier, helvetica"):
+        ReadingPageGenerator(0, "line", kind="typeset", faces=("comic",))
+    fonts._registered.pop("caladea", None)
+    old, fonts.FONT_ROOT = fonts.FONT_ROOT, str(tmp_path / "none")
+    try:
+        with pytest.raises(UserError, match="install Debian's fonts-crosextra-caladea"):
+            fonts.face("caladea")
+    finally:
+        fonts.FONT_ROOT = old

@@ -42,6 +42,29 @@ def write_text(path: str, text: str) -> None:
     os.replace(partial, path)
 
 
+def pages_to_write(bench_dir: str, candidates: str, repeats: int) -> tuple[list[dict], list[tuple[dict, int, str]], int]:
+    """A bench's tested pages (each row with its ``pdf``, the path under ``pdfs/``), the (row, repeat, candidate
+    path) still to write, and how many candidate files are there already (kept: a run resumes)."""
+    from olmocr.data.bench_prompts import bench_pages
+
+    rows, problems = bench_pages(bench_dir, reference=False)
+    for problem in problems:
+        log.warning("%s", problem)
+    if not rows:
+        raise UserError(f"bench_dir: {bench_dir} has no tested pages")
+    pdfs_root = os.path.join(bench_dir, "pdfs")
+    todo, kept = [], 0
+    for row in sorted(rows, key=lambda r: r["page_id"]):
+        row["pdf"] = os.path.relpath(row["pdf_path"], pdfs_root)
+        for repeat in range(1, repeats + 1):
+            path = candidate_path(candidates, row["pdf"], row["page"], repeat)
+            if os.path.exists(path):
+                kept += 1
+            else:
+                todo.append((row, repeat, path))
+    return rows, todo, kept
+
+
 async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_path: str, progress: bool,
                         candidates: str) -> dict:
     """Convert and write every page of ``todo``; a page the server did not answer is written only once it is
@@ -89,27 +112,12 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
 
 @stage("pipeline_bench", present=presents_as_trained({"convert.steps": "model.name_or_path"}))
 def run(cfg: DictConfig, output_dir: str) -> dict:
-    from olmocr.data.bench_prompts import bench_pages
     from olmocr.faults import Unreachable
     from olmocr.pipeline.failures import StopWork, Unavailable
     from olmocr.utils.runinfo import write_run_info
 
-    rows, problems = bench_pages(cfg.bench_dir, reference=False)
-    for problem in problems:
-        log.warning("%s", problem)
-    if not rows:
-        raise UserError(f"bench_dir: {cfg.bench_dir} has no tested pages")
     candidates = cfg.candidates or os.path.join(output_dir, "candidates")
-    pdfs_root = os.path.join(cfg.bench_dir, "pdfs")
-    todo, kept = [], 0
-    for row in sorted(rows, key=lambda r: r["page_id"]):
-        row["pdf"] = os.path.relpath(row["pdf_path"], pdfs_root)
-        for repeat in range(1, cfg.repeats + 1):
-            path = candidate_path(candidates, row["pdf"], row["page"], repeat)
-            if os.path.exists(path):
-                kept += 1
-            else:
-                todo.append((row, repeat, path))
+    rows, todo, kept = pages_to_write(cfg.bench_dir, candidates, cfg.repeats)
     log.info("%d tested pages x %d repeats: %d to convert, %d already in %s", len(rows), cfg.repeats, len(todo),
              kept, candidates)
     # Built (and so checked) before the server starts.

@@ -104,7 +104,22 @@ class ExportConfig(StageConfig):
     progress: bool = True
 
 
+@dataclass
+class TesseractConfig(StageConfig):
+    bench_dir: str = MISSING  # an olmOCR-bench folder: test files (*.jsonl) and pdfs/
+    candidates: str | None = None  # where the .md files go; null: <run dir>/candidates
+    # the page image tesseract reads: the pipeline's render step (a model's convert.steps.render), so the
+    # engine and the model read the same pixels
+    render: Any = field(default_factory=lambda: {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 1288})
+    lang: str = "eng"  # tesseract's language data (Debian's tesseract-ocr-eng is installed with it)
+    psm: Annotated[int, Range(at_least=0)] = 3  # page segmentation: 3 finds the blocks, 6 takes one block
+    workers: Annotated[int, Range(at_least=0)] = 0  # pages read at once (one core each); 0: every core
+    page_timeout_s: Positive = 120.0  # a page tesseract takes longer on is written empty, counted and said
+    progress: bool = True
+
+
 store("pipeline_schema", PipelineConfig)
+store("pipeline_tesseract_schema", TesseractConfig)
 store("pipeline_bench_schema", BenchConfig)
 store("pipeline_stats_schema", StatsConfig)
 store("pipeline_export_schema", ExportConfig)

@@ -51,7 +51,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
     counts = generate(out_dir, cfg.num_pages, seed=cfg.seed, first_index=cfg.first_index,
                       layout_weights=OmegaConf.to_container(cfg.layout_weights) or None,
                       language_weights=OmegaConf.to_container(cfg.language_weights) or None,
-                      category=cfg.category, reading=cfg.reading, reading_words=cfg.reading_words)
+                      category=cfg.category, reading=cfg.reading, reading_words=cfg.reading_words,
+                      reading_type=cfg.reading_type, reading_faces=list(cfg.reading_faces))
     seconds = time.perf_counter() - start
     kept = counts.pop("kept", 0)
     summary = {"out_dir": out_dir, "counts": counts, "kept": kept, "seconds": round(seconds, 3),

@@ -104,6 +104,9 @@ class Page:
     margin: float = 54.0  # around the text, in PDF points (10 more above and below)
     leading: float = 1.35  # a text line's advance, in body sizes
     gap: float = 0.8  # the space after a block, in body sizes
+    # (left, top, width) of one column of text in PDF points, its top from the page's top, where the text is set
+    # anywhere on the page (typeset reading pages); None: inside the margins
+    frame: tuple[float, float, float] | None = None
 
 
 def page_name(seed: int, index: int, category: str | None = None) -> str:

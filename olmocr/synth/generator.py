@@ -186,7 +186,9 @@ class PageGenerator:
 
 SETTINGS_FILE = "synth_settings.json"  # what out_dir's pages were made with, and which pages finished runs wrote
 PARTIAL = ".partial"
-READING_KEYS = ("reading", "reading_words")
+# What a record written before a key existed means by it (records of layout pages have none of them).
+READING_KEYS = {"reading": None, "reading_words": None, "reading_type": None, "reading_faces": None}
+READING_BEFORE = {"reading_type": "grid", "reading_faces": []}  # reading pages recorded before typeset ones
 CATEGORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
@@ -204,14 +206,16 @@ def make_generator(seed: int, settings: dict, category: str | None = None):
     if settings.get("reading"):
         from olmocr.synth.reading import ReadingPageGenerator
 
-        return ReadingPageGenerator(seed, settings["reading"], settings["reading_words"], category)
+        return ReadingPageGenerator(seed, settings["reading"], settings["reading_words"], category,
+                                    settings.get("reading_type", "grid"), settings.get("reading_faces") or ())
     return PageGenerator(seed, settings["layout_weights"], settings["language_weights"], category)
 
 
 def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
              layout_weights: dict[str, float] | None = None,
              language_weights: dict[str, float] | None = None, category: str | None = None,
-             reading: str | None = None, reading_words: str = "all") -> dict:
+             reading: str | None = None, reading_words: str = "all", reading_type: str = "grid",
+             reading_faces: list[str] | tuple[str, ...] = ()) -> dict:
     """Write pages ``first_index …`` as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md``, and the tests of every page
     that finished runs wrote to ``out_dir`` as JSONL (``synth.jsonl``, or ``<category>.jsonl``: pages of
     several categories, each made with settings of its own, share a folder as a bench's categories do).
@@ -227,7 +231,8 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
         raise UserError(f"first_index: must be 0 or more, got {first_index}")
     tests_file, settings_file = category_files(category)
     if reading:  # reading pages (olmocr.synth.reading): the weights do not apply
-        settings = {"layout_weights": {}, "language_weights": {}, "reading": reading, "reading_words": reading_words}
+        settings = {"layout_weights": {}, "language_weights": {}, "reading": reading, "reading_words": reading_words,
+                    "reading_type": reading_type, "reading_faces": list(reading_faces)}
         gen = make_generator(seed, settings, category)
     else:
         gen = PageGenerator(seed, layout_weights, language_weights, category)
@@ -278,7 +283,7 @@ def _made_before(out_dir: str, settings: dict, settings_file: str = SETTINGS_FIL
         with open(path, encoding="utf-8") as fh:
             record = json.load(fh)
         # Records of layout pages (and those written before reading pages existed) have no reading keys.
-        made_with = {key: record.get(key) if key in READING_KEYS else record[key] for key in settings}
+        made_with = {key: _recorded(record, key) if key in READING_KEYS else record[key] for key in settings}
         ranges = [[int(seed), int(first), int(count)] for seed, first, count in record["pages"]]
     except FileNotFoundError:
         # Recorded before the first page, so a run killed before it finishes is resumed.
@@ -295,6 +300,12 @@ def _made_before(out_dir: str, settings: dict, settings_file: str = SETTINGS_FIL
         raise UserError(f"out_dir {out_dir} holds pages made with {theirs}, and this run has {ours}: give it "
                         "another out_dir, or the same settings to add pages or finish an interrupted run")
     return True, ranges
+
+
+def _recorded(record: dict, key: str):
+    if key in record:
+        return record[key]
+    return READING_BEFORE.get(key) if record.get("reading") else None
 
 
 def _ordered(value):

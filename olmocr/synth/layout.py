@@ -117,6 +117,9 @@ def place(page: Page) -> list[Placed]:
     margin = page.margin
     column_width = (width - 2 * margin - GUTTER * (page.columns - 1)) / page.columns
     top, bottom = height - margin - 10, margin + 10
+    if page.frame:
+        margin, from_top, column_width = page.frame
+        top, bottom = height - from_top, 0.0
     column, x, y = 0, margin, top
     placed = []
     for index, block in enumerate(page.blocks):
@@ -127,7 +130,8 @@ def place(page: Page) -> list[Placed]:
             placed.append(Placed(index, piece, x, y, column_width))
             y -= piece.advance()
         y -= page.body_size * page.gap
-    if y < min(20, bottom - page.body_size):  # the gap after the last block may reach into the bottom margin
+    # the gap after the last block may reach into the bottom margin; a frame's text ends on the page
+    if (y + page.body_size * page.gap < -0.01) if page.frame else y < min(20, bottom - page.body_size):
         raise RuntimeError(f"{page.name}: content overflowed the page")
     return placed
 

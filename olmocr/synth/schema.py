@@ -24,8 +24,15 @@ class SynthConfig(StageConfig):
     # curriculum (line, lines, page); the weights above do not apply
     reading: Annotated[str | None, OneOf("word", "line", "lines", "page")] = None  # null: the layouts above
     # seen: never the held-out words (to train on); all: the whole bank; unseen: only the held-out words;
-    # letters: random strings; mixed: training words, training words with letters changed, random strings
-    reading_words: Annotated[str, OneOf("seen", "all", "unseen", "letters", "mixed")] = "all"
+    # letters: random strings; mixed: training words, training words with letters changed, random strings;
+    # codes (typeset only): mixed-case strings, numbers and identifiers
+    reading_words: Annotated[str, OneOf("seen", "all", "unseen", "letters", "mixed", "codes")] = "all"
+    # grid: lowercase Courier on the image-token grid, a character a patch; typeset: any place, size and typeface,
+    # both cases, numbers and punctuation (olmocr.synth.reading)
+    reading_type: Annotated[str, OneOf("grid", "typeset")] = "grid"
+    # typefaces of typeset pages (olmocr.synth.fonts.FACES); empty: the training set, which leaves out
+    # olmocr.synth.reading.HELD_OUT_FACES (carlito, caladea)
+    reading_faces: list[str] = field(default_factory=list)
 
 
 store("synth_schema", SynthConfig)
