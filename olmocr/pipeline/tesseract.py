@@ -59,6 +59,7 @@ class Tesseract:
     """Reads one rendered page: PNG bytes in on stdin, text out on stdout."""
 
     def __init__(self, lang: str, psm: int, timeout_s: float):
+        self.lang = lang
         self.command = ["tesseract", "stdin", "stdout", "-l", lang, "--psm", str(psm)]
         self.timeout_s = timeout_s
         # One core a page: pages run side by side, and tesseract's own OpenMP threads would fight them.
@@ -74,11 +75,11 @@ class Tesseract:
             raise RuntimeError(said[-1] if said else f"exit status {out.returncode}")
         return paragraphs(out.stdout.decode("utf-8", "replace"))
 
-    def check(self, lang: str) -> None:
+    def check(self) -> None:
         """The language's data is there: the same one-line error before any page, not one a page."""
         out = subprocess.run(["tesseract", "--list-langs"], capture_output=True, text=True, timeout=30)
         langs = set(out.stdout.split()[1:] if out.returncode == 0 else ())
-        missing = [part for part in lang.split("+") if part not in langs]
+        missing = [part for part in self.lang.split("+") if part not in langs]
         if missing:
             raise UserError(f"lang: tesseract has no language data for {', '.join(missing)} (it has "
                             f"{', '.join(sorted(langs)) or 'none'}): install Debian's "
@@ -96,7 +97,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
 
     engine_version = version()
     engine = Tesseract(cfg.lang, cfg.psm, cfg.page_timeout_s)
-    engine.check(cfg.lang)
+    engine.check()
     render = build(cfg.render)
     candidates = cfg.candidates or os.path.join(output_dir, "candidates")
     rows, todo, kept = pages_to_write(cfg.bench_dir, candidates, 1)  # tesseract reads a page alike each time

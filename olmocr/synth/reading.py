@@ -131,9 +131,9 @@ class ReadingPageGenerator:
                  width: float = WIDTH - 2 * MARGIN) -> int:
         return len(simpleSplit(" ".join(sentences), font, size, width))
 
-    def rows_of(self, paragraphs: list[list[str]], *setting) -> int:
+    def rows_of(self, paragraphs: list[list[str]]) -> int:
         filled = [p for p in paragraphs if p]
-        return sum(self.lines_of(p, *setting) for p in filled) + len(filled) - 1
+        return sum(self.lines_of(p) for p in filled) + len(filled) - 1
 
     def describe(self, index: int) -> Page:
         rng = random.Random(f"reading/{self.seed}/{self.level}/{self.words}/{index}"
@@ -232,7 +232,7 @@ def number(rng: random.Random) -> str:
 
 
 def code(rng: random.Random) -> str:
-    """A token no prior can guess and no one case: an identifier (AB-1234, X7K9Q, v2.3.1), a number, or random
+    """A token no prior can guess and no one case: an identifier (AB-1234, X7K9Q, QD/1622), a number, or random
     letters of both cases, as long as the bank's words."""
     shape = rng.randrange(4)
     if shape == 0:
