@@ -408,7 +408,7 @@ def test_local_cache_copies_remote_roots_once(tmp_path, s3_server):
     data = {"roots": ["s3://pages/train"], "eval_roots": [], "eval_fraction": 0.1, "local_cache": cache}
     train, _ = sources(data)
     local = local_copy_path("s3://pages/train", cache)
-    assert train["folder"]["roots"] == [local] and len(os.listdir(local)) == 64
+    assert train["folder"]["roots"] == [local] and len(os.listdir(local)) == 3 * 32  # PDF, truth, blocks
     before = stamps(local)
     sources(data)
     assert stamps(local) == before  # nothing fetched again
@@ -417,7 +417,7 @@ def test_local_cache_copies_remote_roots_once(tmp_path, s3_server):
     fs.rm_file("s3://pages/train/synth_s0_00001.md")
     sources(data)
     assert open(os.path.join(local, "synth_s0_00000.md")).read().endswith("changed\n")
-    assert not os.path.exists(os.path.join(local, "synth_s0_00001.md")) and len(os.listdir(local)) == 63
+    assert not os.path.exists(os.path.join(local, "synth_s0_00001.md")) and len(os.listdir(local)) == 3 * 32 - 1
 
 
 @pytest.mark.integration

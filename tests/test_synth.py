@@ -86,7 +86,7 @@ def test_same_seed_same_bytes(tmp_path):
     generate(b, 12, seed=3, layout_weights=ALL_LAYOUTS)
     generate(c, 12, seed=4, layout_weights=ALL_LAYOUTS)
     cmp = filecmp.dircmp(os.path.join(a, "pdfs"), os.path.join(b, "pdfs"))
-    assert cmp.left_only == cmp.right_only == [] and len(cmp.common) == 24
+    assert cmp.left_only == cmp.right_only == [] and len(cmp.common) == 36
     match, mismatch, errors = filecmp.cmpfiles(os.path.join(a, "pdfs"), os.path.join(b, "pdfs"), cmp.common, shallow=False)
     assert mismatch == errors == []
     assert filecmp.cmp(os.path.join(a, "synth.jsonl"), os.path.join(b, "synth.jsonl"), shallow=False)
@@ -222,7 +222,7 @@ def test_pages_of_other_ranges_and_seeds_add_up_and_other_weights_are_refused(tm
     generate(two, 3, seed=2, layout_weights=ALL_LAYOUTS)
     tests = open(os.path.join(out, "synth.jsonl")).read()
     assert tests == open(os.path.join(one, "synth.jsonl")).read() + open(os.path.join(two, "synth.jsonl")).read()
-    assert len(os.listdir(os.path.join(out, "pdfs"))) == 2 * 11
+    assert len(os.listdir(os.path.join(out, "pdfs"))) == 3 * 11  # each page's PDF, truth and blocks
 
     with pytest.raises(ValueError) as info:
         generate(out, 3, seed=1, layout_weights={"table": 1.0})

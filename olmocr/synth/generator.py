@@ -2,8 +2,9 @@
 
 A page is described once (:mod:`olmocr.synth.blocks`: heading, paragraph, bullets, table, equation,
 figure); its blocks are placed (:mod:`olmocr.synth.layout`), and the PDF, the truth and the tests all
-come from that one description. Running headers and footers are drawn but left out of the truth: a good
-OCR drops them, and absent tests check that it does.
+come from that one description. Running headers and footers are drawn but left out of the markdown truth: a
+good OCR drops them, and absent tests check that it does. The page's blocks record (labels and boxes of
+everything drawn) keeps them, labelled as furniture.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from tqdm import tqdm
 
 from olmocr.bench.records import AbsentTest, BaselineTest, MathTest, OrderTest, PresentTest, TableTest
 from olmocr.errors import UserError
+from olmocr.formats import structure
 from olmocr.formats.frontmatter import PageMeta, write_document
 from olmocr.runlock import run_dir_held
 from olmocr.synth import text as words
 from olmocr.synth.blocks import (Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table, page_name,
                                  table_share)
-from olmocr.synth.layout import draw, place, truth
+from olmocr.synth.layout import blocks_of, draw, place, truth
 
 FONTS = [("Helvetica", "Helvetica-Bold"), ("Times-Roman", "Times-Bold"), ("Courier", "Courier-Bold")]
 LAYOUTS = ("single_column", "two_column", "table", "math", "diagram", "rotated", "blank")
@@ -216,7 +218,8 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
              language_weights: dict[str, float] | None = None, category: str | None = None,
              reading: str | None = None, reading_words: str = "all", reading_type: str = "grid",
              reading_faces: list[str] | tuple[str, ...] = ()) -> dict:
-    """Write pages ``first_index …`` as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md``, and the tests of every page
+    """Write pages ``first_index …`` as ``pdfs/<name>.pdf`` + ``pdfs/<name>.md`` + ``pdfs/<name>.blocks.json`` (its
+    blocks with their labels and boxes, :func:`olmocr.formats.structure.page_record`), and the tests of every page
     that finished runs wrote to ``out_dir`` as JSONL (``synth.jsonl``, or ``<category>.jsonl``: pages of
     several categories, each made with settings of its own, share a folder as a bench's categories do).
 
@@ -249,12 +252,14 @@ def generate(out_dir: str, num_pages: int, seed: int = 0, first_index: int = 0,
                   disable=num_pages < 50) as pages:
             for index in pages:
                 page = gen.describe(index)
-                pdf, md = (os.path.join(pdf_dir, page.name + ext) for ext in (".pdf", ".md"))
-                if resuming and os.path.exists(pdf) and os.path.exists(md):
+                pdf, md, boxes = (os.path.join(pdf_dir, page.name + ext) for ext in (".pdf", ".md", structure.SUFFIX))
+                if resuming and all(os.path.exists(path) for path in (pdf, md, boxes)):
                     counts["kept"] = counts.get("kept", 0) + 1
                 else:
                     placed = place(page)
                     _whole(md, _write_text, write_document(page.meta, truth(page, placed)))
+                    record = structure.page_record(blocks_of(page, placed), page.page_size)
+                    _whole(boxes, _write_text, json.dumps(record, ensure_ascii=False) + "\n")
                     _whole(pdf, functools.partial(draw, page, placed))
                 for test in gen.tests(page, random.Random(f"{seed}/{index}/tests")):
                     counts[f"test:{test.type}"] = counts.get(f"test:{test.type}", 0) + 1

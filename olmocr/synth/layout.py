@@ -10,11 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reportlab.lib.utils import simpleSplit
+from reportlab.pdfbase.pdfmetrics import getAscentDescent, stringWidth
 from reportlab.pdfgen.canvas import Canvas
 
+from olmocr.formats import structure
 from olmocr.synth.blocks import Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table
 
 MARGIN, GUTTER = 54.0, 18.0
+# the running header's baseline below the page's top, the footer's above its bottom, and their size
+HEADER_DROP, FOOTER_RISE, FURNITURE_SIZE = 30.0, 24.0, 8.0
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class TextLine:
     font: str
     size: float
     leading: float = 1.35  # in sizes
+    item: int = 0  # which item of a list the line belongs to
 
     def needs(self) -> float:  # the space it must find in a column
         return self.size * self.leading
@@ -101,8 +106,9 @@ def pieces(block: Block, page: Page, width: float) -> list[Piece]:
         return [TextLine(line, regular, size, page.leading)
                 for line in simpleSplit(block.markdown, regular, size, width)]
     if isinstance(block, Bullets):
-        return [TextLine(("• " if i == 0 else "   ") + line, regular, size, page.leading)
-                for item in block.items for i, line in enumerate(simpleSplit(item, regular, size, width - 14))]
+        return [TextLine(("• " if i == 0 else "   ") + line, regular, size, page.leading, n)
+                for n, item in enumerate(block.items)
+                for i, line in enumerate(simpleSplit(item, regular, size, width - 14))]
     if isinstance(block, Equation):
         return [EquationLine(block.shown, size + 1)]
     if isinstance(block, Table):
@@ -139,17 +145,82 @@ def place(page: Page) -> list[Placed]:
 def truth(page: Page, placed: list[Placed]) -> str:
     """The page's markdown: its blocks in reading order; a figure as an image named after its box on the page
     (PDF points from the top-left, as olmOCR writes figures)."""
+    return "\n\n".join(markdowns(page, placed))
+
+
+def markdowns(page: Page, placed: list[Placed]) -> list[str]:
+    """Each block's markdown, as the truth writes it."""
     charts = {p.block: p for p in placed if isinstance(p.piece, Chart)}
     parts = []
     for index, block in enumerate(page.blocks):
         if isinstance(block, Figure):
             left, bottom, width, height = chart_box(charts[index])
             top = page.page_size[1] - charts[index].y
-            block_md = f"![Bar chart: {block.caption}](page_{left:.0f}_{top:.0f}_{width:.0f}_{height + 14:.0f}.png)"
+            parts.append(f"![Bar chart: {block.caption}](page_{left:.0f}_{top:.0f}_{width:.0f}_{height + 14:.0f}.png)")
         else:
-            block_md = block.markdown
-        parts.append(block_md)
-    return "\n\n".join(parts)
+            parts.append(block.markdown)
+    return parts
+
+
+def blocks_of(page: Page, placed: list[Placed]) -> list[structure.Block]:
+    """The page as drawn, in reading order: the running header, each block (a list's items one by one), the
+    footer; each labelled, with the box of its ink's extent (a text line from its font's ascent to its descent,
+    as wide as its string) in 0-1000 of the upright page, and its markdown as :func:`truth` writes it."""
+    width, height = page.page_size
+    boxes: dict[tuple[int, int], list] = {}  # (block, item): the boxes of its pieces, in points from the top
+    for p in placed:
+        item = p.piece.item if isinstance(p.piece, TextLine) else 0
+        boxes.setdefault((p.block, item), []).append(piece_box(p, height))
+    out = []
+
+    def add(label: str, parts: list, text: str) -> None:
+        x0, y0 = min(b[0] for b in parts), min(b[1] for b in parts)
+        x1, y1 = max(b[2] for b in parts), max(b[3] for b in parts)
+        out.append(structure.Block(label, structure.to_scale((x0, y0, x1, y1), (width, height)), text))
+
+    if page.header:
+        add("page_header", [text_box(page.header, page.font[0], FURNITURE_SIZE, MARGIN, HEADER_DROP)], page.header)
+    markdown = markdowns(page, placed)
+    for index, block in enumerate(page.blocks):
+        if isinstance(block, Bullets):
+            for n, item in enumerate(block.items):
+                add("list_item", boxes[index, n], f"- {item}")
+            continue
+        label = ("title" if block.level == 1 else "section_header") if isinstance(block, Heading) else \
+            "text" if isinstance(block, Paragraph) else "table" if isinstance(block, Table) else \
+            "formula" if isinstance(block, Equation) else "figure"
+        add(label, boxes[index, 0], markdown[index])
+    if page.footer:
+        shown = stringWidth(page.footer, page.font[0], FURNITURE_SIZE)
+        label = "page_number" if page.footer.split()[-1].isdigit() else "page_footer"
+        add(label, [text_box(page.footer, page.font[0], FURNITURE_SIZE, (width - shown) / 2,
+                             height - FOOTER_RISE)], page.footer)
+    return out
+
+
+def text_box(text: str, font: str, size: float, x: float, baseline: float) -> tuple[float, float, float, float]:
+    """(x0, top, x1, bottom) of a string drawn from ``x`` on ``baseline`` (points from the page's top)."""
+    ascent, descent = getAscentDescent(font, size)
+    return x, baseline - ascent, x + stringWidth(text, font, size), baseline - descent
+
+
+def piece_box(placed: Placed, height: float) -> tuple[float, float, float, float]:
+    """(x0, top, x1, bottom) of what :func:`_draw` draws for a piece, in points from the page's top-left."""
+    piece, x, y = placed.piece, placed.x, placed.y
+    if isinstance(piece, TextLine):
+        return text_box(piece.text, piece.font, piece.size, x, height - (y - piece.size))
+    if isinstance(piece, EquationLine):
+        shown = stringWidth(piece.text, "Times-Italic", piece.size)
+        return text_box(piece.text, "Times-Italic", piece.size, x + (placed.width - shown) / 2,
+                        height - (y - piece.size - 4))
+    if isinstance(piece, TableGrid):
+        return x, height - (y - 4), x + placed.width, height - (y - 4 - len(piece.table.rows) * piece.row_height)
+    left, base, chart_width, chart_height = chart_box(placed)  # the axes and bars, then the caption below
+    caption = piece.figure.caption
+    shown = stringWidth(caption, "Helvetica-Oblique", 8)
+    cx0, _, cx1, bottom = text_box(caption, "Helvetica-Oblique", 8, left + (chart_width - shown) / 2,
+                                   height - (base - 12))
+    return min(left, cx0), height - (base + chart_height - 20), max(left + chart_width, cx1), bottom
 
 
 def draw(page: Page, placed: list[Placed], path: str) -> None:
@@ -163,11 +234,11 @@ def draw(page: Page, placed: list[Placed], path: str) -> None:
     if page.rotation:
         canvas.setPageRotation(page.rotation)
     if page.header:
-        canvas.setFont(page.font[0], 8)
-        canvas.drawString(MARGIN, height - 30, page.header)
+        canvas.setFont(page.font[0], FURNITURE_SIZE)
+        canvas.drawString(MARGIN, height - HEADER_DROP, page.header)
     if page.footer:
-        canvas.setFont(page.font[0], 8)
-        canvas.drawCentredString(width / 2, 24, page.footer)
+        canvas.setFont(page.font[0], FURNITURE_SIZE)
+        canvas.drawCentredString(width / 2, FOOTER_RISE, page.footer)
     for p in placed:
         _draw(canvas, p)
     canvas.showPage()
