@@ -819,3 +819,81 @@ def test_a_teacher_labels_a_pdf_folder_into_training_pages_the_data_steps_load(t
                          str(tmp_path / "check"))
     assert checked["loaded"] == 2 and checked["rejected"] == {}
     assert checked["sources"]["train/folder"]["rotated"] == 1
+
+
+def test_a_model_that_writes_blocks_gets_them_into_every_output_with_furniture_dropped_or_kept(tmp_path):
+    """The prompt the model is given (here on the command line; a trained model's record names it) fixes what it
+    answers: blocks, whose markdown is the page's text and which every output keeps."""
+    from olmocr.data.chain import build_pipeline
+    from olmocr.formats.frontmatter import parse_document, write_document
+    from olmocr.formats.prompts import PROMPT_BLOCKS
+    from olmocr.formats.structure import blocks_from_record, format_blocks
+
+    pdfs = sorted(glob.glob(f"{SAMPLE}/eval/pdfs/*.pdf"))[1:4]  # upright pages
+    truth, answers = {}, {}
+    for pdf in pdfs:
+        with open(pdf[:-4] + ".blocks.json", encoding="utf-8") as fh:
+            record = json.load(fh)
+        with open(pdf[:-4] + ".md", encoding="utf-8") as fh:
+            meta, body = parse_document(fh.read())
+        truth[pdf] = (record, body)
+        answers[page_keys(pdf, 1)[0]] = answer(write_document(meta, format_blocks(blocks_from_record(record))))
+    inputs = tmp_path / "in"
+    os.makedirs(inputs)
+    for pdf in pdfs:
+        os.symlink(pdf, inputs / os.path.basename(pdf))
+    bad_box = good('<div data-label="text" data-bbox="10 20 1003 40">\nwords\n</div>')
+
+    for furniture in (False, True):
+        workspace = str(tmp_path / f"ws_{furniture}")
+        with ChatServer(script=lambda r: answers.get(pixels_key(r.image), bad_box)) as server:
+            run_pipeline(pipeline_overrides(server, workspace, tmp_path / f"run_{furniture}", f"pdfs=[{inputs}]",
+                                            "convert.steps.prompt.version=blocks", f"convert.furniture={furniture}",
+                                            "work.page_results=true"), tmp_path / f"run_{furniture}")
+        assert {r.text for r in server.requests if not r.is_check()} == {PROMPT_BLOCKS}
+        docs = {d["metadata"]["Source-File"]: d for path in glob.glob(f"{workspace}/results/output_*.jsonl")
+                for d in map(json.loads, open(path))}
+        assert set(docs) == {str(inputs / os.path.basename(p)) for p in pdfs}
+        for pdf in pdfs:
+            source = str(inputs / os.path.basename(pdf))
+            record, body = truth[pdf]
+            doc = docs[source]
+            header, footer = record["blocks"][0]["text"], record["blocks"][-1]["text"]
+            if furniture:
+                assert doc["text"] == f"{header}\n\n{body}\n\n{footer}"
+            else:
+                assert doc["text"] == body and header not in doc["text"]
+            [[start, end, page]] = doc["attributes"]["page_blocks"]
+            assert (start, end) == (0, len(doc["text"]))
+            assert page["page_size"] == record["page_size"]
+            assert [(b["label"], b["box"], b["text"]) for b in page["blocks"]] == [
+                (b["label"], b["box"], b["text"]) for b in record["blocks"]]
+            assert page["blocks"][1]["box_pt"] == pytest.approx(record["blocks"][1]["box_pt"], abs=0.1)
+            with open(f"{workspace}/markdown/{source.lstrip('/')[:-4]}.blocks.json", encoding="utf-8") as fh:
+                mine = json.load(fh)
+            assert mine == {"source": source, "model": "scripted", "pages": [{"page": 1, **page}]}
+        pages = [json.loads(line) for path in glob.glob(f"{workspace}/pages/*.jsonl") for line in open(path)]
+        assert all(p["blocks"] == docs[p["source"]]["attributes"]["page_blocks"][0][2]["blocks"] for p in pages)
+
+    # Exported as training pages, each keeps its blocks: the folder trains a blocks prompt as the generator's do.
+    from olmocr.pipeline.export import run as export
+
+    labels = tmp_path / "labels"
+    assert export(compose("pipeline_export", [f"workspace={tmp_path / 'ws_False'}", f"out_dir={labels}",
+                                              "progress=false"]), str(tmp_path / "export"))["exported"] == 3
+    target = build_pipeline({"front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
+                             "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "blocks"},
+                             "target": {"_target_": "olmocr.data.steps.BuildTarget"}})
+    for pdf in pdfs:
+        stem = f"{labels}/{str(inputs).lstrip('/')}/{os.path.basename(pdf)[:-4]}_pg1"
+        taught = target({"md_path": f"{stem}.md", "pdf_path": f"{stem}.pdf"})["target"]
+        assert taught == target({"md_path": pdf[:-4] + ".md", "pdf_path": pdf})["target"]
+
+    # An answer whose blocks do not parse is a failed attempt that says why; the page falls back.
+    with ChatServer([bad_box]) as server:
+        conv = PageConverter(ExternalServer(server.url, "scripted"),
+                             {**steps(), "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "blocks"}},
+                             log_dir=str(tmp_path), max_tokens=100, temperatures=[0.1], render_threads=1)
+        result = convert_page(conv, pdfs[0])
+    assert result.fallback and result.blocks is None and "blocks" not in result.record()
+    assert result.attempts[0]["outcome"] == "unparseable blocks: block 1 (text): box 10 20 1003 40 is outside 0-1000"

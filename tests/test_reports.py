@@ -320,3 +320,57 @@ def test_the_viewer_waits_out_storage_and_never_keeps_a_page_unreadable_because_
         with pytest.raises(Unreachable, match=r"^s3://converted/pdfs/a\.pdf: the storage refused the credentials"):
             run(compose("report_viewer", ["results=s3://converted/ws"]), str(tmp_path / "viewer2"))
     assert not glob.glob(str(tmp_path / "viewer2" / "docs" / "*.html"))
+
+
+def test_the_viewer_draws_each_block_where_its_text_is_on_the_page_coloured_by_label(tmp_path, browser):
+    """A model that writes blocks (scripted: the page's own truth blocks): the viewer draws each block's box over
+    the page image where poppler finds the block's text, its label and text on hover."""
+    from chat_server import ChatServer, answer, pixels_key
+    from test_pipeline_ocr import page_keys, pipeline_overrides, run_pipeline
+
+    from olmocr.config import compose
+    from olmocr.formats.frontmatter import parse_document, write_document
+    from olmocr.formats.structure import blocks_from_record, format_blocks
+    from olmocr.report.viewer import LABEL_COLOURS, run
+
+    pdf = os.path.join(BENCH, "pdfs", "synth_s0_01003.pdf")
+    record = json.load(open(pdf[:-4] + ".blocks.json"))
+    meta, _ = parse_document(open(pdf[:-4] + ".md").read())
+    reply = answer(write_document(meta, format_blocks(blocks_from_record(record))))
+    key = page_keys(pdf, 1)[0]
+    os.makedirs(tmp_path / "in")
+    shutil.copy(pdf, tmp_path / "in" / "page.pdf")
+    workspace = str(tmp_path / "ws")
+    with ChatServer(script=lambda r: reply if pixels_key(r.image) == key else answer("?")) as server:
+        run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/in]",
+                                        "convert.steps.prompt.version=blocks", "convert.max_tokens=4000"),
+                     tmp_path / "run")
+    out = str(tmp_path / "viewer")
+    index = run(compose("report_viewer", [f"results={workspace}"]), out)
+    assert open_page(browser, index, os.path.join(out, "index.png")) == []
+    browser.get(browser.find_element("css selector", "#documents a").get_attribute("href"))
+    browser.set_window_size(1400, 1800)
+    browser.save_screenshot(os.path.join(out, "blocks.png"))
+    [image] = browser.find_elements("css selector", "div.blocks img")
+    frame = image.rect
+    drawn = browser.find_elements("css selector", "div.blocks div.block")
+    assert [d.get_attribute("data-label") for d in drawn] == [b["label"] for b in record["blocks"]]
+    # Where poppler finds each line of text, in the image's pixels: inside the box drawn for its block.
+    words = subprocess.run(["pdftotext", "-bbox-layout", pdf, "-"], capture_output=True, text=True).stdout
+    lines = [tuple(float(v) for v in m) for m in re.findall(
+        r'<line xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)"', words)]
+    width, height = record["page_size"]
+    sx, sy = frame["width"] / width, frame["height"] / height
+    rects = [d.rect for d in drawn]
+    for x0, y0, x1, y1 in lines:
+        cx, cy = frame["x"] + (x0 + x1) / 2 * sx, frame["y"] + (y0 + y1) / 2 * sy
+        holders = [r for r in rects if r["x"] <= cx <= r["x"] + r["width"] and r["y"] <= cy <= r["y"] + r["height"]]
+        assert len(holders) == 1, (x0, y0, x1, y1)
+    for d, block in zip(drawn, record["blocks"]):
+        bx0, by0, bx1, by1 = block["box"]
+        assert d.rect["x"] - frame["x"] == pytest.approx(bx0 / 1000 * frame["width"], abs=1.5)
+        assert d.rect["height"] == pytest.approx((by1 - by0) / 1000 * frame["height"], abs=1.5)
+        assert d.get_attribute("title") == f"{block['label']}: {block['text']}"
+        colour = browser.execute_script("return getComputedStyle(arguments[0]).borderTopColor", d)
+        hexed = "#" + "".join(f"{int(v):02x}" for v in re.findall(r"\d+", colour)[:3])
+        assert hexed == LABEL_COLOURS[block["label"]]

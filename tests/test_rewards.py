@@ -149,3 +149,33 @@ def test_reward_configs_build_and_validate():
     wrong = {"rewards": {"bench": {"_target_": "olmocr.rewards.unit_tests.bench", "weight": "heavy"}}}
     with pytest.raises(ValueError, match=r"rewards\.bench\.weight"):
         validate(OmegaConf.create(wrong))
+
+
+def test_structure_rewards_score_a_completions_blocks_against_the_pages_truth_blocks():
+    import json
+
+    from omegaconf import OmegaConf
+
+    from olmocr.config import compose
+    from olmocr.formats.structure import Block, format_blocks, page_record
+    from olmocr.rewards import build_rewards
+    from olmocr.rewards.layout import block_labels, block_order, box_iou
+
+    truth = [Block("title", (100, 80, 500, 110), "# A"), Block("text", (100, 130, 900, 300), "Words."),
+             Block("page_number", (480, 950, 520, 965), "3")]
+    record = json.dumps(page_record(truth, (612, 792)))
+    front = FM.format(lang="en", table="False")
+    exact = front + format_blocks(truth)
+    # the title's box a fifth narrower (IoU 0.8), the text labelled a caption, header and text swapped
+    shifted = front + format_blocks([Block("caption", (100, 130, 900, 300), "Words."),
+                                     Block("title", (100, 80, 420, 110), "# A"), truth[2]])
+    completions = [exact, shifted, front + "# A\n\nWords.", front + '<div data-label="text" data-bbox="1 2">x</div>',
+                   exact]
+    column = [record] * 4 + [None]  # the last page has no truth blocks: the rewards do not apply
+    assert box_iou(completions, blocks=column) == pytest.approx([1.0, (0.8 + 1.0) / 3, 0.0, 0.0, None])
+    assert block_labels(completions, blocks=column) == pytest.approx([1.0, 2 / 3, 0.0, 0.0, None])
+    # pairs title-text (not both found: text was written as a caption), text-number
+    assert block_order(completions, blocks=column) == pytest.approx([1.0, 0.0, 0.0, 0.0, None])
+    cfg = compose("train", ["+experiment=grpo_tiny", "rewards=layout"])
+    funcs, weights = build_rewards(OmegaConf.to_container(cfg.rewards), eos_token_ids=[2], processor=object())
+    assert [f.__name__ for f in funcs][-3:] == ["box_iou", "block_labels", "block_order"] and weights[-3:] == [1, .5, .5]

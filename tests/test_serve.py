@@ -407,3 +407,34 @@ def test_the_page_converts_an_upload_and_shows_each_page_beside_its_text(start_s
     WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "state").text)
     assert "a token is required" in browser.find_element(By.ID, "state").text
     assert browser.find_elements(By.CSS_SELECTOR, ".pair") == []
+
+
+@pytest.mark.integration
+def test_a_model_that_writes_blocks_has_each_pages_blocks_in_the_result(start_service):
+    from chat_server import ChatServer, answer, pixels_key
+
+    from olmocr.data.chain import build_pipeline
+    from olmocr.formats.frontmatter import parse_document, write_document
+    from olmocr.formats.structure import blocks_from_record, format_blocks
+
+    pdf = sorted(glob.glob(os.path.join(PROJECT_ROOT, "data", "sample", "eval", "pdfs", "*.pdf")))[2]
+    record = json.load(open(pdf[:-4] + ".blocks.json"))
+    meta, body = parse_document(open(pdf[:-4] + ".md").read())
+    render = build_pipeline({"check_pdf": {"_target_": "olmocr.data.steps.CheckPdf"},
+                             "render": {"_target_": "olmocr.data.steps.RenderPage", "longest_side": 300}})
+    key = pixels_key(render({"pdf_path": pdf, "page": 1})["image"])
+    reply = answer(write_document(meta, format_blocks(blocks_from_record(record))))
+    with ChatServer(script=lambda r: reply if pixels_key(r.image) == key else answer("not this page")) as chat:
+        base, _ = start_service("server=external", f"server.url={chat.url}", "server.model_name=scripted",
+                                "convert.steps.render.longest_side=300", "convert.steps.prompt.version=blocks",
+                                "convert.max_tokens=4000")
+        status, job = call(f"{base}/v1/jobs", "POST", open(pdf, "rb").read())
+        assert status == 202, job
+        assert wait_done(base, job["id"])["status"] == "done"
+        status, result = call(f"{base}/v1/jobs/{job['id']}/result")
+    assert status == 200 and result["markdown"] == body  # the furniture dropped from the markdown, kept as blocks
+    [page] = result["documents"][0]["pages"]
+    assert page["page_size"] == record["page_size"] and page["text"] == body
+    assert [(b["label"], b["box"], b["text"]) for b in page["blocks"]] == [
+        (b["label"], b["box"], b["text"]) for b in record["blocks"]]
+    assert page["blocks"][0]["label"] == "page_header" and page["blocks"][-1]["label"] == "page_number"

@@ -464,3 +464,38 @@ def test_a_model_carries_how_it_reads_its_pages_and_steps_take_it(tmp_path):
     (tmp_path / RECORD).write_text("[1, 2]")
     with pytest.raises(ValueError, match=rf"^{tmp_path}/{RECORD}: not a record of the pages the model was trained on"):
         read_record(str(tmp_path))
+
+
+def test_a_blocks_prompt_makes_the_target_the_pages_blocks_and_a_page_without_them_is_rejected(tmp_path):
+    import json
+    import shutil
+
+    from olmocr.formats.frontmatter import parse_document, read_answer
+    from olmocr.formats.prompts import PROMPT_BLOCKS
+    from olmocr.formats.structure import blocks_from_record, format_blocks
+
+    stem = first_page(lambda m, t: "<table" in t)
+    blocks = build_pipeline({"front_matter": {"_target_": "olmocr.data.steps.ParseFrontMatter"},
+                             "prompt": {"_target_": "olmocr.data.steps.BuildPrompt", "version": "blocks"},
+                             "target": {"_target_": "olmocr.data.steps.BuildTarget"}})
+    assert blocks.answer == "blocks" and BuildPrompt("v4").answer == "markdown"
+    sample = blocks(sample_for(stem))
+    with open(os.path.join(TRAIN, stem + ".blocks.json")) as fh:
+        record = json.load(fh)
+    meta, body = parse_document(sample["target"])
+    assert sample["prompt"] == PROMPT_BLOCKS and body == format_blocks(blocks_from_record(record))
+    # What the model is taught to write, read back, is the page's markdown and its blocks.
+    reading = read_answer(sample["target"], "stop", 100, blocks.answer)
+    assert reading.text == sample["text"] and reading.blocks == blocks_from_record(record) and reading.meta == meta
+    assert BuildTarget()(BuildPrompt("v4")(sample_for(stem, meta=meta, text="x")))["target"].endswith("---\nx\n")
+
+    for name, content, reason in (("bare", None, "missing_blocks"), ("broken", "{not json", "unreadable_blocks"),
+                                  ("outside", json.dumps({"blocks": [{"order": 0, "label": "text", "text": "x",
+                                                                      "box": [0, 0, 1200, 10]}]}), "blocks")):
+        md = tmp_path / f"{name}.md"
+        shutil.copy(os.path.join(TRAIN, stem + ".md"), md)
+        if content is not None:
+            (tmp_path / f"{name}.blocks.json").write_text(content)
+        with pytest.raises(Reject) as info:
+            blocks({"md_path": str(md), "pdf_path": None})
+        assert info.value.reason == reason and info.value.step == "target" and str(md.parent) in info.value.detail

@@ -141,3 +141,60 @@ def test_synthetic_pages_are_written_with_their_blocks_beside_the_truth(tmp_path
                 assert row["box_pt"] == pytest.approx(from_scale(block.box, record["page_size"]), abs=0.1)
         else:
             assert blocks == []
+
+
+def test_layout_checks_find_blocks_by_label_and_overlap_and_an_answer_without_blocks_finds_none():
+    from olmocr.bench.layout import iou, score_page, summarize
+
+    truth = [b for b in PAGE if b.label != "list_item"]
+    assert iou((0, 0, 10, 10), (5, 0, 15, 10)) == pytest.approx(1 / 3) and iou((0, 0, 1, 1), (2, 2, 3, 3)) == 0
+    perfect = summarize([score_page(truth, truth)])
+    assert all(perfect[k]["mean"] == 1.0 for k in ("f1", "mean_iou", "label_accuracy", "order_accuracy"))
+    for nothing in (None, []):
+        none = summarize([score_page(truth, nothing)])
+        assert none["f1"]["mean"] == none["mean_iou"]["mean"] == none["order_accuracy"]["mean"] == 0
+        assert none["label_accuracy"]["mean"] == 0 and none["pages_without_blocks"] == 1
+    # The title a little off (IoU 0.8: found), the table wrongly labelled (not found, its label wrong), the
+    # formula far off (not found), the first two blocks written in the other order.
+    t = {b.label: b for b in truth}
+    x0, y0, x1, y1 = t["title"].box
+    answer = [t["page_header"], t["text"], Block("title", (x0, y0, x0 + round(0.8 * (x1 - x0)), y1), "# Results"),
+              Block("figure", t["table"].box, "![a chart](x.png)"), Block("formula", (0, 900, 50, 950), "x"),
+              t["page_number"]]
+    page = score_page(truth, answer)
+    assert (page.truth, page.answered, page.found) == (6, 6, 4)
+    assert page.iou == pytest.approx(1 + 0.8 + 1 + 1) and page.labelled == 4  # table and formula not labelled so
+    # pairs in truth order: header-title (found, in order), title-text (reversed), text-table, table-formula,
+    # formula-number (not both found)
+    assert (page.pairs, page.in_order) == (5, 1)
+    row = summarize([page])
+    assert row["f1_by_label"]["table"]["mean"] == 0 and row["f1_by_label"]["title"]["mean"] == 1
+    assert row["f1"]["mean"] == pytest.approx(2 * 4 / 12, abs=1e-4)  # figures are rounded to 4 places
+
+
+def test_the_bench_scores_layout_beside_text_where_the_truth_has_blocks(tmp_path):
+    from olmocr.bench.__main__ import run
+    from olmocr.config import compose
+
+    bench = tmp_path / "bench"
+    generate(str(bench), 8, seed=4, layout_weights={"single_column": 1.0, "two_column": 1.0})
+    candidates = tmp_path / "candidates"
+    os.makedirs(candidates)
+    names = sorted(f[:-4] for f in os.listdir(bench / "pdfs") if f.endswith(".pdf"))
+    for n, name in enumerate(names):
+        with open(bench / "pdfs" / f"{name}.md", encoding="utf-8") as fh:
+            (candidates / f"{name}_pg1_repeat1.md").write_text(parse_document(fh.read())[1])
+        if n % 2 == 0:  # half the outputs have their page's blocks beside them, the rest none (a markdown answer)
+            (candidates / f"{name}_pg1_repeat1{SUFFIX}").write_bytes((bench / "pdfs" / f"{name}{SUFFIX}").read_bytes())
+    out = tmp_path / "run"
+    os.makedirs(out)
+    summary = run(compose("bench", [f"bench_dir={bench}", f"candidates={candidates}", "html=false",
+                                    f"hydra.run.dir={out}"]), str(out))
+    layout = summary["layout"]
+    assert summary["overall"] == 1.0 and layout["pages"] == 8 and layout["pages_without_blocks"] == 4
+    assert layout["mean_iou"]["mean"] == layout["label_accuracy"]["mean"] == pytest.approx(
+        layout["answer_blocks"] / layout["truth_blocks"], abs=1e-4)
+    assert 0 < layout["f1"]["low"] < layout["f1"]["mean"] < layout["f1"]["high"] < 1
+    assert set(layout["f1_by_label"]) >= {"title", "text", "page_header", "page_number"}
+    written = json.load(open(out / "results.json"))
+    assert written["layout"] == layout and "Layout (8 pages with truth blocks" in (out / "report.md").read_text()

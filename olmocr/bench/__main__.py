@@ -3,7 +3,9 @@
 Writes results.json and report.md to the run dir: per-category and per-type pass rates, the overall
 score with a bootstrap confidence interval, missing outputs, malformed test lines and every failed test
 with the reason it failed; and report.html, which shows them with each page beside its output.
-``candidates=[a,b,…]`` scores any number of folders (results_b.json, report_b.md for the second, _c for the
+Pages whose truth has blocks (``pdfs/<name>.blocks.json``) are also scored for layout against the blocks each
+output has beside it (:mod:`olmocr.bench.layout`: F1 per label, mean IoU, label and order accuracy, with
+intervals), reported beside the text score. ``candidates=[a,b,…]`` scores any number of folders (results_b.json, report_b.md for the second, _c for the
 third, …) and compares each with the first: compare.json and report.html give per-category deltas and the
 tests whose verdicts differ, and report.html shows every output of a page side by side.
 """
@@ -26,9 +28,11 @@ log = logging.getLogger("olmocr.bench")
 @stage("bench")
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.bench import equations
+    from olmocr.bench import layout as layout_checks
     from olmocr.bench.html import flipped_tests, letter, write_html
     from olmocr.bench.report import write_reports
-    from olmocr.bench.score import check_options, describe_makeup, describe_overall, load_bench, run_tests, summarize
+    from olmocr.bench.score import (candidate_files, check_options, describe_makeup, describe_overall, load_bench,
+                                    run_tests, summarize)
     from olmocr.utils.runinfo import write_run_info
 
     check_options(cfg.group_by, cfg.repeat_rule)  # before any scoring
@@ -54,6 +58,11 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
         seconds = time.perf_counter() - start
         summary = summarize(results, cfg.group_by, cfg.repeat_rule, cfg.bootstrap_samples, cfg.confidence, cfg.seed)
         summary["tests_per_second"] = round(len(results) / max(seconds, 1e-9), 1)
+        pages = sorted({(test.pdf, test.page) for _, test in bench.tests})
+        layout = layout_checks.score_candidates(cfg.bench_dir, pages,
+                                                lambda pdf, page, f=folder: candidate_files(f, pdf, page))
+        if layout is not None:
+            summary["layout"] = layout
         scored.append((folder, summary, results))
     unanswered = unanswered_line(scored)
     if unanswered:
@@ -84,6 +93,8 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
              bench.implicit_baselines, len(summary["missing_pages"]), len(summary["unreadable_outputs"]),
              len(bench.malformed), len(bench.warnings), summary["tests_per_second"])
     log.info("%s", describe_overall(summary, each=False))
+    if "layout" in summary:
+        log.info("%s", layout_checks.describe(summary["layout"]))
     for folder, other, other_results, _ in runs[1:]:
         log.info("%s: overall %.1f%% (%+.1f points), plain share %.1f%%; %d tests flipped; %s", folder,
                  100 * other["overall"], 100 * (other["overall"] - summary["overall"]), 100 * other["share"],

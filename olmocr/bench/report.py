@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import os
 
+from olmocr.bench.layout import describe as describe_layout
 from olmocr.bench.score import Bench, TestResult, describe_makeup, describe_overall, verdict
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else _pct(x)
 
 
 def _cell(text: str) -> str:
@@ -57,6 +62,15 @@ def write_reports(output_dir: str, summary: dict, results: list[TestResult], ben
         lines += [f"| {name} | {row['tests']} | {_pct(row['pass_rate'])} | {_pct(row['low'])}–{_pct(row['high'])} |"
                   for name, row in source.items()]
         lines.append("")
+    if "layout" in summary:
+        layout = summary["layout"]
+        lines += [f"Layout ({layout['pages']} pages with truth blocks; mean and 95% CI): {describe_layout(layout)}.",
+                  "", "| Label | Truth blocks | Answer blocks | F1 | 95% CI |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {row['truth']} | {row['answer']} | {_ratio(row['mean'])} | {_ratio(row['low'])}–"
+                  f"{_ratio(row['high'])} |" for name, row in layout["f1_by_label"].items()]
+        lines.append("")
+        for item in layout["unreadable"]:
+            lines += [f"- unreadable blocks, counted as none: `{_cell(item)}`"]
     if bench.implicit_baselines:
         lines += [f"{bench.implicit_baselines} PDF(s) without a baseline test got one (category `baseline`).", ""]
     for why, count in sorted(bench.skipped.items()):

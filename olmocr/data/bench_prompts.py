@@ -20,6 +20,7 @@ from olmocr.data.cache import localize
 from olmocr.data.chain import MadeWhenRead, Pipeline, RejectReport, build_pipeline
 from olmocr.data.steps import BuildMessages, CheckPdf, Reject
 from olmocr.errors import UserError
+from olmocr.formats.structure import SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +71,16 @@ class PromptRenderer:
     def row(self, page: dict) -> dict:
         if page["page_id"] not in self.cache:
             sample = self.pipeline({"pdf_path": page["pdf_path"], "page": page["page"]})
-            reference = None
+            reference = blocks = None
             if page["md_path"]:
                 with open(page["md_path"], encoding="utf-8") as fh:
                     reference = fh.read()
+                # the page's truth blocks (where it has them): the structure rewards' column
+                if os.path.isfile(path := page["md_path"][:-3] + SUFFIX):
+                    with open(path, encoding="utf-8") as fh:
+                        blocks = fh.read()
             self.cache[page["page_id"]] = {"prompt": sample["messages"], "image": sample["image"],
-                                           "reference": reference}
+                                           "reference": reference, "blocks": blocks}
             if len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
         return {**self.cache[page["page_id"]], "tests": page["tests"], "page_id": page["page_id"]}

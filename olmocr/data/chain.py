@@ -8,8 +8,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from olmocr.data.steps import Reject, Step
+from olmocr.data.steps import BuildPrompt, Reject, Step
 from olmocr.errors import UserError
+from olmocr.formats.prompts import MARKDOWN
 from olmocr.utils.jsonl import mend, read_rows
 
 
@@ -25,6 +26,12 @@ class Pipeline:
                 reject.step = name
                 raise
         return sample
+
+    @property
+    def answer(self) -> str:
+        """What a model prompted by these steps writes after its front matter (its prompt step's ``answer``:
+        markdown, or blocks); markdown where no step prompts."""
+        return next((step.answer for step in self.steps.values() if isinstance(step, BuildPrompt)), MARKDOWN)
 
     def __repr__(self) -> str:
         return "Pipeline(\n" + "".join(f"  {name}: {step!r}\n" for name, step in self.steps.items()) + ")"

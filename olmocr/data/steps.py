@@ -10,13 +10,17 @@ naming the image), then ``meta`` and ``text``, ``image``, ``anchor_text``, ``pro
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 from typing import Annotated
 
 from olmocr.config import OneOf, Range, runtime
 from olmocr.data import text_rules
 from olmocr.errors import UserError
-from olmocr.formats.prompts import PROMPT_VERSIONS, build_prompt
+from olmocr.formats import structure
+from olmocr.formats.prompts import BLOCKS, PROMPT_VERSIONS, answer_format, build_prompt
+from olmocr.formats.structure import format_blocks
 from olmocr.formats.frontmatter import FrontMatterError, parse_document, to_json_target, write_document
 from olmocr.formats.image import ImageError, render_image
 from olmocr.formats.pdf import PdfError, anchor_text, pdf_info, pdf_page_size
@@ -306,30 +310,65 @@ class AnnotateTables(Step):
 
 
 class BuildPrompt(Step):
+    """The instruction; its version fixes what the model answers after its front matter (``answer``: markdown,
+    or blocks), which the target and every reader of the model's answers follow."""
+
     presents = ("version",)
 
     def __init__(self, version: Annotated[str, OneOf(*PROMPT_VERSIONS)] = "v4"):
         build_prompt(version, anchor_text="")  # fail at construction on an unknown version
         self.version = version
+        self.answer = answer_format(version)
 
     def __call__(self, sample):
         sample["prompt"] = build_prompt(self.version, sample.get("anchor_text"))
+        sample["answer"] = self.answer
         return sample
 
 
 TARGET_FORMATS = ("front_matter", "json")
 
 
+@runtime("storage_wait_s")
 class BuildTarget(Step):
-    def __init__(self, format: Annotated[str, OneOf(*TARGET_FORMATS)] = "front_matter"):
+    """What the model is taught to answer: front matter, then the page's markdown, or its blocks where the prompt
+    asks for blocks (read from the page's blocks record beside its .md: :mod:`olmocr.formats.structure`; a remote
+    read waits out storage as :class:`ParseFrontMatter`'s). ``json`` is olmOCR's older JSON form of a markdown
+    answer."""
+
+    def __init__(self, format: Annotated[str, OneOf(*TARGET_FORMATS)] = "front_matter", storage_wait_s: float = 0.0):
         if format not in TARGET_FORMATS:
             raise UserError(f"target format must be one of {', '.join(TARGET_FORMATS)}, got {format!r}")
         self.format = format
+        self.storage_wait_s = storage_wait_s
 
     def __call__(self, sample):
         meta, text = sample["meta"], sample["text"]
-        sample["target"] = write_document(meta, text) if self.format == "front_matter" else to_json_target(meta, text)
+        if sample.get("answer") == BLOCKS:
+            if self.format != "front_matter":
+                raise UserError(f"target format {self.format}: a prompt that asks for blocks has a front_matter "
+                                "target (front matter, then the blocks)")
+            sample["target"] = write_document(meta, format_blocks(self._blocks(sample)))
+        elif self.format == "front_matter":
+            sample["target"] = write_document(meta, text)
+        else:
+            sample["target"] = to_json_target(meta, text)
         return sample
+
+    def _blocks(self, sample) -> list:
+        md = sample.get("md_path") or ""
+        path = (md[:-3] if md.endswith(".md") else md) + structure.SUFFIX
+        try:
+            record = json.loads(read_text(path, wait_s=self.storage_wait_s))
+        except FileNotFoundError:
+            raise Reject("missing_blocks", f"{md} has no blocks record ({os.path.basename(path)}) beside it: the "
+                         "prompt asks for blocks") from None
+        except (OSError, ValueError) as exc:
+            raise Reject("unreadable_blocks", f"{path}: {exc}") from None
+        try:
+            return structure.blocks_from_record(record)
+        except structure.StructureError as exc:
+            raise Reject("blocks", f"{path}: {exc}") from None
 
 
 class BuildMessages(Step):

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from olmocr.formats.structure import StructureError, markdown_of, parse_blocks
 
 VALID_ROTATIONS = (0, 90, 180, 270)
 FIELDS = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
@@ -142,18 +145,37 @@ def page_text(document: str) -> str:
         return document
 
 
-def read_answer(text: str, finish_reason: str | None, max_tokens: int) -> tuple[PageMeta, str] | str:
+class Reading(NamedTuple):
+    """A model's answer to a page, read: its front matter, its page text (markdown), and its blocks where the
+    model writes blocks (:mod:`olmocr.formats.structure`; None for a markdown answer)."""
+
+    meta: PageMeta
+    text: str
+    blocks: list | None = None
+
+
+def read_answer(text: str, finish_reason: str | None, max_tokens: int, answer: str = "markdown",
+                furniture: bool = False) -> Reading | str:
     """A model's answer to a page: its front matter and text, or why it is none (cut off at ``max_tokens``,
-    stopped for another reason, no front matter that parses). The pipeline and training's bench eval judge
-    answers by this one rule, so their scores agree."""
+    stopped for another reason, no front matter that parses, blocks that do not parse). The pipeline and
+    training's bench eval judge answers by this one rule, so their scores agree. ``answer`` is what the model
+    writes after its front matter (:func:`olmocr.formats.prompts.answer_format`): for ``blocks``, the page text
+    is made from them, furniture left out unless ``furniture``."""
     if finish_reason == "length":
         return f"cut off at max_tokens={max_tokens}"
     if finish_reason not in (None, "stop"):
         return f"finish_reason {finish_reason}"
     try:
-        return parse_document(text)
+        meta, body = parse_document(text)
     except FrontMatterError as exc:
         return f"unparseable: {exc}"
+    if answer != "blocks":
+        return Reading(meta, body)
+    try:
+        blocks = parse_blocks(body)
+    except StructureError as exc:
+        return f"unparseable blocks: {exc}"
+    return Reading(meta, markdown_of(blocks, furniture), blocks)
 
 
 def write_document(meta: PageMeta, text: str) -> str:

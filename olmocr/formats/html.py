@@ -26,7 +26,8 @@ body{font-family:system-ui,sans-serif;margin:0 auto;max-width:1500px;padding:1em
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em}table.data{border-collapse:collapse;margin:.5em 0}
 table.data td,table.data th{border:1px solid #ccc;padding:2px 8px;text-align:left}
 .pair{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:1em;border-top:2px solid #888;
-padding:1em 0}.pair img{max-width:100%;border:1px solid #ccc}
+padding:1em 0}.pair img{max-width:100%;border:1px solid #ccc}.blocks img{border:0;outline:1px solid #ccc}
+.blocks .block{position:absolute;border:2px solid;box-sizing:border-box}.blocks .block:hover{background:#ffe60040}
 .markdown{overflow-x:auto;border:1px solid #ddd;padding:.5em 1em;background:#fafafa}
 .markdown h1{font-size:1.6em;margin:.6em 0 .3em}.markdown h2{font-size:1.4em;margin:.6em 0 .3em}
 .markdown h3{font-size:1.2em}.markdown h4{font-size:1.05em}.markdown h5{font-size:.95em}.markdown h6{font-size:.85em}

@@ -6,7 +6,8 @@ fallback) and written as ``<candidates>/<pdf path without .pdf>_pg<page>_repeat<
 ``python -m olmocr.bench bench_dir=… candidates=…`` scores. Files already written are kept, so a stopped
 run resumes where it was. ``pages.jsonl`` in the run dir records every page's attempts; ``answers.jsonl`` in
 the candidates folder, which outputs are the text layer's (a fallback) rather than the model's, for the bench
-to say how many pages the model answered.
+to say how many pages the model answered. A model that writes blocks has each output's blocks beside it
+(``…_repeat<r>.blocks.json``), which the bench's layout checks score.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from omegaconf import DictConfig
 
 import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra's ConfigStore
 from olmocr.cli import stage
+from olmocr.formats.structure import SUFFIX as BLOCKS_SUFFIX
 from olmocr.config import build
 from olmocr.data.presented import presents_as_trained
 from olmocr.errors import UserError
@@ -83,6 +85,9 @@ async def convert_pages(converter, todo: list[tuple[dict, int, str]], records_pa
     watch = ServerWatch(converter.server)
 
     async def write(row: dict, repeat: int, path: str, result) -> None:
+        if result.blocks is not None:  # before the .md, which marks the candidate written (a resume keeps it)
+            await asyncio.to_thread(write_text, path[:-3] + BLOCKS_SUFFIX,
+                                    json.dumps(result.structure(), ensure_ascii=False) + "\n")
         await asyncio.to_thread(write_text, path, result.text)
         record_answers(candidates, [(path, not result.fallback)])
         record = {"pdf": row["pdf"], "repeat": repeat, "candidate": path, **result.record()}

@@ -27,7 +27,8 @@ from olmocr.config import OneOf, Range, runtime
 from olmocr.data.chain import build_pipeline
 from olmocr.data.steps import BuildMessages, Reject
 from olmocr.errors import UserError
-from olmocr.formats.frontmatter import PageMeta, read_answer
+from olmocr.formats.frontmatter import PageMeta, Reading, read_answer
+from olmocr.formats.structure import page_record
 from olmocr.formats.pdf import PdfError, text_layer
 from olmocr.pipeline.client import ChatClient, Reply
 from olmocr.pipeline.failures import StopWork, Unavailable
@@ -113,6 +114,10 @@ class PageResult:
     server_statuses: list = field(default_factory=list)
     refused: bool = False  # the server refused this page while it answered others: the page's own failure
     last_sent: float = 0.0  # when its last attempt was sent (time.monotonic)
+    # The page's blocks, where the model writes blocks (olmocr.formats.structure), and its size (points for a PDF
+    # page, pixels for an image) that their boxes in page units are of
+    blocks: list | None = None
+    page_size: tuple[float, float] | None = None
 
     @property
     def server_fault(self) -> str | None:
@@ -134,7 +139,15 @@ class PageResult:
         """The page as a JSON object (the per-page output)."""
         return {"page": self.page, "text": self.text, **self.meta.to_dict(), "fallback": self.fallback,
                 "turned": self.turned, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                "attempts": self.attempts, **({"refused_by_server": True} if self.refused else {})}
+                "attempts": self.attempts, **({"refused_by_server": True} if self.refused else {}),
+                **(self.structure() if self.blocks is not None else {})}
+
+    def structure(self) -> dict:
+        """The page's blocks as a user loads them: ``page_size``, ``turned`` (the clockwise turn of the page image
+        the boxes are of: the page as the model read it) and ``blocks`` (order, label, box in 0-1000 and in page
+        units, text)."""
+        record = page_record(self.blocks, self.page_size or (1000.0, 1000.0))
+        return {"page_size": record["page_size"], "turned": self.turned, "blocks": record["blocks"]}
 
 
 def error_gist(error: str) -> str:
@@ -238,7 +251,7 @@ class PageConverter:
                  concurrency: Annotated[int, Range(at_least=1)] = 64,
                  timeout_s: Annotated[float, Range(above=0)] = 600.0, busy_s: Annotated[float, Range(above=0)] = 120.0,
                  render_threads: Annotated[int | None, Range(at_least=1, null="one per core")] = None,
-                 guided: bool = False, log_dir: str = "."):
+                 guided: bool = False, furniture: bool = False, log_dir: str = "."):
         if not temperatures:
             raise UserError("convert.temperatures: give at least one (one attempt per temperature)")
         if guided and server.structured_outputs is False:
@@ -247,6 +260,10 @@ class PageConverter:
         self.steps = build_pipeline(steps)
         if not any(isinstance(step, BuildMessages) for step in self.steps.steps.values()):
             raise UserError("convert.steps: page conversion needs a 'messages' step (olmocr.data.steps.BuildMessages)")
+        # What the model writes after its front matter follows from the prompt it is given (a model's record
+        # names the prompt it was trained with): markdown, or blocks whose markdown is the page's text.
+        self.answer = self.steps.answer
+        self.furniture = furniture
         self.server = server
         self.client = ChatClient(server, timeout_s=timeout_s, concurrency=concurrency, busy_s=busy_s)
         self.temperatures = list(temperatures)
@@ -367,9 +384,10 @@ class PageConverter:
     def _turned(self, image: Image.Image, rotation: int) -> str:
         return png_data_url(turn(image, rotation, self.rotation_direction))
 
-    def judge(self, reply: Reply) -> tuple[PageMeta, str] | str:
+    def judge(self, reply: Reply) -> Reading | str:
         """The answer's front matter and text, or why the attempt failed."""
-        return reply.error or read_answer(reply.text, reply.finish_reason, self.max_tokens)
+        return reply.error or read_answer(reply.text, reply.finish_reason, self.max_tokens, self.answer,
+                                          self.furniture)
 
     async def convert(self, sample: dict, fallback_path: str | None, data: bytes | None = None) -> PageResult:
         """``sample`` starts the steps (``pdf_path``, ``page``, and what the caller already knows of the
@@ -421,7 +439,8 @@ class PageConverter:
             return await self._fall_back(result, fallback_path, data)
         # The last answer that parsed, even if the model still found the page turned: its text is the
         # model's reading, which beats the text layer.
-        result.meta, result.text = answer
+        result.meta, result.text, result.blocks = answer
+        result.page_size = sample.get("page_size")
         result.turned = clockwise(read_at, self.rotation_direction)
         return result
 

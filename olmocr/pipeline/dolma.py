@@ -22,7 +22,11 @@ def dolma_document(source: str, pages: list[PageResult], model: str, created: da
 
     Offsets are olmOCR's own, so spans computed by its tools and these agree: a page the model read as
     blank adds nothing (an empty span); a page that fell back to its text layer adds its text and its
-    newline even when the layer is empty."""
+    newline even when the layer is empty.
+
+    Pages read by a model that writes blocks add ``page_blocks``: per page, its span and its blocks (page size,
+    and each block's order, label, box in 0-1000 and in page units, text), or None for a page without them (one
+    that fell back to its text layer)."""
     text, spans = "", []
     for index, page in enumerate(pages):
         start = len(text)
@@ -32,7 +36,7 @@ def dolma_document(source: str, pages: list[PageResult], model: str, created: da
     if not text and not any(page.fallback for page in pages):
         return None
     now = now or datetime.datetime.now(datetime.UTC)
-    return {
+    document = {
         # The source is part of the id: two PDFs with the same text (a crawl's duplicates) stay two
         # documents whose ids differ.
         "id": hashlib.sha1(f"{source}\n{text}".encode()).hexdigest(),
@@ -59,6 +63,21 @@ def dolma_document(source: str, pages: list[PageResult], model: str, created: da
             "is_fallback": [p.fallback for p in pages],  # this page is its PDF's text layer, not the model's
         },
     }
+    if any(p.blocks is not None for p in pages):
+        document["attributes"]["page_blocks"] = [[*span[:2], p.structure() if p.blocks is not None else None]
+                                                 for span, p in zip(spans, pages)]
+    return document
+
+
+def blocks_document(source: str, pages: list[PageResult], model: str) -> dict | None:
+    """A document's blocks as one JSON object a user loads without parsing markdown (the pipeline writes it
+    beside the document's markdown copy): each page's number, size and blocks; None when no page has blocks."""
+    if all(p.blocks is None for p in pages):
+        return None
+    return {"source": source, "model": model,
+            "pages": [{"page": p.page, **(p.structure() if p.blocks is not None else {"page_size": None,
+                                                                                      "blocks": None})}
+                      for p in pages]}
 
 
 def mirror_path(source: str, suffix: str) -> str:

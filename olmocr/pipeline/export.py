@@ -3,7 +3,8 @@
 Every page that the model read (not a text-layer fallback) and found upright, as it was or after the
 pipeline turned it, becomes a single-page PDF cut from its source (its ``/Rotate`` kept) with the ``.md``
 beside it: the reading's front matter, with ``rotation_correction`` the clockwise turn that makes the
-original page upright, and the text. That is the folder ``data=folder`` trains on, so a teacher model
+original page upright, and the text; a model that writes blocks adds the page's blocks record
+(``.blocks.json``: :mod:`olmocr.formats.structure`), so the folder trains a blocks prompt too. That is the folder ``data=folder`` trains on, so a teacher model
 behind the pipeline (``server=vllm`` or ``server=external``) labels a PDF folder for SFT. It reads the
 workspace's page results (``work.page_results=true``). Pages already exported are kept, so running it
 again as more items finish adds only the new pages. Remote storage (the workspace, the PDFs, ``out_dir``) that
@@ -23,6 +24,7 @@ import olmocr.pipeline.schema  # noqa: F401 - puts this stage's schemas in Hydra
 from olmocr.cli import stage
 from olmocr.errors import UserError
 from olmocr.formats.frontmatter import FrontMatterError, PageMeta, write_document
+from olmocr.formats.structure import SUFFIX as BLOCKS_SUFFIX
 from olmocr.pipeline.dolma import mirror_path
 from olmocr.pipeline.ocr import PAGES
 from olmocr.utils.io import is_remote, patiently
@@ -138,8 +140,12 @@ def export_source(source: str, records: list[dict], out: Patient, exported: Expo
             counts["unreadable_sources"] += 1
             log.warning("skipped %s page %d: %s", source, record["page"], exc)
             continue
-        # The .md last: the index pairs a page by its .md, so no .md ever lacks its PDF.
+        # The .md last: the index pairs a page by its .md, so no .md ever lacks its PDF (or its blocks, where the
+        # model wrote blocks: boxes of the upright page, as the front matter's rotation_correction makes it).
         out.write(f"{stem}.pdf", page_pdf)
+        if record.get("blocks") is not None:
+            blocks = {"page_size": record.get("page_size"), "blocks": record["blocks"]}
+            out.write(f"{stem}{BLOCKS_SUFFIX}", (json.dumps(blocks, ensure_ascii=False) + "\n").encode("utf-8"))
         out.write(f"{stem}.md", write_document(*label).encode("utf-8"))
         counts["exported"] += 1
 

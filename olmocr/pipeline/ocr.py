@@ -36,7 +36,8 @@ from olmocr.config import Range, runtime
 from olmocr.errors import UserError
 from olmocr.formats.document import IMAGE, DocumentError
 from olmocr.pipeline.convert import PageConverter, PageResult, all_of, error_gist
-from olmocr.pipeline.dolma import dolma_document, mirror_path
+from olmocr.formats.structure import SUFFIX as BLOCKS_SUFFIX
+from olmocr.pipeline.dolma import blocks_document, dolma_document, mirror_path
 from olmocr.pipeline.failures import Cancelled, ServerFailed
 from olmocr.pipeline.filter import DocumentFilter
 from olmocr.pipeline.inputs import document_pages, read_documents
@@ -237,6 +238,8 @@ class OcrWork:
             counts["documents"] += 1
             lines.append(json.dumps(document, ensure_ascii=False))
             markdown.append((mirror_path(source, ".md"), document["text"]))
+            if (blocks := blocks_document(source, pages, self.converter.server.model)) is not None:
+                markdown.append((mirror_path(source, BLOCKS_SUFFIX), json.dumps(blocks, ensure_ascii=False) + "\n"))
         return Output(jsonl(lines), dict(counts), self._side_files(item, markdown, page_lines, filtered, bad))
 
     def _side_files(self, item: Item, markdown: list[tuple[str, str]], page_lines: list[str], filtered: list[str],

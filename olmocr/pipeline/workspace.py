@@ -6,7 +6,8 @@
                                        renewed and taken over only by conditional writes)
       done/<id>.json                   the item is finished: who, when, and its counts (created once)
       results/output_<id>.jsonl        the item's output, written before its done marker
-      markdown/…                       optional per-document markdown (page processing)
+      markdown/…                       optional per-document markdown (page processing), and each
+                                       document's blocks (.blocks.json) where the model writes blocks
       filtered/<id>.jsonl              documents work=ocr's filter kept from the model, and why
       bad/<id>.jsonl                   documents work=ocr could not read (bad) or dropped, and why
       progress/<id>.json               pages of an item converted so far, while a worker converts it

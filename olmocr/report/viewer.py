@@ -6,8 +6,10 @@ the text layer, tokens) that a search box filters by name, then, for a workspace
 convert (bad, dropped, filtered) with its reason, and any result line that is not a document
 (cut short, edited) with its file and line number; ``docs/<key>.html`` per document, every page rendered
 from the source PDF beside the text the pipeline extracted for it (markdown drawn: tables, equations), its
-front-matter attributes, pages that fell back to the PDF's text layer marked; ``pages/`` the page images
-as JPEG files, named by source and page (the documents of one PDF share them).
+front-matter attributes, pages that fell back to the PDF's text layer marked, and where the model wrote blocks
+(``page_blocks``: :mod:`olmocr.formats.structure`) each block's box drawn over the page image (turned as the model
+read it), coloured by its label, its label and text shown on hover; ``pages/`` the page images as JPEG files,
+named by source, page and turn (the documents of one PDF share them).
 
 Any workspace size: documents stream from the JSONL one line at a time and each page is written as its
 document goes by, so memory holds one document. A run into the same dir keeps the document pages and
@@ -34,6 +36,10 @@ from olmocr.errors import UserError
 
 log = logging.getLogger("olmocr.report.viewer")
 ATTRIBUTES = ("primary_language", "is_rotation_valid", "rotation_correction", "is_table", "is_diagram")
+# A block's outline by its label (the key under the page image says which is which).
+LABEL_COLOURS = {"title": "#d62728", "section_header": "#ff7f0e", "text": "#1f77b4", "list_item": "#17becf",
+                 "caption": "#9467bd", "footnote": "#8c564b", "page_header": "#7f7f7f", "page_footer": "#7f7f7f",
+                 "page_number": "#bcbd22", "table": "#2ca02c", "formula": "#e377c2", "figure": "#000000"}
 # Filters the index's rows by the text typed (sources are in data-name, lower-cased; nothing is parsed as HTML).
 SEARCH = """<script>
 document.getElementById('search').addEventListener('input', function (event) {
@@ -127,16 +133,19 @@ def write_once(path: str, data: bytes) -> None:
     os.replace(path + ".part", path)
 
 
-def page_images(source: str, pages: list[int], longest_side: int, folder: str, wait_s: float = 0.0) -> dict[int, str]:
-    """An <img> of each page (files under ``folder``, rendered unless there already), or why it is missing (a
-    source that is gone or refuses this user, said on the page; storage that does not answer is waited out
-    for up to ``wait_s``, and refused credentials stop the run, :class:`olmocr.faults.Unreachable`)."""
+def page_images(source: str, pages: list[int], longest_side: int, folder: str, wait_s: float = 0.0,
+                turns: dict[int, int] | None = None) -> dict[int, str]:
+    """An <img> of each page (files under ``folder``, rendered unless there already; turned clockwise by
+    ``turns[page]`` degrees where given), or why it is missing (a source that is gone or refuses this user, said
+    on the page; storage that does not answer is waited out for up to ``wait_s``, and refused credentials stop
+    the run, :class:`olmocr.faults.Unreachable`)."""
     from olmocr.formats.html import esc, jpeg
     from olmocr.formats.pdf import PdfError
     from olmocr.formats.render import RenderError, render_page
     from olmocr.utils.io import read_bytes
 
-    names = {page: f"{key(source)}_{page}.jpg" for page in pages}
+    turns = turns or {}
+    names = {page: f"{key(source)}_{page}{f'_t{turns[page]}' if turns.get(page) else ''}.jpg" for page in pages}
     out, data = {}, None
     for page, name in names.items():
         path = os.path.join(folder, name)
@@ -146,7 +155,10 @@ def page_images(source: str, pages: list[int], longest_side: int, folder: str, w
             except OSError as exc:
                 return {p: f'<p class="fail">cannot read {esc(source)}: {esc(exc)}</p>' for p in pages}
             try:
-                write_once(path, jpeg(render_page(source, page, longest_side, data=data), longest_side))
+                image = render_page(source, page, longest_side, data=data)
+                if turns.get(page):  # PIL turns counter-clockwise
+                    image = image.rotate(-turns[page], expand=True)
+                write_once(path, jpeg(image, longest_side))
             except (RenderError, PdfError) as exc:
                 out[page] = f'<p class="fail">cannot render page {page}: {esc(exc)}</p>'
                 continue
@@ -160,7 +172,9 @@ def document_html(doc: dict, longest_side: int, pages_dir: str, wait_s: float = 
     meta, attrs = doc["metadata"], doc["attributes"]
     spans = attrs["pdf_page_numbers"]
     fallback = attrs.get("is_fallback") or [None] * len(spans)
-    images = page_images(meta["Source-File"], [page for _, _, page in spans], longest_side, pages_dir, wait_s)
+    blocks = [entry[2] for entry in attrs["page_blocks"]] if attrs.get("page_blocks") else [None] * len(spans)
+    turns = {page: (b or {}).get("turned", 0) for (_, _, page), b in zip(spans, blocks)}
+    images = page_images(meta["Source-File"], [page for _, _, page in spans], longest_side, pages_dir, wait_s, turns)
     header = (f"<p><a href='../index.html'>all documents</a></p><h1>{esc(meta['Source-File'])}</h1><p class='muted'>{meta.get('pdf-total-pages')} pages, "
               f"{meta.get('total-fallback-pages', 0)} from the text layer, {meta.get('total-input-tokens', 0)} input "
               f"and {meta.get('total-output-tokens', 0)} output tokens; model {esc(meta.get('model', '?'))}; "
@@ -173,10 +187,30 @@ def document_html(doc: dict, longest_side: int, pages_dir: str, wait_s: float = 
         note = '<p class="badge fail">text layer (the model gave no usable answer)</p>' if marked else ""
         text = doc["text"][begin:end]
         pages.append(f'<div class="page pair{" fallback" if marked else ""}" data-page="{page}">'
-                     f"<div><h3>page {page}</h3>{images[page]}</div><div>{note}<p class='muted'>{fields}</p>"
+                     f"<div><h3>page {page}</h3>{boxed(images[page], blocks[i])}</div><div>{note}<p class='muted'>{fields}</p>"
                      f'<div class="markdown">{markdown_html(text) if text.strip() else "<p class=muted>(no text)</p>"}'
                      f"</div></div></div>")
     return f'<section class="document" data-source="{esc(meta["Source-File"])}">{header}{"".join(pages)}</section>'
+
+
+def boxed(image: str, structure: dict | None) -> str:
+    """The page image with each block's box over it (positions in percent of the image: boxes are 0-1000 of it),
+    its label and text in its title (shown on hover), and a key of the labels on the page."""
+    from olmocr.formats.html import esc
+
+    if not structure or not structure.get("blocks") or not image.startswith("<img"):
+        return image
+    boxes, labels = [], []
+    for block in structure["blocks"]:
+        x0, y0, x1, y1 = block["box"]
+        colour = LABEL_COLOURS.get(block["label"], "#000")
+        labels += [block["label"]] if block["label"] not in labels else []
+        boxes.append(f'<div class="block" data-label="{esc(block["label"])}" title="{esc(block["label"])}: '
+                     f'{esc(block["text"])}" style="left:{x0 / 10}%;top:{y0 / 10}%;width:{(x1 - x0) / 10}%;'
+                     f'height:{(y1 - y0) / 10}%;border-color:{colour}"></div>')
+    key_html = " ".join(f'<span style="color:{LABEL_COLOURS.get(label, "#000")}">■ {esc(label)}</span>' for label in labels)
+    return (f'<div class="blocks" style="position:relative;display:inline-block;line-height:0">{image}'
+            f'{"".join(boxes)}</div><p class="muted">{key_html}</p>')
 
 
 def index_row(doc: dict, name: str) -> str:

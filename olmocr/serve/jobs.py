@@ -316,7 +316,10 @@ class Jobs:
         spans = attributes.get("pdf_page_numbers", [])
         fallback = attributes.get("is_fallback", [False] * len(spans))
         numbers = page_numbers or []
+        blocks = attributes.get("page_blocks")  # where the model writes blocks: per page, its span and blocks
         pages = [{"page": numbers[page - 1] if page <= len(numbers) else page,
-                  "text": doc["text"][start:end].rstrip("\n"), "fallback": bool(fell)}
-                 for (start, end, page), fell in zip(spans, fallback)]
+                  "text": doc["text"][start:end].rstrip("\n"), "fallback": bool(fell),
+                  **({"page_size": blocks[n][2]["page_size"], "blocks": blocks[n][2]["blocks"]}
+                     if blocks and blocks[n][2] is not None else {})}
+                 for n, ((start, end, page), fell) in enumerate(zip(spans, fallback))]
         return {"name": name, "document": doc, "markdown": doc["text"], "pages": pages}

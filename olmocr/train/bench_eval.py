@@ -303,7 +303,7 @@ class BenchEval:
     def judge(self, pdf: str, page: int, answer: Answer) -> dict:
         from olmocr.formats.frontmatter import read_answer
 
-        judged = read_answer(answer.text, answer.finish_reason, self.max_new_tokens)
+        judged = read_answer(answer.text, answer.finish_reason, self.max_new_tokens, self.pipeline.answer)
         if isinstance(judged, str):
             if not self.text_layer:
                 return {"pdf": pdf, "page": page, "text": answer.text, "parsed": False, "outcome": judged,
