@@ -15,14 +15,19 @@
 #                both cases, numbers, punctuation): words, letters, mixed, codes (mixed case, numbers, identifiers),
 #                lines (paragraphs) to train on; heldout, a bench of other seeds in five categories: letters,
 #                unseen, codes, lines, and faces (bank sentences in the two typefaces training never uses)
+#   OUT/structure pages with structure on the grid (reading=structured: a running header, headings, paragraphs, a
+#                page number; each page's blocks with labels and boxes beside its truth): train (mixed words) and
+#                heldout, a bench of another seed (the bank's words) whose truth has boxes
 # Sizes (environment): TRAIN_PAGES=12000 of each training kind, LINES_PAGES=6000, HELDOUT_PAGES=256 of each
-# category, PAIRS_PAGES=512 of each category; TYPESET_PAGES=$TRAIN_PAGES of each typeset kind (0: none made).
+# category, PAIRS_PAGES=512 of each category; TYPESET_PAGES=$TRAIN_PAGES of each typeset kind (0: none made);
+# STRUCTURE_PAGES=$TRAIN_PAGES structured pages to train on (0: none made).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:-outputs/reading}")
 PY=${PYTHON:-.venv/bin/python}
 TRAIN_PAGES=${TRAIN_PAGES:-12000} LINES_PAGES=${LINES_PAGES:-6000} HELDOUT_PAGES=${HELDOUT_PAGES:-256}
 PAIRS_PAGES=${PAIRS_PAGES:-512} TYPESET_PAGES=${TYPESET_PAGES:-${TRAIN_PAGES:-12000}}
+STRUCTURE_PAGES=${STRUCTURE_PAGES:-${TRAIN_PAGES:-12000}}
 
 pages() {  # pages OUT_DIR RUN_NAME COUNT [CATEGORY] synth overrides…: made once (a stopped run is finished by the next)
   local dir=$1 name=$2 count=$3 category=$4
@@ -61,11 +66,19 @@ if [ "$TYPESET_PAGES" -gt 0 ]; then
     'reading_faces=[carlito,caladea]' seed=45
 fi
 
+if [ "$STRUCTURE_PAGES" -gt 0 ]; then
+  pages "$OUT/structure/train" s_train "$STRUCTURE_PAGES" "" reading=structured reading_words=mixed seed=50
+  pages "$OUT/structure/heldout" s_heldout "$HELDOUT_PAGES" structured reading=structured reading_words=all seed=51
+fi
+
 # The training pages rendered once, on every core, into the render cache read_tiny reads them from
 # (data.render_cache): its steps then wait on no render, where a first read renders on a core the step needs.
 [ -e "$OUT/renders/done" ] ||
   { $PY -m olmocr.data model=reader data=reading paths.reading="$OUT" num_workers="$(nproc)" \
       hydra.run.dir="$OUT/runs/render" && touch "$OUT/renders/done"; }
+[ "$STRUCTURE_PAGES" -eq 0 ] || [ -e "$OUT/renders/structure_done" ] ||
+  { $PY -m olmocr.data model=reader data=structure paths.reading="$OUT" num_workers="$(nproc)" \
+      hydra.run.dir="$OUT/runs/render_structure" && touch "$OUT/renders/structure_done"; }
 [ "$TYPESET_PAGES" -eq 0 ] || [ -e "$OUT/renders/typeset_done" ] ||
   { $PY -m olmocr.data model=reader data=typeset paths.reading="$OUT" num_workers="$(nproc)" \
       hydra.run.dir="$OUT/runs/render_typeset" && touch "$OUT/renders/typeset_done"; }

@@ -236,3 +236,33 @@ def test_sft_bench_evals_equal_the_bench_and_the_pipeline_and_the_best_checkpoin
     assert summary["scoring"] == "strict" and summary["makeup"]["answered"] == 0 == evals[4]["eval/bench/answered"]
     assert summary["makeup"]["fallback"] == len(pdfs) and summary["makeup"]["cer"] == evals[4]["eval/bench/cer"]
     shutil.rmtree(tmp_path / "best")
+
+
+def test_a_model_that_writes_blocks_is_scored_for_layout_beside_its_text(tmp_path):
+    """With a blocks prompt, each answer's blocks are kept beside its candidate and the eval's figures add layout
+    (F1, mean IoU, label and order accuracy) over the pages whose truth has blocks; an answer whose blocks do not
+    parse finds none."""
+    from olmocr.formats.frontmatter import parse_document, write_document
+    from olmocr.formats.structure import blocks_from_record, format_blocks
+    from olmocr.synth.generator import generate
+    from olmocr.train.bench_eval import Answer
+
+    root = tmp_path / "bench"
+    generate(str(root), 4, seed=9, reading="structured", category="structured")
+    evaluator = bench_eval(root, tmp_path / "eval", count=4, **{"steps.prompt.version": "blocks"})
+    results = []
+    for n, (pdf, page) in enumerate(evaluator.pages):
+        stem = os.path.join(root, "pdfs", pdf[:-4])
+        meta, _ = parse_document(open(stem + ".md").read())
+        blocks = blocks_from_record(json.load(open(stem + ".blocks.json")))
+        answer = write_document(meta, format_blocks(blocks) if n < 3 else "# a plain answer")
+        results.append(evaluator.judge(pdf, page, Answer(answer, "stop", 40)))
+    assert [r["parsed"] for r in results] == [True, True, True, False]
+    metrics = evaluator.write_and_score(2, results, 1.0)
+    assert metrics["eval/bench/layout/mean_iou"] == pytest.approx(
+        sum(len(r["blocks"]) for r in results[:3]) / sum(
+            len(json.load(open(os.path.join(root, "pdfs", p[:-4] + ".blocks.json")))["blocks"]) for p, _ in
+            evaluator.pages), abs=1e-4)
+    assert metrics["eval/bench/layout/order_accuracy"] < 1 and metrics["eval/bench/overall"] < 1
+    written = json.load(open(tmp_path / "eval" / "bench_eval" / "step_000002" / "results.json"))
+    assert written["layout"]["pages"] == 4 and written["layout"]["pages_without_blocks"] == 1

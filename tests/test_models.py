@@ -201,7 +201,7 @@ def test_the_reader_is_a_qwen25_vl_with_heads_of_32_sized_for_reading_pages(cach
     spelled = [len(tokenizer(" " + w)["input_ids"]) for w in words]
     assert sum(spelled) / len(words) > 3  # letters and short pieces, where the tiny model's are mostly whole words
     assert sum(len(tiny.load_processor().tokenizer(" " + w)["input_ids"]) for w in words) / len(words) < 2
-    with pytest.raises(Exception, match="model.tokenizer: expected one of words, letters, got 'letter'"):
+    with pytest.raises(Exception, match="model.tokenizer: expected one of words, letters, blocks, got 'letter'"):
         compose("train", ["model=reader", "model.tokenizer=letter"])
     # and the prompt, which it learnt its merges from, is shorter than in the tiny model's tokens
     assert len(tokenizer(build_prompt("v4"))["input_ids"]) < 0.6 * len(tiny.load_processor().tokenizer(build_prompt("v4"))["input_ids"])

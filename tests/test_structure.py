@@ -86,7 +86,9 @@ def _pages():
     synth = PageGenerator(11, {name: 1.0 for name in LAYOUTS if name != "rotated"})
     typeset = ReadingPageGenerator(3, "lines", "mixed", kind="typeset")
     grid = ReadingPageGenerator(3, "page", "all")
-    return [synth.describe(i) for i in range(24)] + [typeset.describe(i) for i in range(6)] + [grid.describe(0)]
+    structured = ReadingPageGenerator(3, "structured", "mixed")
+    return ([synth.describe(i) for i in range(24)] + [typeset.describe(i) for i in range(6)] + [grid.describe(0)]
+            + [structured.describe(i) for i in range(4)])
 
 
 def test_the_generators_blocks_are_where_poppler_finds_the_text_of_the_pdf_drawn(tmp_path):
@@ -123,6 +125,42 @@ def test_the_generators_blocks_are_where_poppler_finds_the_text_of_the_pdf_drawn
             assert boxes[n] == pytest.approx(extent, abs=tolerance), f"{page.name}: block {n} ({block.label})"
     assert labels >= {"page_header", "title", "section_header", "text", "list_item", "table", "formula", "figure",
                       "page_number"}
+
+
+def test_structured_reading_pages_set_a_header_sections_and_a_page_number_on_the_token_grid(tmp_path):
+    """Reading pages with structure to learn on CPU: each block's lines in whole 28-pixel rows of the image (a blank
+    row between blocks), the header and page number drawn, in the blocks record and absent from the truth."""
+    import numpy as np
+
+    from olmocr.bench.records import load_tests
+    from olmocr.formats.render import render_page
+
+    generate(str(tmp_path), 8, seed=5, reading="structured", reading_words="seen")
+    tests = load_tests(str(tmp_path / "synth.jsonl")).tests
+    for index in range(8):
+        stem = tmp_path / "pdfs" / f"synth_s5_{index:05d}"
+        _, text = parse_document(stem.with_suffix(".md").read_text())
+        blocks = blocks_from_record(json.loads((tmp_path / "pdfs" / f"{stem.name}{SUFFIX}").read_text()))
+        labels = [b.label for b in blocks]
+        assert labels[0] == "page_header" and labels[-1] == "page_number" and labels.count("section_header") in (1, 2)
+        assert set(labels[1:-1]) == {"section_header", "text"} and markdown_of(blocks) == text
+        assert all(b.text.startswith("## ") for b in blocks if b.label == "section_header")
+        image = render_page(str(stem.with_suffix(".pdf")), 1, 448)
+        width, height = image.size
+        pixels = np.asarray(image.convert("L"))
+        ink_rows = sorted({int(y) // 28 for y in np.nonzero(pixels.min(axis=1) < 200)[0]})
+        covered = []
+        for block in blocks:  # a block's box lies in its own rows of tokens
+            top, bottom = block.box[1] / 1000 * height, block.box[3] / 1000 * height
+            first, last = int(top // 28), int((bottom - 1) // 28)
+            assert top - 28 * first > 3 and 28 * (last + 1) - bottom > 3, (block, top, bottom)
+            covered += range(first, last + 1)
+        assert covered == ink_rows and height == 28 * (ink_rows[-1] + 2) and width == 448
+        mine = [t for t in tests if t.pdf == f"{stem.name}.pdf"]
+        assert {t.type for t in mine} == {"present", "absent", "order", "baseline"}
+        assert all(t.run(text)[0] for t in mine)
+        kept = [t for t in mine if t.type == "absent" and not t.run(markdown_of(blocks, furniture=True))[0]]
+        assert len(kept) == 2  # a reading that keeps the furniture fails both absent tests
 
 
 def test_synthetic_pages_are_written_with_their_blocks_beside_the_truth(tmp_path):

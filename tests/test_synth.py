@@ -348,7 +348,7 @@ def test_held_out_reading_pages_have_words_training_pages_never_have(tmp_path):
     generate(str(tmp_path), 2, reading="line")
     with pytest.raises(ValueError, match="holds pages made with reading=\"line\""):
         generate(str(tmp_path), 2, reading="page")
-    with pytest.raises(ValueError, match="reading: expected one of word, line, lines, page, got 'book'"):
+    with pytest.raises(ValueError, match="reading: expected one of word, line, lines, page, structured, got 'book'"):
         generate(str(tmp_path / "other"), 2, reading="book")
 
 

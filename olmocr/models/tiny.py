@@ -39,7 +39,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-TOKENIZERS = ("words", "letters")  # what the tokenizer's merges are learnt from (train_tokenizer)
+TOKENIZERS = ("words", "letters", "blocks")  # what the tokenizer's merges are learnt from (train_tokenizer)
 
 # Bump when the builder changes what it writes, so stale caches are rebuilt rather than reused.
 BUILDER_VERSION = 3  # 3: the letters tokenizer learns the brief prompt too
@@ -88,11 +88,12 @@ def train_tokenizer(vocab_size: int, corpus: str = "words"):
     """``words``: byte-level BPE over the synthetic word banks and markup, a word of the banks mostly one token.
     ``letters``: the same over the prompts and markup alone, so the text of a page is spelled in letters and
     short pieces: what a model that learns to read writes one or two characters of the image at a time, and
-    a word it never saw is spelled from pieces it knows."""
+    a word it never saw is spelled from pieces it knows. ``blocks``: ``letters`` with the blocks prompts and markup
+    (:func:`olmocr.synth.text.structure_lines`), for a model that writes a page as blocks with boxes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from olmocr.synth.text import corpus_lines, instruction_lines
+    from olmocr.synth.text import corpus_lines, instruction_lines, structure_lines
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -101,7 +102,7 @@ def train_tokenizer(vocab_size: int, corpus: str = "words"):
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
-    tok.train_from_iterator({"words": corpus_lines, "letters": instruction_lines}[corpus](), trainer)
+    tok.train_from_iterator({"words": corpus_lines, "letters": instruction_lines, "blocks": structure_lines}[corpus](), trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:], chat_template=CHAT_TEMPLATE,

@@ -86,7 +86,20 @@ class Figure:
         return [self.caption]
 
 
-Block = Heading | Paragraph | Bullets | Table | Equation | Figure
+@dataclass(frozen=True)
+class Furniture:
+    """A running header, footer or page number set in the page's flow as a line of its own (reading pages): drawn,
+    labelled in the page's blocks, left out of the markdown truth as the fixed running header is."""
+
+    text: str
+    label: str  # page_header, page_footer or page_number
+
+    @property
+    def sentences(self) -> list[str]:
+        return []
+
+
+Block = Heading | Paragraph | Bullets | Table | Equation | Figure | Furniture
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,7 @@ class Page:
     # (left, top, width) of one column of text in PDF points, its top from the page's top, where the text is set
     # anywhere on the page (typeset reading pages); None: inside the margins
     frame: tuple[float, float, float] | None = None
+    heading_growth: tuple[float, float] = (8.0, 3.0)  # points a title and a section heading are set above the body
 
 
 def page_name(seed: int, index: int, category: str | None = None) -> str:

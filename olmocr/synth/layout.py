@@ -14,7 +14,7 @@ from reportlab.pdfbase.pdfmetrics import getAscentDescent, stringWidth
 from reportlab.pdfgen.canvas import Canvas
 
 from olmocr.formats import structure
-from olmocr.synth.blocks import Block, Bullets, Equation, Figure, Heading, Page, Paragraph, Table
+from olmocr.synth.blocks import Block, Bullets, Equation, Figure, Furniture, Heading, Page, Paragraph, Table
 
 MARGIN, GUTTER = 54.0, 18.0
 # the running header's baseline below the page's top, the footer's above its bottom, and their size
@@ -100,11 +100,11 @@ def pieces(block: Block, page: Page, width: float) -> list[Piece]:
     regular, bold = page.font
     size = page.body_size
     if isinstance(block, Heading):
-        size += 8 if block.level == 1 else 3
+        size += page.heading_growth[0 if block.level == 1 else 1]
         return [TextLine(line, bold, size, page.leading) for line in simpleSplit(block.text, bold, size, width)]
-    if isinstance(block, Paragraph):
-        return [TextLine(line, regular, size, page.leading)
-                for line in simpleSplit(block.markdown, regular, size, width)]
+    if isinstance(block, Paragraph | Furniture):
+        text = block.markdown if isinstance(block, Paragraph) else block.text
+        return [TextLine(line, regular, size, page.leading) for line in simpleSplit(text, regular, size, width)]
     if isinstance(block, Bullets):
         return [TextLine(("• " if i == 0 else "   ") + line, regular, size, page.leading, n)
                 for n, item in enumerate(block.items)
@@ -143,13 +143,14 @@ def place(page: Page) -> list[Placed]:
 
 
 def truth(page: Page, placed: list[Placed]) -> str:
-    """The page's markdown: its blocks in reading order; a figure as an image named after its box on the page
-    (PDF points from the top-left, as olmOCR writes figures)."""
-    return "\n\n".join(markdowns(page, placed))
+    """The page's markdown: its blocks in reading order, furniture left out; a figure as an image named after its
+    box on the page (PDF points from the top-left, as olmOCR writes figures)."""
+    return "\n\n".join(md for md, block in zip(markdowns(page, placed), page.blocks)
+                         if not isinstance(block, Furniture))
 
 
 def markdowns(page: Page, placed: list[Placed]) -> list[str]:
-    """Each block's markdown, as the truth writes it."""
+    """Each block's markdown, as the truth writes it (furniture: its text)."""
     charts = {p.block: p for p in placed if isinstance(p.piece, Chart)}
     parts = []
     for index, block in enumerate(page.blocks):
@@ -158,7 +159,7 @@ def markdowns(page: Page, placed: list[Placed]) -> list[str]:
             top = page.page_size[1] - charts[index].y
             parts.append(f"![Bar chart: {block.caption}](page_{left:.0f}_{top:.0f}_{width:.0f}_{height + 14:.0f}.png)")
         else:
-            parts.append(block.markdown)
+            parts.append(block.text if isinstance(block, Furniture) else block.markdown)
     return parts
 
 
@@ -186,7 +187,8 @@ def blocks_of(page: Page, placed: list[Placed]) -> list[structure.Block]:
             for n, item in enumerate(block.items):
                 add("list_item", boxes[index, n], f"- {item}")
             continue
-        label = ("title" if block.level == 1 else "section_header") if isinstance(block, Heading) else \
+        label = block.label if isinstance(block, Furniture) else \
+            ("title" if block.level == 1 else "section_header") if isinstance(block, Heading) else \
             "text" if isinstance(block, Paragraph) else "table" if isinstance(block, Table) else \
             "formula" if isinstance(block, Equation) else "figure"
         add(label, boxes[index, 0], markdown[index])

@@ -40,14 +40,15 @@ import string
 
 from reportlab.lib.utils import simpleSplit
 
-from olmocr.bench.records import BaselineTest, OrderTest, PresentTest
+from olmocr.bench.records import AbsentTest, BaselineTest, OrderTest, PresentTest
 from olmocr.errors import UserError
 from olmocr.formats.frontmatter import PageMeta
 from olmocr.synth import fonts
 from olmocr.synth import text as words
-from olmocr.synth.blocks import Page, Paragraph, page_name
+from olmocr.synth.blocks import Furniture, Heading, Page, Paragraph, page_name
 
-LEVELS = {"word": (1, 1), "line": (1, 1), "lines": (2, 4), "page": (8, 12)}  # text rows on a page
+# text rows on a page (structured: rows of paragraph text, beside its header, headings and page number)
+LEVELS = {"word": (1, 1), "line": (1, 1), "lines": (2, 4), "page": (8, 12), "structured": (2, 5)}
 WORD_CHOICES = ("seen", "all", "unseen", "letters", "mixed", "codes")
 TYPES = ("grid", "typeset")
 # Typeset pages' typefaces when none are named; HELD_OUT_FACES are never among them: a model trained on the
@@ -80,6 +81,8 @@ class ReadingPageGenerator:
             raise UserError(f"reading_words: expected one of {', '.join(WORD_CHOICES)}, got {words!r}")
         if kind not in TYPES:
             raise UserError(f"reading_type: expected one of {', '.join(TYPES)}, got {kind!r}")
+        if level == "structured" and kind != "grid":
+            raise UserError("reading=structured sets its pages on the grid (reading_type=grid)")
         if kind == "grid" and (words == "codes" or any(f != "courier" for f in faces)):
             raise UserError("reading_type=grid sets lowercase words in Courier alone (a character a patch): "
                             "reading_words=codes and other reading_faces need reading_type=typeset")
@@ -140,6 +143,8 @@ class ReadingPageGenerator:
                             + ("" if self.kind == "grid" else f"/{self.kind}/{','.join(self.faces)}"))
         low, high = LEVELS[self.level]
         wanted = rng.randint(low, high)
+        if self.level == "structured":
+            return self.structured(rng, index, wanted)
         if self.kind == "typeset":
             return self.typeset(rng, index, wanted)
         paragraphs = self.fill(rng, wanted)
@@ -148,6 +153,32 @@ class ReadingPageGenerator:
         return Page(page_name(self.seed, index, self.category), PageMeta(primary_language="en"), [Paragraph(p) for p in paragraphs],
                     None, None, 1, (WIDTH, height), FONT, SIZE, 0, margin=MARGIN, leading=ROW / SIZE,
                     gap=ROW / SIZE)
+
+    def phrase(self, rng: random.Random, fewest: int, most: int) -> str:
+        """A few words on one grid line, the first capitalised: a heading or a running header."""
+        while True:
+            words = [self.word(rng) for _ in range(rng.randint(fewest, most))]
+            text = " ".join(words)
+            text = text[0].upper() + text[1:]
+            if self.lines_of([text]) == 1:
+                return text
+
+    def structured(self, rng: random.Random, index: int, wanted: int) -> Page:
+        """A page with structure on the grid: a running header, one or two sections (a heading, then a paragraph),
+        a page number, a blank row between blocks; ``wanted`` rows of paragraph text in all."""
+        blocks: list = [Furniture(self.phrase(rng, 2, 4), "page_header")]
+        sections = 1 if wanted < 3 else rng.randint(1, 2)
+        shares = [wanted // sections + (n < wanted % sections) for n in range(sections)]
+        for rows in shares:
+            blocks.append(Heading(self.phrase(rng, 1, 3), 2))
+            blocks.append(Paragraph(self.fill(rng, rows)[0]))
+        number = rng.randint(1, 400)
+        blocks.append(Furniture(rng.choice((f"Page {number}", str(number), f"- {number} -")), "page_number"))
+        rows = sum(self.lines_of(b.sentences if isinstance(b, Paragraph) else [b.text]) for b in blocks)
+        height = ROW * (rows + len(blocks) - 1 + 2)  # a blank row between blocks, one above and one below
+        return Page(page_name(self.seed, index, self.category), PageMeta(primary_language="en"), blocks, None, None, 1,
+                    (WIDTH, height), FONT, SIZE, 0, margin=MARGIN, leading=ROW / SIZE, gap=ROW / SIZE,
+                    heading_growth=(0.0, 0.0))
 
     def typeset(self, rng: random.Random, index: int, wanted: int) -> Page:
         """A page of ``wanted`` lines set as a document might set them: its typeface, size, leading, margins and
@@ -196,6 +227,10 @@ class ReadingPageGenerator:
         with two would pass on half of it), the first before the last, and a baseline."""
         pdf = f"{page.name}.pdf"
         out: list = []
+        for block in page.blocks:  # furniture drawn, and left out of the truth: a good reading drops it
+            if isinstance(block, Furniture):
+                out.append(AbsentTest(pdf=pdf, page=1, id=f"{page.name}_absent_{len(out):02d}", text=block.text,
+                                      max_diffs=0))
         sentences = [s for block in page.blocks for s in block.sentences]
         for sentence in sentences:
             out.append(PresentTest(pdf=pdf, page=1, id=f"{page.name}_present_{len(out):02d}", text=sentence,

@@ -21,8 +21,9 @@ class SynthConfig(StageConfig):
     # other settings share out_dir as the categories of one bench (null: synth.jsonl, synth_s<seed>_<index>)
     category: str | None = None
     # Reading pages instead (olmocr.synth.reading): plain text a small model learns to read, by level of a
-    # curriculum (line, lines, page); the weights above do not apply
-    reading: Annotated[str | None, OneOf("word", "line", "lines", "page")] = None  # null: the layouts above
+    # curriculum (line, lines, page), or structured (a header, headings, paragraphs, a page number); the weights
+    # above do not apply
+    reading: Annotated[str | None, OneOf("word", "line", "lines", "page", "structured")] = None  # null: the layouts above
     # seen: never the held-out words (to train on); all: the whole bank; unseen: only the held-out words;
     # letters: random strings; mixed: training words, training words with letters changed, random strings;
     # codes (typeset only): mixed-case strings, numbers and identifiers

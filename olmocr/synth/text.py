@@ -85,3 +85,16 @@ def instruction_lines() -> list[str]:
     # The prompts the locally built models' tokenizers were first trained on, named: a prompt added later would
     # change their merges, and a cached model's tokenizer with them, without a new cache key.
     return [build_prompt(version, "") for version in ("v1", "v4", "brief")] + MARKUP
+
+
+def structure_lines() -> list[str]:
+    """:func:`instruction_lines`, the blocks prompts and the blocks' markup (an opening tag of every label, boxes,
+    the closing tag): a tokenizer trained on these spells page text in letters, a block's markup in a few
+    pieces and its box's numbers in digits."""
+    from olmocr.formats.prompts import build_prompt
+    from olmocr.formats.structure import LABELS
+
+    # One box for every tag: numbers of many digits in the corpus would teach merges of digit pairs, and a box's
+    # numbers would be spelled one way here and another there.
+    tags = [f'<div data-label="{label}" data-bbox="0 0 1000 1000">\ntext\n</div>' for label in LABELS] * 64
+    return instruction_lines() + [build_prompt(v, "") for v in ("blocks", "brief_blocks")] + tags

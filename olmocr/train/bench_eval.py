@@ -310,8 +310,9 @@ class BenchEval:
                         "output_tokens": answer.tokens}
             # The candidate is the text layer; what the model wrote stays in pages.jsonl, to look at.
             return {**self.fallback(pdf, page, judged, answer.tokens), "answer": answer.text}
-        return {"pdf": pdf, "page": page, "text": judged[1], "parsed": True, "outcome": "ok",
-                "output_tokens": answer.tokens}
+        return {"pdf": pdf, "page": page, "text": judged.text, "parsed": True, "outcome": "ok",
+                "output_tokens": answer.tokens,
+                **({"blocks": [b.to_dict() for b in judged.blocks]} if judged.blocks is not None else {})}
 
     def fallback(self, pdf: str, page: int, why: str, tokens: int) -> dict:
         """The page's text layer, as the pipeline falls back to it ('' when the PDF has none)."""
@@ -326,8 +327,13 @@ class BenchEval:
         return {"pdf": pdf, "page": page, "text": text, "parsed": False, "outcome": why, "output_tokens": tokens}
 
     def write_and_score(self, step: int, results: list[dict], seconds: float) -> dict:
+        from olmocr.bench.layout import describe as describe_layout
+        from olmocr.bench.layout import score_candidates
         from olmocr.bench.report import write_reports
-        from olmocr.bench.score import candidate_stem, describe_makeup, record_answers, run_tests, summarize
+        from olmocr.bench.score import (candidate_files, candidate_stem, describe_makeup, record_answers, run_tests,
+                                        summarize)
+        from olmocr.formats.prompts import BLOCKS
+        from olmocr.formats.structure import SUFFIX as BLOCKS_SUFFIX
 
         folder = os.path.join(self.dir, STEP_DIR.format(step))
         shutil.rmtree(folder, ignore_errors=True)  # a step evaluated again after a resume starts clean
@@ -338,6 +344,10 @@ class BenchEval:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(r["text"])
+            if r.get("blocks") is not None:  # the model writes blocks: scored for layout beside the text
+                with open(path[:-3] + BLOCKS_SUFFIX, "w", encoding="utf-8") as fh:
+                    json.dump({"blocks": [{"order": n, **b} for n, b in enumerate(r["blocks"])]}, fh,
+                              ensure_ascii=False)
             # Without the fallback an unparsed answer is still what the model wrote: its own reading.
             answers.append((path, r["parsed"] or (not self.text_layer and not r["outcome"].startswith(UNRENDERED))))
         record_answers(candidates, answers)
@@ -347,6 +357,10 @@ class BenchEval:
         tests = run_tests(self.bench, candidates, scoring="strict")  # a blank page earns nothing (checks.py)
         summary = summarize(tests)
         makeup = summary["makeup"]
+        if self.pipeline.answer == BLOCKS:  # layout where the pages' truth has blocks (none: no figures)
+            layout = score_candidates(self.root, self.pages, lambda pdf, page: candidate_files(candidates, pdf, page))
+            if layout is not None:
+                summary["layout"] = layout
         write_reports(folder, summary, tests, self.bench, bench_dir=self.root, candidates=candidates,
                       max_failures_listed=50)
         metrics = {"eval/bench/overall": summary["overall"], "eval/bench/overall_score": summary["overall_score"],
@@ -358,6 +372,9 @@ class BenchEval:
         metrics.update({f"eval/bench/category/{name}": row["pass_rate"] for name, row in summary["categories"].items()})
         metrics.update({f"eval/bench/type/{name}": row["pass_rate"] for name, row in summary["types"].items()})
         metrics["perf/bench_eval_pages_per_s"] = len(results) / max(seconds, 1e-9)
+        if "layout" in summary:
+            metrics.update({f"eval/bench/layout/{name}": summary["layout"][name]["mean"] or 0.0
+                            for name in ("f1", "mean_iou", "label_accuracy", "order_accuracy")})
         unrendered = [r for r in results if r["outcome"].startswith(UNRENDERED)]
         if unrendered:  # a storage brownout mid-eval, or pages damaged since the run began
             log.warning("bench eval at step %d: %d of %d pages could not be rendered and were scored as their text "
@@ -367,6 +384,8 @@ class BenchEval:
                  "per page, %.1f pages/s (%s)", step, 100 * summary["overall"], summary["tests"],
                  describe_makeup(makeup), metrics["eval/bench/output_tokens"], metrics["perf/bench_eval_pages_per_s"],
                  folder)
+        if "layout" in summary:
+            log.info("bench eval at step %d: %s", step, describe_layout(summary["layout"]))
         return metrics
 
     # -- after training ----------------------------------------------------------------------------------------------
