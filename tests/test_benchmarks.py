@@ -198,3 +198,14 @@ def test_learning_to_read_runs(tmp_path, cache_dir, monkeypatch, capsys):
     assert any("SFT CER <= 0.15 on letters" in line for line in result["goals"])
     # Training time is the run's own, apart from releasing and converting the bench.
     assert result["seconds"]["sft bench"] > 0 and any("sft trains in <= 20 minutes" in g for g in result["goals"])
+
+
+@pytest.mark.integration
+def test_reading_tower_runs(monkeypatch, capsys):
+    """The tower probe's chain at toy sizes: pages rendered, each config taught and scored on held-out pages (the
+    figures mean nothing after two steps; the probe must run and print what it measured)."""
+    out = in_process("reading_tower.py", ["--pages", "6", "--heldout", "4", "--steps", "2", "--eval-every", "1",
+                                          "--configs", "frozen", "reader"], monkeypatch, capsys)
+    assert "6 training and 4 held-out typeset pages rendered" in out
+    rows = dict(re.findall(r"^(frozen|reader)\s+2\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+[\d. ]+$", out, re.M))
+    assert set(rows) == {"frozen", "reader"} and all(0 <= float(f1) <= 1 for f1 in rows.values()), out

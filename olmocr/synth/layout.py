@@ -200,6 +200,24 @@ def blocks_of(page: Page, placed: list[Placed]) -> list[structure.Block]:
     return out
 
 
+def glyph_boxes(page: Page, placed: list[Placed]) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Every character drawn on the page's text lines with its box: its advance across, its font's ascent to
+    descent down, in points from the page's top-left (what a vision tower's tokens are taught to hold)."""
+    out = []
+    height = page.page_size[1]
+    for p in placed:
+        if not isinstance(p.piece, TextLine):
+            continue
+        piece, x = p.piece, p.x
+        _, top, _, bottom = text_box(piece.text, piece.font, piece.size, x, height - (p.y - piece.size))
+        for char in piece.text:
+            advance = stringWidth(char, piece.font, piece.size)
+            if not char.isspace():
+                out.append((char, (x, top, x + advance, bottom)))
+            x += advance
+    return out
+
+
 def text_box(text: str, font: str, size: float, x: float, baseline: float) -> tuple[float, float, float, float]:
     """(x0, top, x1, bottom) of a string drawn from ``x`` on ``baseline`` (points from the page's top)."""
     ascent, descent = getAscentDescent(font, size)
