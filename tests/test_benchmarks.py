@@ -209,3 +209,41 @@ def test_reading_tower_runs(monkeypatch, capsys):
     assert "6 training and 4 held-out typeset pages rendered" in out
     rows = dict(re.findall(r"^(frozen|reader)\s+2\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+[\d. ]+$", out, re.M))
     assert set(rows) == {"frozen", "reader"} and all(0 <= float(f1) <= 1 for f1 in rows.values()), out
+
+
+def test_the_structure_benchmark_scores_layout_text_and_furniture_on_what_each_row_wrote(tmp_path, capsys):
+    """benchmarks/reading_structure.py's scoring on rows written by hand: blocks (each page's own truth blocks, as
+    a perfect structured reader would write them), plain (the markdown truth, no blocks), blind (nothing)."""
+    import argparse
+    import shutil
+
+    from benchmarks.reading_structure import HELDOUT, Structure, report
+    from olmocr.formats.frontmatter import parse_document
+    from olmocr.formats.structure import SUFFIX, blocks_from_record, markdown_of
+    from olmocr.synth.generator import generate
+
+    bench = tmp_path / "pages" / HELDOUT
+    generate(str(bench), 6, seed=51, reading="structured", category="structured")
+    rows = {name: tmp_path / "candidates" / name for name in ("blocks", "plain", "blind")}
+    for folder in rows.values():
+        os.makedirs(folder)
+    for pdf in sorted(p for p in os.listdir(bench / "pdfs") if p.endswith(".pdf")):
+        stem = bench / "pdfs" / pdf[:-4]
+        _, text = parse_document(open(f"{stem}.md").read())
+        blocks = blocks_from_record(json.load(open(f"{stem}{SUFFIX}")))
+        (rows["blocks"] / f"{pdf[:-4]}_pg1_repeat1.md").write_text(markdown_of(blocks))
+        shutil.copy(f"{stem}{SUFFIX}", rows["blocks"] / f"{pdf[:-4]}_pg1_repeat1{SUFFIX}")
+        (rows["plain"] / f"{pdf[:-4]}_pg1_repeat1.md").write_text(text)
+    f = Structure(str(tmp_path), argparse.Namespace())
+    result = report(f, {name: str(folder) for name, folder in rows.items()})
+    table = result["table"]
+    assert table["blocks"]["mean IoU"]["mean"] == 1 and table["blocks"]["label accuracy %"]["mean"] == 100
+    assert table["plain"]["mean IoU"]["mean"] == 0 and table["blind"]["layout F1 %"]["mean"] == 0
+    assert table["blocks"]["present %"]["mean"] == table["plain"]["present %"]["mean"] == 100
+    assert table["blocks"]["absent %"]["mean"] == 100 and table["blind"]["present %"]["mean"] == 0
+    assert table["blocks"]["CER"]["mean"] == 0 and table["blind"]["CER"]["mean"] == 1
+    plain = result["differences"]["plain"]
+    assert plain["mean IoU"]["mean"] == -1 and plain["mean IoU"]["high"] == -1  # every page, every block
+    assert result["goals"][0].endswith(": met") and "within 2): met" in result["goals"][1]
+    out = capsys.readouterr().out
+    assert "plain - blocks" in out and json.load(open(tmp_path / "reading_structure.json")) == result

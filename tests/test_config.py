@@ -75,7 +75,7 @@ def test_every_model_option_instantiates_without_downloading(model, cache_dir, t
 
 # SFT data (page/target pairs) and GRPO data (bench pages) take different step lists.
 SFT_DATA, BENCH_DATA, PAIRS_DATA = (["folder", "olmocr_mix", "olmocr_mix_0225", "reading", "sample", "structure", "typeset"],
-                                    ["reading_prompts", "synth_bench", "synthmix"], ["pairs"])
+                                    ["reading_prompts", "structure_prompts", "synth_bench", "synthmix"], ["pairs"])
 SFT_STEPS, PROMPT_STEPS = ["v1", "v4", "v4_augmented"], ["prompt_v4"]
 
 
@@ -337,8 +337,8 @@ def test_an_override_that_cannot_apply_is_one_line_naming_the_key(override, erro
 @pytest.mark.parametrize("module, override, error", [
     ("olmocr.train", "+experiment=grpo_tin", "experiment=grpo_tin: no such option in conf/experiment/; did you mean "
                                              "grpo_tiny? (the options: dpo_qwen25, dpo_tiny, grpo_qwen25, grpo_tiny, "
-                                             "lora_olmocr2, pipeline_olmocr2, read_dpo, read_grpo, read_structure, read_tiny, read_typeset, sft_muon, "
-                                             "sft_qwen25)"),
+                                             "lora_olmocr2, pipeline_olmocr2, read_dpo, read_grpo, read_structure, "
+                                             "read_structure_grpo, read_tiny, read_typeset, sft_muon, sft_qwen25)"),
     ("olmocr.train", "optimizer=nosuch", "optimizer=nosuch: no such option in conf/optimizer/ (the options: adamw, muon)"),
     ("olmocr.pipeline", "server=nosuch", "server=nosuch: no such option in conf/server/ (the options: external, "
                                          "transformers, vllm)"),
