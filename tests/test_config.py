@@ -209,7 +209,7 @@ def test_a_training_value_out_of_range_stops_the_run_before_anything_is_loaded(o
      "data.steps.rotation.probability: must be in [0, 1], got 1.5"),
     ("check_data", ["data.steps.render.longest_side=8"], "data.steps.render.longest_side: must be at least 16, got 8"),
     # was the builder's own error, without the key
-    ("pipeline", ["convert.steps.prompt.version=v3"], "convert.steps.prompt.version: expected one of v1, v4, brief, got 'v3'"),
+    ("pipeline", ["convert.steps.prompt.version=v3"], "convert.steps.prompt.version: expected one of v1, v4, brief, blocks, brief_blocks, got 'v3'"),
     # what transformers serve, or transformers' loader, would refuse only once started: its log, not a line
     ("pipeline", ["server.dtype=bfloat"], "server.dtype: expected one of auto, float32, bfloat16, float16, got 'bfloat'"),
     ("pipeline", ["server.device=gpu"],
