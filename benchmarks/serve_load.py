@@ -15,8 +15,8 @@ threads. The documents are the bundled sample PDFs and generated ones of 1 to 8 
   service; from the submission to the status that says done (long-polled), median and p95; and the same
   through ``POST /v1/convert``.
 - **A long run**: ``--jobs`` one-page jobs by the clients, the service's resident memory (its own process,
-  not the model server's) sampled after every tenth of them, the time of a submission (which rewrites the
-  workspace's gzipped index) over the first and the last hundred.
+  not the model server's) sampled after every tenth of them, the time of a submission (one new index part
+  of its own) over the first and the last hundred.
 - **Lost or twice**: every job submitted must end done, its item with one done marker and one result, and
   the service's log must say each item was converted once.
 - **A hostile mix** (``--hostile-share``): the same documents submitted by the same clients to two fresh
@@ -328,7 +328,7 @@ def main() -> None:
           f"p95 {quantile(convert_s, 0.95):.2f} s")
     print("service RSS (MB) after jobs: " + ", ".join(f"{n}: {mb:.0f}" for n, mb in memory))
     first, last = submit_s[:100], submit_s[-100:]
-    print(f"a submission (the index rewritten): median {statistics.median(first) * 1000:.0f} ms over the first "
+    print(f"a submission (one index part): median {statistics.median(first) * 1000:.0f} ms over the first "
           f"{len(first)}, {statistics.median(last) * 1000:.0f} ms over the last {len(last)} "
           f"(of {len(submit_s)}; the workspace then held {args.docs + args.latency_jobs * 2 + args.jobs} jobs)")
     print(f"jobs lost: {lost}; items converted twice: {twice}")

@@ -189,6 +189,7 @@ def finished(server, name: str, workspace: str) -> tuple[int, int | None]:
 
 
 def run_all(args, queues: dict[str, str], scratch: str) -> None:
+    from olmocr.pipeline import queue
     from olmocr.pipeline.workspace import Workspace
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -208,7 +209,7 @@ def run_all(args, queues: dict[str, str], scratch: str) -> None:
         for name, python in queues.items():
             workspace = f"s3://bench/{name}-{run}"
             if name == "ours":
-                Workspace(workspace).add(pdf_paths(args.items), pages_per_group=1, sample=0)
+                queue.add(Workspace(workspace), pdf_paths(args.items), pages_per_group=1, sample=0)
                 role = "ours"
             else:
                 subprocess.run([python, __file__, "--role", "upstream-populate", "--workspace", workspace,

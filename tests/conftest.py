@@ -393,6 +393,18 @@ def s3_server(monkeypatch):
     server.stop()
 
 
+@pytest.fixture(params=["local", "s3"])
+def workspace_root(request, tmp_path) -> str:
+    """A workspace's root, once as a local folder and once on a real S3 API (moto): each test runs on both."""
+    if request.param == "local":
+        return str(tmp_path / "workspace")
+    import s3fs
+
+    endpoint = request.getfixturevalue("s3_server")
+    s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint}).mkdir("work")
+    return "s3://work/ws"
+
+
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """A real SLURM cluster of two nodes on this machine (tests/support/slurm_cluster.py), one per test session:

@@ -11,6 +11,7 @@ import yaml
 from beaker import beaker_pb2 as pb
 from beaker.exceptions import BeakerSecretNotFound
 
+import olmocr.pipeline.queue as wq
 from olmocr.config import PROJECT_ROOT
 
 BASE = ["cluster=beaker", "hydra.launcher.workspace=ai2/olmocr", "hydra.launcher.budget=ai2/oe-base",
@@ -217,7 +218,7 @@ def test_replicas_of_a_stage_that_is_not_distributed_are_independent_workers(mon
     launch(monkeypatch, tmp_path, overrides, fake, module="olmocr.pipeline")
     ((_, submitted),) = fake.created
     assert submitted.tasks[0].replicas == 4 and "pdfs=" not in submitted.tasks[0].command[2]
-    assert sorted(p for item in Workspace(workspace).items() for p in item.pdfs) == pdfs
+    assert sorted(p for item in wq.items(Workspace(workspace)) for p in item.pdfs) == pdfs
     assert "submitted: https://beaker.org/ex/01EXP1" in capfd.readouterr().out
 
 

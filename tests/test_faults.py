@@ -17,11 +17,14 @@ import time
 import pytest
 
 from conftest import write_pdf
+import olmocr.pipeline.queue as wq
 from olmocr.faults import Unreachable
 from olmocr.pipeline.stats import workspace_stats
-from olmocr.pipeline.workspace import Item, Workspace
+from olmocr.pipeline.queue import Item
+from olmocr.pipeline.workspace import Workspace
 from olmocr.utils.io import Access
 from support.faultproxy import FaultProxy
+from work_helpers import done_records
 
 
 
@@ -50,8 +53,8 @@ def worker(root: str, run_dir, *extra: str, threads: int = 1) -> list[str]:
 
 def check_every_pdf_once(ws: Workspace, pdfs: list[str]) -> dict:
     """Every item done, with its result; every PDF in exactly one result line; nothing given up."""
-    items = {item.id for item in ws.items()}
-    done = {name[:-5] for name in ws.store.list("done")}
+    items = {item.id for item in wq.items(ws)}
+    done = set(done_records(ws))
     assert done == items, f"{len(items - done)} items lost"
     results = ws.store.read_many([ws.result_name(i) for i in items])
     assert len(results) == len(items), "done markers without their result"
@@ -84,7 +87,7 @@ def test_every_pdf_exactly_once_through_a_faulty_network_an_outage_and_kills(tmp
     s3(s3_server).mkdir("work")
     spaces = {"s3": Workspace("s3://work/ws", Access(endpoint=s3_server)), "local": Workspace(str(tmp_path / "ws"))}
     for ws in spaces.values():
-        ws.add(pdfs, pages_per_group=1, sample=0)
+        wq.add(ws, pdfs, pages_per_group=1, sample=0)
     through = [f"pdf_access.endpoint={proxy.endpoint}", f"workspace_access.endpoint={proxy.endpoint}"]
     # Short leases and waits, so the test is quick; outlasting the outage needs give_up_after_s above it.
     queue = ["queue.lease_s=10", "queue.poll_s=2", "queue.retry_wait_s=1", "queue.retry_wait_max_s=3",
@@ -103,7 +106,7 @@ def test_every_pdf_exactly_once_through_a_faulty_network_an_outage_and_kills(tmp
         assert time.time() - begin < 300 and all(p.poll() is None for p in procs.values()), [
             log_of(p) for p in procs.values()]
         time.sleep(2)  # listings of hundreds of markers hold up the workers' requests to the one-at-a-time server
-        done = {name: len(ws.store.list("done")) for name, ws in spaces.items()}
+        done = {name: len(done_records(ws)) for name, ws in spaces.items()}
         for name in spaces:
             if name not in killed and done[name] >= CHAOS_ITEMS / 6:
                 procs.pop((name, 0)).kill()  # working: it has finished items, and holds four claims
@@ -148,7 +151,7 @@ def test_sigterm_while_a_read_never_returns_ends_the_worker_within_seconds(tmp_p
         monkeypatch.setenv(key, value)
     pdfs = upload_pdfs(server.endpoint, "corpus", 2, tmp_path)
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add(pdfs, pages_per_group=10, sample=0)
+    wq.add(ws, pdfs, pages_per_group=10, sample=0)
     proxy = FaultProxy(server.endpoint, rate=1.0, faults=("stall",), stall_s=(600.0, 600.0)).start()
     proc = subprocess.Popen(worker(ws.root, tmp_path / "run", f"pdf_access.endpoint={proxy.endpoint}"), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -169,7 +172,7 @@ def test_sigterm_while_a_read_never_returns_ends_the_worker_within_seconds(tmp_p
         proxy.stop()
     assert took < 10, f"{took:.1f} s"
     assert proc.returncode == 128 + signal.SIGTERM and "SIGTERM: gave back 1 claim(s); stopping" in out + err, out[-3000:]
-    claims = [json.loads(data) for data in ws.store.read_many([ws.claim_name(i.id) for i in ws.items()]).values()]
+    claims = [json.loads(data) for data in ws.store.read_many([wq.names.claim_name(i.id) for i in wq.items(ws)]).values()]
     assert claims and all(c["expires"] <= time.time() for c in claims)
     assert not ws.store.list("done")
 
@@ -189,7 +192,7 @@ def test_a_worker_that_cannot_read_any_pdf_stops_with_the_cause_and_gives_nothin
     env = {**os.environ, "AWS_MAX_ATTEMPTS": "2"}
     pdfs = upload_pdfs(server.endpoint, "corpus", 3, tmp_path)
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add(pdfs, pages_per_group=1, sample=0)
+    wq.add(ws, pdfs, pages_per_group=1, sample=0)
     queue = ["queue.retry_wait_s=0.5", "queue.retry_wait_max_s=2", f"queue.give_up_after_s={GIVE_UP_S}"]
     if trouble == "server stopped":
         port = server._server.server_port
@@ -210,7 +213,7 @@ def test_a_worker_that_cannot_read_any_pdf_stops_with_the_cause_and_gives_nothin
     assert took < GIVE_UP_S + 60, f"{took:.0f} s"  # start-up and the last attempt on top of the configured time
     stats = workspace_stats(ws)
     assert (stats["done"], stats["given_up"]) == (0, 0)
-    claims = [json.loads(data) for data in ws.store.read_many([ws.claim_name(i.id) for i in ws.items()]).values()]
+    claims = [json.loads(data) for data in ws.store.read_many([wq.names.claim_name(i.id) for i in wq.items(ws)]).values()]
     assert claims and all(c["failures"] == 0 and c["transient_failures"] >= 1 for c in claims)
     assert all(c["expires"] <= time.time() for c in claims)  # none left held: the next worker need not wait a lease
     if trouble == "server stopped":
@@ -283,7 +286,7 @@ def test_a_worker_checks_its_workspace_and_tools_before_it_starts_a_server_or_cl
                                                     f"olmocr.pipeline workspace={empty} pdfs=[…])")
     assert "starting" not in proc.stderr  # no server was started
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add([write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1)
+    wq.add(ws, [write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1)
     bare = tmp_path / "bin"  # a PATH without poppler's tools
     bare.mkdir()
     proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline", f"workspace={ws.root}", "progress=false",
@@ -375,12 +378,12 @@ def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_
 
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b")]
-    ws.add(pdfs, pages_per_group=1)
+    wq.add(ws, pdfs, pages_per_group=1)
     report = run_workers(ws, Failing(), max_failures=2, retry_wait_s=0.05, retry_wait_max_s=0.1, progress=False)
     assert (report.done, report.failed) == (0, 4)
-    failed = ws.items()
+    failed = wq.items(ws)
     # A third item cancelled (as the service cancels a job): given up for good, never put back
-    ws.add([write_pdf(str(tmp_path / "c.pdf"), ["c"])], pages_per_group=1)
+    wq.add(ws, [write_pdf(str(tmp_path / "c.pdf"), ["c"])], pages_per_group=1)
     queue = WorkQueue(ws, "canceller", lease_s=10)
     claim = queue.claim_next()
     queue.release(claim, error="cancelled after 0 page(s)", cancelled=True)
@@ -408,7 +411,7 @@ def test_given_up_items_are_listed_with_their_error_and_put_back_by_requeue(tmp_
     proc = subprocess.run([sys.executable, "-m", "olmocr.pipeline.requeue", f"workspace={ws.root}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().startswith("1 given-up item(s) back")
-    body = json.loads(ws.store.read(ws.claim_name(first)).data)
+    body = json.loads(ws.store.read(wq.names.claim_name(first)).data)
     assert body["failures"] == 0 and body["previous_error"].startswith("RuntimeError: cannot convert")
     assert run_workers(ws, Slow(0), progress=False).done == 2
     stats = workspace_stats(ws)
@@ -425,9 +428,9 @@ def test_a_claim_damaged_from_outside_is_replaced_by_the_next_worker(tmp_path):
 
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b", "c", "d")]
-    ws.add(pdfs, pages_per_group=1)
-    for item, body in zip(ws.items(), (b'{"worker": "w", "expi', b"[1, 2]", b'{"worker": "w", "expires": "soon"}')):
-        ws.store.write(ws.claim_name(item.id), body)
+    wq.add(ws, pdfs, pages_per_group=1)
+    for item, body in zip(wq.items(ws), (b'{"worker": "w", "expi', b"[1, 2]", b'{"worker": "w", "expires": "soon"}')):
+        ws.store.write(wq.names.claim_name(item.id), body)
     assert workspace_stats(ws)["expired"] == 3 and anything_left(ws)
     assert requeue(ws) == []
     assert run_workers(ws, Slow(0), progress=False).done == 4
@@ -445,8 +448,8 @@ def test_a_pdf_is_bad_only_for_what_it_is_not_for_where_it_lives(tmp_path, s3_se
     kept, deleted = (write_pdf(str(folder / f"{n}.pdf"), [n]) for n in ("kept", "deleted"))
     [remote] = upload_pdfs(s3_server, "corpus", 1, tmp_path)
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add([kept, deleted, remote], pages_per_group=10, sample=0)
-    [item] = ws.items()
+    wq.add(ws, [kept, deleted, remote], pages_per_group=10, sample=0)
+    [item] = wq.items(ws)
     os.remove(deleted)
     s3(s3_server).rm("corpus/pdfs/doc_0000.pdf")
     rows = [json.loads(line) for line in Inventory()(item).result.decode().splitlines()]
@@ -486,7 +489,7 @@ def test_a_full_disk_under_the_workspace_is_waited_out_without_litter_and_left_w
 
     ws = Workspace(str(small_disk.path / "ws"))
     pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [n]) for n in ("a", "b")]
-    ws.add(pdfs, pages_per_group=10)
+    wq.add(ws, pdfs, pages_per_group=10)
     reports = []
     caplog.set_level("WARNING", logger="olmocr.pipeline")
     worker = threading.Thread(target=lambda: reports.append(
@@ -513,7 +516,7 @@ def test_a_full_disk_under_the_workspace_is_waited_out_without_litter_and_left_w
     # (that is a write too), is said to return when it expires rather than to be back in the queue.
     from olmocr.pipeline.failures import StopWork
 
-    ws.add([write_pdf(str(tmp_path / "c.pdf"), ["c"])], pages_per_group=10)
+    wq.add(ws, [write_pdf(str(tmp_path / "c.pdf"), ["c"])], pages_per_group=10)
     with pytest.raises(StopWork, match="^nothing could be done for") as stopped:
         run_workers(ws, FillsTheDisk(0), give_up_after_s=2, retry_wait_s=0.5, progress=False)
     assert stopped.value.unreleased == 1

@@ -15,6 +15,7 @@ from chat_server import ChatServer, good
 from conftest import SAMPLE, write_pdf
 from mixed_inputs import build, encoded, page_image
 
+import olmocr.pipeline.queue as wq
 from olmocr.config import compose
 from olmocr.formats.document import DocumentError
 from olmocr.pipeline.inputs import document_pages, expand, read_documents
@@ -98,7 +99,7 @@ def test_a_directory_or_a_fifo_at_a_queued_path_is_a_bad_document_at_once(tmp_pa
 
     pdfs = [write_pdf(str(tmp_path / f"{name}.pdf"), [f"Page of {name}"]) for name in ("good", "folder", "pipe")]
     workspace = Workspace(str(tmp_path / "ws"))
-    workspace.add(pdfs, pages_per_group=10)
+    wq.add(workspace, pdfs, pages_per_group=10)
     os.remove(pdfs[1])
     os.mkdir(pdfs[1])
     os.remove(pdfs[2])
@@ -159,14 +160,14 @@ def test_pdfs_listed_from_storage_that_stops_answering_or_refuses_are_waited_for
                               tmp_path / "run2")
         assert proxy.counts["outage", "GET"] >= 3
         assert waited["added"]["pdfs_new"] == straight["added"]["pdfs_new"] > 8
-        assert sorted(p for i in Workspace(str(tmp_path / "waited")).items() for p in i.pdfs) == sorted(
-            p for i in Workspace(str(tmp_path / "straight")).items() for p in i.pdfs)
+        assert sorted(p for i in wq.items(Workspace(str(tmp_path / "waited"))) for p in i.pdfs) == sorted(
+            p for i in wq.items(Workspace(str(tmp_path / "straight"))) for p in i.pdfs)
 
         proxy.outage_when("GET", r"/scans/list\.txt", 600)
         with pytest.raises(Unreachable, match=r"^s3://scans/list\.txt: the storage did not answer for \d+ s \("):
             run_pipeline([f"workspace={tmp_path / 'short'}", *options, "queue.give_up_after_s=1"], tmp_path / "run3")
         proxy.outage(0)
-    assert not (tmp_path / "short").exists() or not list(Workspace(str(tmp_path / "short")).items())
+    assert not (tmp_path / "short").exists() or not list(wq.items(Workspace(str(tmp_path / "short"))))
     with FaultProxy(s3_server, rate=1.0, faults=("access_denied",)) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         with pytest.raises(Unreachable, match=r"^s3://scans/mixed: the storage refused the credentials \(PermissionError"):
@@ -184,7 +185,8 @@ def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one
     import s3fs
 
     from olmocr.faults import Unreachable
-    from olmocr.pipeline.workspace import INDEX, Workspace
+    from olmocr.pipeline.queue.names import INDEX, LEGACY_INDEX
+    from olmocr.pipeline.workspace import Workspace
     from support.faultproxy import FaultProxy
 
     s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server}).mkdir("queue")
@@ -194,22 +196,22 @@ def test_adding_pdfs_to_a_workspace_that_stops_answering_waits_or_says_so_in_one
     with FaultProxy(s3_server, rate=0.0) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-        proxy.outage_when("HEAD", rf"/queue/waited/{INDEX}", 1)
-        proxy.outage_when("PUT", rf"/queue/waited/{INDEX}", 3)
+        proxy.outage_when("HEAD", rf"/queue/waited/{LEGACY_INDEX}", 1)
+        proxy.outage_when("PUT", rf"/queue/waited/{INDEX}/", 3)
         start = time.monotonic()
         waited = run_pipeline(["workspace=s3://queue/waited", *options, "queue.give_up_after_s=60"], tmp_path / "run2")
         assert time.monotonic() - start < 20  # the pause is 30 s; the store answered again after 3
         assert proxy.counts["outage", "HEAD"] >= 1 and proxy.counts["outage", "PUT if-none-match"] >= 1, proxy.counts
         assert waited["added"]["pdfs_new"] == straight["added"]["pdfs_new"] == 8
-        assert Workspace("s3://queue/waited").items() == Workspace(str(tmp_path / "straight")).items()
+        assert wq.items(Workspace("s3://queue/waited")) == wq.items(Workspace(str(tmp_path / "straight")))
 
-        proxy.outage_when("PUT", rf"/queue/short/{INDEX}", 600)
+        proxy.outage_when("PUT", rf"/queue/short/{INDEX}/", 600)
         with pytest.raises(Unreachable) as info:
             run_pipeline(["workspace=s3://queue/short", *options, "queue.give_up_after_s=2"], tmp_path / "run3")
         assert re.fullmatch(r"workspace s3://queue/short: adding 8 PDFs: nothing could be done for \d+ s.*; run again "
                             r"to add them \(PDFs queued already are skipped\)", str(info.value)), info.value
         proxy.outage(0)
-        assert Workspace("s3://queue/short").items() == []
+        assert wq.items(Workspace("s3://queue/short")) == []
 
 
 @pytest.mark.parametrize("workers", [0, 1])
@@ -256,7 +258,7 @@ def test_a_mixed_folder_locally_and_from_s3_is_converted_page_by_page(tmp_path, 
     # An archive of more pages than an item holds is split across items; its members' markdown goes under it.
     from olmocr.pipeline.workspace import Workspace
 
-    holders = {item.id for item in Workspace(workspace).items() for pdf in item.pdfs if "crawl.tar.gz::" in pdf}
+    holders = {item.id for item in wq.items(Workspace(workspace)) for pdf in item.pdfs if "crawl.tar.gz::" in pdf}
     assert len(holders) >= 2
     archive = str(tmp_path / "in" / "crawl.tar.gz")
     assert open(f"{workspace}/markdown/{archive.lstrip('/')}/docs/second.md").read() == docs[f"{archive}::docs/second.pdf"]["text"]

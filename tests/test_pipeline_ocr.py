@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import glob
-import gzip
 import json
 import os
 import re
@@ -31,10 +30,13 @@ from conftest import SAMPLE, write_encrypted_pdf, write_pdf
 from omegaconf import OmegaConf
 from PIL import Image
 
+import olmocr.pipeline.queue as wq
 from olmocr.config import CONF_DIR, PROJECT_ROOT, compose
 from olmocr.faults import Unreachable
 from olmocr.pipeline.convert import TEMPERATURES, PageConverter, PageResult, turn
 from olmocr.pipeline.server import ExternalServer
+from olmocr.pipeline.workspace import Workspace
+from work_helpers import done_records
 
 SIDE = 200  # small renders keep the scripted tests fast; the real-server tests render at 1288
 
@@ -337,7 +339,7 @@ def test_a_server_that_answers_its_check_but_refuses_every_page_is_the_servers_f
         with pytest.raises(Unreachable, match="failed page 1 of .*HTTP 500"):
             run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{tmp_path}/*.pdf]", *options),
                          tmp_path / "run")
-    done = [json.load(open(path)) for path in glob.glob(f"{workspace}/done/*.json")]
+    done = list(done_records(Workspace(workspace)).values())
     assert len(done) == CHECK_ONLY_DOCUMENTS - 1 and all(d["counts"]["refused_pages"] == 1 for d in done)
     with ChatServer([good("Read.")]) as server:
         summary = run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run2", *options), tmp_path / "run2")
@@ -486,13 +488,17 @@ def test_a_damaged_workspace_is_repaired_by_converting_exactly_what_was_lost(tmp
     with ChatServer([good("Read.")]) as server:
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", *extra), tmp_path / "run")
     ws = Workspace(workspace)
-    ids = {item.pdfs[0]: item.id for item in ws.items()}
+    ids = {item.pdfs[0]: item.id for item in wq.items(ws)}
     torn, garbage, lost, whole = (ids[p] for p in pdfs)
     result = os.path.join(workspace, ws.result_name(torn))
     with open(result, "r+b") as fh:
         fh.truncate(os.path.getsize(result) - 20)
-    with open(os.path.join(workspace, ws.done_name(garbage)), "wb") as fh:
-        fh.write(b"\x00\x17garbage")
+    # The workspace is finished: its one part's done records are in its summary; one of them damaged from outside.
+    [summary] = glob.glob(f"{workspace}/parts/*.json")
+    kept = json.load(open(summary))
+    kept["done"] = [r if r["id"] != garbage else "\x00\x17garbage" for r in kept["done"]]
+    with open(summary, "w") as fh:
+        json.dump(kept, fh)
     os.remove(os.path.join(workspace, ws.result_name(lost)))
 
     stats(compose("pipeline_stats", [f"workspace={workspace}", f"paths.cache={tmp_path}/cache"]))
@@ -506,10 +512,10 @@ def test_a_damaged_workspace_is_repaired_by_converting_exactly_what_was_lost(tmp
     out = capsys.readouterr().out
     assert f"damaged  {torn}: result is not as written" in out and f"damaged  {lost}: result missing" in out
     assert f"damaged  {garbage}: done marker unreadable" in out and "4 done item(s)" in out and "nothing changed" in out
-    assert os.path.exists(result) and len(glob.glob(f"{workspace}/done/*.json")) == 4
+    assert os.path.exists(result) and len(wq.done_items(ws)) == 4
     assert sorted(repair(compose("pipeline_repair", [f"workspace={workspace}"]))) == sorted([torn, garbage, lost])
     assert "3 damaged, back in the queue" in capsys.readouterr().out
-    assert glob.glob(f"{workspace}/done/*.json") == [os.path.join(workspace, ws.done_name(whole))]
+    assert list(done_records(ws)) == [whole]
     assert os.path.exists(f"{workspace}/damaged/output_{torn}.jsonl") and not os.path.exists(result)
 
     with ChatServer([good("Read again.")]) as server:
@@ -702,7 +708,7 @@ def test_the_tiny_model_behind_transformers_serve_converts_the_bundled_pdfs_desp
         assert attrs["primary_language"] == [None] and attrs["is_fallback"] == [True]
         with open(f"{workspace}/markdown/{meta['Source-File'].lstrip('/')[:-4]}.md") as fh:
             assert fh.read() == doc["text"]
-    done = [json.load(open(p)) for p in glob.glob(f"{workspace}/done/*.json")]
+    done = list(done_records(Workspace(workspace)).values())
     assert sum(d["counts"]["pages"] for d in done) == len(pdfs)
     code, stats = stage("olmocr.pipeline.stats", [f"workspace={workspace}"], tmp_path)
     assert code == 0
@@ -761,12 +767,12 @@ def test_workers_0_only_adds_and_a_later_run_converts_without_touching_the_index
     workspace = str(tmp_path / "ws")
     with ChatServer([good("x")]) as server:
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", f"pdfs=[{pdf}]", "workers=0"), tmp_path / "r0")
-        before = gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read())
+        before = {name: open(name, "rb").read() for name in glob.glob(f"{workspace}/index/*")}
         run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run"), tmp_path / "r1")
         with pytest.raises(ValueError, match=r"^workers=0 only adds PDFs, and pdfs= names none"):
             run_pipeline(pipeline_overrides(server, workspace, tmp_path / "run", "workers=0"), tmp_path / "r2")
-    assert gzip.decompress(open(f"{workspace}/work_index.jsonl.gz", "rb").read()) == before
-    assert len(glob.glob(f"{workspace}/done/*.json")) == 1
+    assert {name: open(name, "rb").read() for name in glob.glob(f"{workspace}/index/*")} == before and before
+    assert len(done_records(Workspace(workspace))) == 1
 
 
 def test_a_teacher_labels_a_pdf_folder_into_training_pages_the_data_steps_load(tmp_path, cache_dir):

@@ -20,6 +20,8 @@ import pytest
 from conftest import SERVE_TOKEN, write_pdf
 from test_serve_inputs import tar
 from olmocr.config import PROJECT_ROOT
+from olmocr.pipeline.workspace import Workspace
+from work_helpers import done_records
 
 SAMPLE_PDF = sorted(glob.glob(os.path.join(PROJECT_ROOT, "data", "sample", "eval", "pdfs", "*.pdf")))[0]
 TOKEN = SERVE_TOKEN
@@ -327,9 +329,10 @@ def test_replicas_share_the_work_and_a_killed_one_loses_nothing_and_converts_not
                     continue  # being written, or a claim given up since the listing
             return {name: r for name, r in found.items() if named and r["worker"].startswith(named[1])}
 
-        finished = its("done")
-        held = {name for name, claim in its("claims").items() if claim["expires"] > time.time()}
-        return bool(finished) and bool(held - set(os.listdir(workspace / "done")))
+        done = done_records(Workspace(str(workspace)))
+        finished = [r for r in done.values() if named and r["worker"].startswith(named[1])]
+        held = {name[:-5] for name, claim in its("claims").items() if claim["expires"] > time.time()}
+        return bool(finished) and bool(held - set(done))
 
     deadline = time.time() + 120
     while not first_is_mid_document():
@@ -340,7 +343,7 @@ def test_replicas_share_the_work_and_a_killed_one_loses_nothing_and_converts_not
     restarted, _ = start_service(*overrides, name="restarted")
     for job in jobs:  # every job, whichever replica took it, asked of any replica
         assert wait_done(second, job)["status"] == "done", job
-    done = [json.load(open(workspace / "done" / name)) for name in os.listdir(workspace / "done")]
+    done = list(done_records(Workspace(str(workspace))).values())
     assert len(done) == len(jobs) == len(os.listdir(workspace / "results"))  # each converted and kept once
     pids = {record["worker"].split(":")[1] for record in done}
     assert len(pids) >= 2, pids  # the work was shared
@@ -365,6 +368,9 @@ def test_results_expire_after_keep_results_h_and_a_slow_page_is_cancelled(start_
     assert call(f"{base}/v1/jobs/{job}")[0] == 410
     assert os.listdir(workspace / "uploads") == [] and os.listdir(workspace / "results") == []
     assert json.load(open(workspace / "jobs" / f"{job}.json"))["expired"]  # the record stays, saying so
+    # The queue retired its item: nothing of it is left but its part's totals.
+    left = [p for folder in ("claims", "done", "pages", "progress") for p in glob.glob(f"{workspace}/{folder}/*")]
+    assert left == [] and [json.load(open(p))["retired"] for p in glob.glob(f"{workspace}/parts/*")]
     # A page not converted within sync_timeout_s: 504, and its work cancelled, not left to run.
     status, body = call(f"{base}/v1/convert", "POST", pdf)
     assert status == 504 and "sync_timeout_s" in body["error"]

@@ -18,6 +18,8 @@ import pytest
 from conftest import write_pdf
 from support import hostile
 from test_serve import TOKEN, call, send, wait_done
+from olmocr.pipeline.workspace import Workspace
+from work_helpers import done_records
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -197,7 +199,7 @@ def test_hostile_uploads_end_in_one_json_error_or_a_finished_job_and_the_service
         page = httpx.get(f"{base}/v1/jobs/{lying}/pages/{number}.jpg", headers=AUTH, timeout=60)
         assert page.status_code == expected and (said is None or said in page.json()["error"]), page.text
     # Every job converted exactly once: one done marker and one result each, one log line each.
-    done = [json.load(open(workspace / "done" / name)) for name in os.listdir(workspace / "done")]
+    done = list(done_records(Workspace(str(workspace))).values())
     assert len(done) == len(jobs) + len(poison) == len(os.listdir(workspace / "results"))
     log = open(tmp_path / "service.log").read()
     assert sorted(log.count(f"item {d['id']} converted") for d in done) == [1] * len(done)

@@ -9,7 +9,7 @@ import pytest
 
 from olmocr.pipeline.failures import Cancelled, ServerFailed, StopWork, Unavailable
 from olmocr.pipeline.worker import Output
-from olmocr.pipeline.workspace import Item
+from olmocr.pipeline.queue import Item
 from olmocr.serve.metrics import Metrics
 
 

@@ -17,6 +17,7 @@ import time
 import pytest
 from conftest import STORED_RUN, TWO_RANKS, stored_losses
 
+import olmocr.pipeline.queue as wq
 from olmocr.config import PROJECT_ROOT
 from olmocr.train.distributed import job_port
 
@@ -194,6 +195,7 @@ def test_a_pipeline_job_array_converts_a_workspace_exactly_once(slurm, tmp_path)
     """`replica=0,1,2` (cluster= makes any command a sweep) is one job array of three workers on one
     workspace: every item done once."""
     from olmocr.pipeline.workspace import Workspace
+    from work_helpers import done_records
 
     pdfs = os.path.join(PROJECT_ROOT, "data", "sample", "train", "pdfs")
     workspace = str(tmp_path / "workspace")
@@ -202,8 +204,8 @@ def test_a_pipeline_job_array_converts_a_workspace_exactly_once(slurm, tmp_path)
                    "progress=false", "queue.poll_s=1", "work=inventory", "hydra.launcher.tasks_per_node=1"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     ws = Workspace(workspace)
-    items = {item.id for item in ws.items()}
-    records = [json.loads(ws.store.read(ws.done_name(i)).data) for i in items]
+    items = {item.id for item in wq.items(ws)}
+    records = [done_records(ws)[i] for i in items]
     assert len(items) > 3 and len(records) == len(items)
     finished = [json.load(open(tmp_path / "sweep" / job / "run_info.json"))["summary"]["work"]["done"]
                 for job in ("0", "1", "2")]

@@ -18,27 +18,24 @@ import time
 import pytest
 
 from conftest import SAMPLE, write_encrypted_pdf, write_pdf
+import olmocr.pipeline.queue as wq
 from olmocr.faults import Unreachable
 from olmocr.pipeline.inputs import expand
 from olmocr.pipeline.queue import WorkQueue, anything_left, cancel, item_state
 from olmocr.pipeline.stats import workspace_stats
 from olmocr.pipeline.store import open_store
 from olmocr.pipeline.worker import Output, run_workers
-from olmocr.pipeline.workspace import INDEX, Workspace, item_id
-from work_helpers import Slow
+from olmocr.pipeline.queue import item_id
+from olmocr.pipeline.queue.names import INDEX
+from olmocr.pipeline.workspace import Workspace
+from work_helpers import Slow, done_records
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(params=["local", "s3"])
-def root(request, tmp_path) -> str:
-    if request.param == "local":
-        return str(tmp_path / "workspace")
-    import s3fs
-
-    endpoint = request.getfixturevalue("s3_server")
-    s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint}).mkdir("work")
-    return "s3://work/ws"
+@pytest.fixture
+def root(workspace_root) -> str:
+    return workspace_root
 
 
 def corpus(folder, count: int, pages=lambda i: 1) -> list[str]:
@@ -81,7 +78,7 @@ def test_store_writes_only_when_its_condition_holds(root):
 
 def test_an_item_is_claimed_once_and_an_expired_claim_taken_over_by_exactly_one(root, tmp_path):
     ws = Workspace(root)
-    ws.add(corpus(tmp_path / "pdfs", 1), pages_per_group=10)
+    wq.add(ws, corpus(tmp_path / "pdfs", 1), pages_per_group=10)
     holder = queue(ws, "holder", lease_s=0.8)
     claim = holder.claim_next()
     assert claim is not None and queue(ws, "other").claim_next() is None
@@ -103,16 +100,16 @@ def test_an_item_is_claimed_once_and_an_expired_claim_taken_over_by_exactly_one(
     assert taken.took_over == "holder" and taken.item == claim.item
     # The stalled holder finds out before finishing: its output is dropped, nothing is marked done.
     assert not holder.complete(claim, b"stale\n", {}) and claim.taken
-    assert not ws.store.exists(ws.done_name(claim.item.id))
+    assert claim.item.id not in done_records(ws)
     assert taker.complete(taken, b'{"fresh": 1}\n', {"pages": 1})
     assert ws.store.read(ws.result_name(claim.item.id)).data == b'{"fresh": 1}\n'
-    assert json.loads(ws.store.read(ws.done_name(claim.item.id)).data)["took_over"] == "holder"
+    assert done_records(ws)[claim.item.id]["took_over"] == "holder"
     assert queue(ws, "late").claim_next() is None and workspace_stats(ws)["done"] == 1
 
 
 def test_renewal_keeps_a_slow_item_claimed_past_its_lease(tmp_path):
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add(corpus(tmp_path / "pdfs", 1), pages_per_group=10)
+    wq.add(ws, corpus(tmp_path / "pdfs", 1), pages_per_group=10)
     reports = []
     worker = threading.Thread(target=lambda: reports.append(
         run_workers(ws, Slow(2.0), lease_s=0.6, progress=False)))
@@ -132,20 +129,20 @@ def test_serving_workers_take_what_is_added_while_they_run_and_stop_when_told(tm
     told to stop they return, each item done once."""
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = corpus(tmp_path / "pdfs", 3)
-    ws.add(pdfs[:1], pages_per_group=1)
+    wq.add(ws, pdfs[:1], pages_per_group=1)
     until, reports = threading.Event(), []
     worker = threading.Thread(target=lambda: reports.append(
         run_workers(ws, Slow(0.0), workers=2, lease_s=5.0, poll_s=0.1, progress=False, until=until)))
     worker.start()
     deadline = time.time() + 30
-    while len(ws.store.list("done")) < 1 and time.time() < deadline:
+    while len(done_records(ws)) < 1 and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # nothing left: a batch worker would have returned by now
     assert worker.is_alive()
-    ws.add(pdfs[1:], pages_per_group=1)  # two more items, added while it waits
-    while len(ws.store.list("done")) < 3 and time.time() < deadline:
+    wq.add(ws, pdfs[1:], pages_per_group=1)  # two more items, added while it waits
+    while len(done_records(ws)) < 3 and time.time() < deadline:
         time.sleep(0.05)
-    assert len(ws.store.list("done")) == 3
+    assert len(done_records(ws)) == 3
     until.set()
     worker.join(10)
     assert not worker.is_alive() and reports[0].done == 3 and reports[0].duplicates == 0
@@ -154,32 +151,32 @@ def test_serving_workers_take_what_is_added_while_they_run_and_stop_when_told(tm
 def test_nudged_serving_workers_take_new_work_at_once_not_at_their_next_poll(tmp_path):
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = corpus(tmp_path / "pdfs", 2)
-    ws.add(pdfs[:1], pages_per_group=1)
+    wq.add(ws, pdfs[:1], pages_per_group=1)
     until, nudged = threading.Event(), threading.Event()
     worker = threading.Thread(target=run_workers, args=(ws, Slow(0.0)), kwargs=dict(
         workers=1, lease_s=120.0, poll_s=30.0, progress=False, until=until, nudged=nudged))
     worker.start()
     deadline = time.time() + 30
-    while len(ws.store.list("done")) < 1 and time.time() < deadline:
+    while len(done_records(ws)) < 1 and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # idle now, for its 30 s poll
-    ws.add(pdfs[1:], pages_per_group=1)
+    wq.add(ws, pdfs[1:], pages_per_group=1)
     added = time.time()
     nudged.set()
-    while len(ws.store.list("done")) < 2 and time.time() < deadline:
+    while len(done_records(ws)) < 2 and time.time() < deadline:
         time.sleep(0.05)
     taken = time.time() - added
     until.set()
     worker.join(10)
-    assert len(ws.store.list("done")) == 2 and taken < 5, taken  # within the join loop's 0.2 s and the work
+    assert len(done_records(ws)) == 2 and taken < 5, taken  # within the join loop's 0.2 s and the work
 
 
 @pytest.mark.integration
 def test_a_failed_item_waits_before_its_next_attempt_and_only_its_own_failures_give_it_up(root, tmp_path):
     ws = Workspace(root)
-    ws.add(corpus(tmp_path / "pdfs", 1), pages_per_group=1)
+    wq.add(ws, corpus(tmp_path / "pdfs", 1), pages_per_group=1)
     a, b = (queue(ws, name, max_failures=2, retry_wait_s=1.0, retry_wait_max_s=10) for name in "ab")
-    name = ws.claim_name(ws.items()[0].id)
+    name = wq.names.claim_name(wq.items(ws)[0].id)
 
     def fail(q, claim, transient: bool) -> dict:
         before = time.time()
@@ -215,28 +212,28 @@ def test_a_failed_item_waits_before_its_next_attempt_and_only_its_own_failures_g
 def test_adding_groups_by_sampled_pages_and_is_idempotent(root, tmp_path):
     paths = corpus(tmp_path / "pdfs", 12, pages=lambda i: 1 + i % 4)  # 1-4 pages, 30 in all
     ws = Workspace(root)
-    added = ws.add(paths, pages_per_group=8, sample=100)
-    items = ws.items()
+    added = wq.add(ws, paths, pages_per_group=8, sample=100)
+    items = wq.items(ws)
     assert added.pdfs_new == 12 and added.sampled == 12 and added.items_total == len(items)
     assert sorted(p for item in items for p in item.pdfs) == sorted(paths)
     assert sum(item.pages for item in items) == 30 and all(item.pages <= 8 for item in items)
     assert all(item.id == item_id(item.pdfs) for item in items)
-    before = ws.store.read(INDEX)
-    again = ws.add(list(reversed(paths)), pages_per_group=3)
+    before = ws.store.tags(INDEX)
+    again = wq.add(ws, list(reversed(paths)), pages_per_group=3)
     assert (again.pdfs_new, again.pdfs_known, again.items_new) == (0, 12, 0)
-    assert ws.store.read(INDEX) == before  # not even rewritten
+    assert ws.store.tags(INDEX) == before  # no part added, none rewritten
     # Unsampled PDFs count the sample's mean.
     more = corpus(tmp_path / "more", 10, pages=lambda i: 4)
-    added = ws.add(more, pages_per_group=8, sample=2)
+    added = wq.add(ws, more, pages_per_group=8, sample=2)
     assert added.sampled == 2 and added.items_new == 5 and added.pages_estimated == 40
     late = corpus(tmp_path / "late", 2)
     for bad, error in (({"pages_per_group": 0}, "pages_per_group: must be at least 1, got 0"),
                        ({"sample": -1}, "sample: must be 0 or more (PDFs whose pages are counted to size the items), "
                                         "got -1")):
         with pytest.raises(ValueError) as info:
-            ws.add(late, **bad)
+            wq.add(ws, late, **bad)
         assert str(info.value) == error
-    assert len(ws.items()) == len(items) + 5  # nothing queued by a refused call
+    assert len(wq.items(ws)) == len(items) + 5  # nothing queued by a refused call
 
 
 @pytest.mark.integration
@@ -248,12 +245,12 @@ def test_concurrent_additions_keep_every_pdf(root, tmp_path):
     def add(k):
         mine = paths[k * 6: k * 6 + 16]  # overlapping slices
         start.wait()
-        attempts.append(Workspace(root).add(mine, pages_per_group=4, sample=4).attempts)
+        attempts.append(wq.add(Workspace(root), mine, pages_per_group=4, sample=4).attempts)
 
     threads = [threading.Thread(target=add, args=(k,)) for k in range(8)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    queued = [p for item in ws.items() for p in item.pdfs]
+    queued = [p for item in wq.items(ws) for p in item.pdfs]
     assert sorted(queued) == sorted(set(paths[:58])) and len(queued) == len(set(queued))
     print("index writes per addition:", sorted(attempts))
     # Two real processes adding at once (the stage with workers=0), then both lists again.
@@ -270,7 +267,7 @@ def test_concurrent_additions_keep_every_pdf(root, tmp_path):
         for proc in procs:
             out, _ = proc.communicate(timeout=120)
             assert proc.returncode == 0, out
-        queued = [p for item in ws.items() for p in item.pdfs]
+        queued = [p for item in wq.items(ws) for p in item.pdfs]
         assert sorted(queued) == sorted(paths) and len(queued) == len(paths)
 
 
@@ -298,7 +295,7 @@ def test_pdfs_entries_expand_to_every_document_once(tmp_path, s3_server):
 
 def test_stats_on_a_half_done_workspace(root, tmp_path):
     ws = Workspace(root)
-    ws.add(corpus(tmp_path / "pdfs", 10, pages=lambda i: 2), pages_per_group=2)  # 10 items of 2 pages
+    wq.add(ws, corpus(tmp_path / "pdfs", 10, pages=lambda i: 2), pages_per_group=2)  # 10 items of 2 pages
     done = queue(ws, "done")
     for _ in range(4):
         claim = done.claim_next()
@@ -366,7 +363,7 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
     assert proc.returncode == 0, proc.stderr
     assert "added 10 PDFs (0 already queued) in 1 items" in proc.stdout
     ws = Workspace(str(tmp_path / "outputs" / "pipeline" / "sample"))  # no workspace= given
-    [item] = ws.items()
+    [item] = wq.items(ws)
     rows = {os.path.basename(r["source"]): r for r in map(json.loads, ws.store.read(ws.result_name(item.id)).data.
                                                           decode().splitlines())}
     assert len(rows) == 10 and all(rows[n]["pages"] == 1 for n in rows if n.startswith("synth_"))
@@ -374,11 +371,11 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
     assert rows["locked.pdf"]["error"].startswith("encrypted_pdf")
     assert rows["synth_s0_01000.pdf"]["sha256"] == hashlib.sha256(
         open(os.path.join(SAMPLE, "eval", "pdfs", "synth_s0_01000.pdf"), "rb").read()).hexdigest()
-    done = json.loads(ws.store.read(ws.done_name(item.id)).data)
+    done = done_records(ws)[item.id]
     assert done["counts"] == {"documents": 8, "pages": 8, "bad_documents": 2}
     again = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "added 0 PDFs (10 already queued)" in again.stdout and "finished 0 items" in again.stdout
-    assert json.loads(ws.store.read(ws.done_name(item.id)).data) == done
+    assert done_records(ws)[item.id] == done
     # Conversion on a workspace with nothing left to do starts no model server (vLLM's takes minutes with a 7B).
     served = subprocess.run([sys.executable, "-m", "olmocr.pipeline", "work=ocr", "server=vllm"], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
@@ -390,6 +387,14 @@ def test_the_stage_inventories_the_sample_pdfs_bad_ones_counted_and_reruns_as_a_
                            text=True, timeout=120)
     assert stats.returncode == 0, stats.stderr
     assert "1 total: 1 done" in stats.stdout and "nothing left: every item is done, given up or cancelled" in stats.stdout
+    # retire_after_h=0 retires every finished part: its result goes, stats counts it as retired.
+    retire = subprocess.run([sys.executable, "-m", "olmocr.pipeline", "workers=0", "retire_after_h=0"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert retire.returncode == 0, retire.stderr[-2000:]
+    assert ws.store.read(ws.result_name(item.id)) is None and wq.items(ws) == [item]  # the highest part stays
+    stats = subprocess.run([sys.executable, "-m", "olmocr.pipeline.stats"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    assert "1 total: 1 done" in stats.stdout and "1 of the done and cancelled retired" in stats.stdout, stats.stdout
 
 
 def test_an_unreachable_s3_endpoint_is_one_line(tmp_path):
@@ -410,7 +415,7 @@ def worker_command(root: str, run_dir: str, *extra: str) -> list[str]:
 def test_sigterm_gives_the_claim_back(tmp_path):
     root = str(tmp_path / "ws")
     ws = Workspace(root)
-    ws.add(corpus(tmp_path / "pdfs", 1), pages_per_group=10)
+    wq.add(ws, corpus(tmp_path / "pdfs", 1), pages_per_group=10)
     env = {**os.environ, "PYTHONPATH": TESTS}
     proc = subprocess.Popen(worker_command(root, str(tmp_path / "run"), "work._target_=work_helpers.Slow",
                                            "+work.seconds=60"), cwd=tmp_path, env=env,
@@ -423,7 +428,7 @@ def test_sigterm_gives_the_claim_back(tmp_path):
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGTERM, out
     assert "SIGTERM: gave back 1 claim(s)" in out
-    claim = json.loads(ws.store.read(ws.claim_name(ws.items()[0].id)).data)
+    claim = json.loads(ws.store.read(wq.names.claim_name(wq.items(ws)[0].id)).data)
     assert claim["expires"] == 0 and claim["failures"] == 0
     assert queue(ws, "next").claim_next() is not None  # at once, no lease to wait out
 
@@ -439,8 +444,8 @@ def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_p
     time, so most kills leave a claim for another worker to take over."""
     paths = corpus(tmp_path / "pdfs", ITEMS)
     ws = Workspace(root)
-    ws.add(paths, pages_per_group=1)
-    items = {item.id: item for item in ws.items()}
+    wq.add(ws, paths, pages_per_group=1)
+    items = {item.id: item for item in wq.items(ws)}
     assert len(items) == ITEMS
     rng, runs = random.Random(0), iter(range(10_000))
     env = {**os.environ, "PYTHONPATH": TESTS}
@@ -463,7 +468,7 @@ def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_p
     while killed < KILLS and done < 0.95 * ITEMS and time.time() - begin < 240:
         time.sleep(rng.uniform(0.3, 0.7))
         if time.time() - looked > 3:  # listing hundreds of markers is not free for the server
-            done, looked = len(ws.store.list("done")), time.time()
+            done, looked = len(done_records(ws)), time.time()
         ready = [k for k, proc in enumerate(live) if "worker thread(s) on" in open(log_of(proc)).read()]
         if not ready:
             continue
@@ -475,7 +480,7 @@ def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_p
     for proc in live:
         assert proc.wait(timeout=240) == 0, open(log_of(proc)).read()
     print(f"{killed} workers killed; {time.time() - begin:.1f} s")
-    done = {name[:-5] for name in ws.store.list("done")}
+    done = set(done_records(ws))
     assert done == set(items)
     results = ws.store.read_many([ws.result_name(i) for i in items])
     assert len(results) == ITEMS
@@ -487,7 +492,7 @@ def test_workers_killed_at_random_leave_every_item_done_exactly_once(root, tmp_p
     assert sorted(sources) == sorted(paths)  # every PDF once: none missing, none twice
     stats = workspace_stats(ws)
     assert (stats["done"], stats["active"], stats["expired"], stats["waiting"]) == (ITEMS, 0, 0, 0)
-    records = [json.loads(v) for v in ws.store.read_many([ws.done_name(i) for i in items]).values()]
+    records = [done_records(ws)[i] for i in items]
     took_over = sum(r["took_over"] is not None for r in records)
     assert took_over >= 1  # the kills hit workers holding items, whose claims were taken over
     finished = [json.load(open(p))["summary"]["work"] for p in glob.glob(str(tmp_path / "run*" / "run_info.json"))]
@@ -502,7 +507,7 @@ def test_an_item_whose_side_file_cannot_be_written_yet_is_written_when_it_can_no
     from olmocr.pipeline.worker import Output
 
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add([write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1)
+    wq.add(ws, [write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1)
     blocker = tmp_path / "ws" / "markdown"
     blocker.write_text("not a folder")
     calls = []
@@ -513,7 +518,7 @@ def test_an_item_whose_side_file_cannot_be_written_yet_is_written_when_it_can_no
 
     threading.Timer(2.0, blocker.unlink).start()
     report = run_workers(ws, process, retry_wait_s=0.2, retry_wait_max_s=0.5, progress=False)
-    assert (report.done, report.failed, report.unavailable) == (1, 0, 0) and calls == [ws.items()[0].id]
+    assert (report.done, report.failed, report.unavailable) == (1, 0, 0) and calls == [wq.items(ws)[0].id]
     assert (tmp_path / "ws" / "markdown" / "a.md").read_bytes() == b"text"
     assert (tmp_path / "ws" / "bad" / "x.jsonl").read_bytes() == b"{}\n"
     assert workspace_stats(ws)["done"] == 1
@@ -525,7 +530,7 @@ def test_an_output_the_workspace_cannot_hold_is_the_items_failure_and_never_paus
     as on an outage, and the other items convert."""
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [f"Page {n}"]) for n in "ab"]
-    ws.add(pdfs, pages_per_group=1, sample=0)
+    wq.add(ws, pdfs, pages_per_group=1, sample=0)
     poison = item_id([pdfs[0]])
 
     def process(item):
@@ -546,7 +551,7 @@ def test_a_write_lost_to_a_moment_of_outage_is_not_taken_for_the_items_fault(tmp
     """The store fails the item's markdown once and is back by the look that follows (an outage ending between
     the two): the file is written again, the item is done, converted once and never counted as failed."""
     ws = Workspace(str(tmp_path / "ws"))
-    ws.add([write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1, sample=0)
+    wq.add(ws, [write_pdf(str(tmp_path / "a.pdf"), ["A page"])], pages_per_group=1, sample=0)
     store, calls, failed = ws.store, [], []
     real_write = store.write
 
@@ -572,7 +577,7 @@ def test_cancel_ends_an_item_whatever_it_waits_for(tmp_path):
     again); never claimed, it is given up before any worker takes it; done, it stays done."""
     ws = Workspace(str(tmp_path / "ws"))
     pdfs = [write_pdf(str(tmp_path / f"{n}.pdf"), [f"Page {n}"]) for n in "abc"]
-    ws.add(pdfs, pages_per_group=1, sample=0)
+    wq.add(ws, pdfs, pages_per_group=1, sample=0)
     waiting, never, done = (item_id([p]) for p in pdfs)
     calls = []
 
@@ -608,12 +613,12 @@ def test_a_cancel_stops_an_item_whose_page_the_model_server_holds(tmp_path):
     pdf = write_pdf(str(tmp_path / "held.pdf"), ["A page the server holds"])
     workspace = str(tmp_path / "ws")
     ws = Workspace(workspace)
-    ws.add([pdf], sample=0)
+    wq.add(ws, [pdf], sample=0)
     with ChatServer([{**good("late"), "delay_s": 60}]) as server:
         def cancel_once_asked():
             while not server.requests:
                 time.sleep(0.05)
-            cancel(ws, ws.items()[0].id)
+            cancel(ws, wq.items(ws)[0].id)
 
         threading.Thread(target=cancel_once_asked, daemon=True).start()
         began = time.monotonic()
@@ -624,5 +629,5 @@ def test_a_cancel_stops_an_item_whose_page_the_model_server_holds(tmp_path):
                       str(tmp_path / "run"))
         took = time.monotonic() - began
     assert summary["work"]["cancelled"] == 1 and took < 30, (summary, took)
-    assert item_state(ws, ws.items()[0].id).state == "cancelled"
+    assert item_state(ws, wq.items(ws)[0].id).state == "cancelled"
     assert not glob.glob(f"{workspace}/done/*") and not glob.glob(f"{workspace}/results/*")

@@ -6,7 +6,7 @@ import json
 import time
 
 from olmocr.pipeline.worker import Output
-from olmocr.pipeline.workspace import Item
+from olmocr.pipeline.queue import Item
 
 
 class Slow:
@@ -24,3 +24,11 @@ class Slow:
 class Failing:
     def __call__(self, item: Item) -> Output:
         raise RuntimeError(f"cannot convert {item.pdfs[0]}")
+
+
+def done_records(ws) -> dict[str, dict]:
+    """The done record of every done item, as the queue keeps it (a live done marker, or its finished part's
+    summary), by item id."""
+    import olmocr.pipeline.queue as wq
+
+    return {item: json.loads(data) for item, (_, data) in wq.done_items(ws).items() if data}

@@ -38,6 +38,7 @@ def add_pdfs(workspace, pdfs: list[str], cfg: DictConfig, pdf_access) -> dict:
     from olmocr.faults import Unreachable
     from olmocr.pipeline.failures import StopWork
     from olmocr.pipeline.inputs import expand
+    from olmocr.pipeline.queue import add
     from olmocr.pipeline.worker import Breaker, when_answering
 
     # Listing remote PDFs and writing the index in a brownout wait as a worker does for its workspace.
@@ -45,16 +46,16 @@ def add_pdfs(workspace, pdfs: list[str], cfg: DictConfig, pdf_access) -> dict:
     found = expand(pdfs, pdf_access, wait_s=q.give_up_after_s)
     breaker = Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s)
     try:
-        added = workspace.add(found, pages_per_group=cfg.pages_per_group, sample=cfg.sample, seed=cfg.seed,
-                              pdf_access=pdf_access,
-                              wait_out=lambda call: when_answering(call, breaker, f"workspace {workspace.root}"))
+        added = add(workspace, found, pages_per_group=cfg.pages_per_group, sample=cfg.sample, seed=cfg.seed,
+                    pdf_access=pdf_access,
+                    wait_out=lambda call: when_answering(call, breaker, f"workspace {workspace.root}"))
     except StopWork as exc:
         raise Unreachable(f"workspace {workspace.root}: adding {len(found)} PDFs: {exc}; run again to add them "
                           "(PDFs queued already are skipped)") from None
     log.info("added %d PDFs (%d already queued) in %d items of ~%d pages (%d in total); page counts sampled from "
              "%d PDFs, %d of them unreadable", added.pdfs_new, added.pdfs_known, added.items_new, cfg.pages_per_group,
              added.items_total, added.sampled, added.unreadable_in_sample)
-    return vars(added)
+    return {k: v for k, v in vars(added).items() if k != "items"}
 
 
 _QUEUED: set[tuple[str, tuple[str, ...]]] = set()  # what this process queued: jobs of one sweep share it
@@ -98,6 +99,7 @@ def check(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, output_dir: str) -> dict:
     from olmocr.formats.pdf import MissingTool
     from olmocr.pipeline.failures import StopWork
+    from olmocr.pipeline import queue
     from olmocr.pipeline.queue import anything_left
     from olmocr.faults import Unreachable, named, storage_fault, store_errors
     from olmocr.pipeline.worker import Breaker, WorkReport, run_workers, when_answering
@@ -125,7 +127,7 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
             # Before a server starts or an item is claimed; a workspace that does not answer is waited for.
             q = cfg.queue
             breaker = Breaker(q.pause_after, q.give_up_after_s, q.retry_wait_s, q.retry_wait_max_s)
-            when_answering(lambda: workspace.check(writable=True), breaker, "the workspace")
+            when_answering(lambda: queue.check(workspace, writable=True), breaker, "the workspace")
             # Work that needs a model server starts it here and stops it at the end, whatever happens; not for a
             # workspace with nothing left to do (a 7B takes minutes to load, per replica).
             serves = hasattr(work, "__enter__")
@@ -148,6 +150,9 @@ def run(cfg: DictConfig, output_dir: str) -> dict:
                      report.done, report.seconds, ", ".join(f"{v} {k}" for k, v in sorted(report.counts.items()))
                      or "nothing", report.failed, report.unavailable, report.taken_over, report.lost,
                      report.duplicates)
+        if cfg.retire_after_h is not None:
+            retired = queue.retire(workspace, cfg.retire_after_h * 3600)
+            summary["retired"] = {"parts": retired.parts, "items": retired.items}
     except store_errors() as exc:
         raise storage_fault(exc, f"workspace {root}: {named(exc)}") from exc
     except MissingTool as exc:

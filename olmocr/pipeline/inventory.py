@@ -11,7 +11,7 @@ from olmocr.config import runtime
 from olmocr.formats.document import DocumentError
 from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
-from olmocr.pipeline.workspace import Item
+from olmocr.pipeline.queue import Item
 from olmocr.utils.io import Access
 
 

@@ -42,8 +42,8 @@ from olmocr.pipeline.failures import Cancelled, ServerFailed
 from olmocr.pipeline.filter import DocumentFilter
 from olmocr.pipeline.inputs import document_pages, read_documents
 from olmocr.pipeline.worker import Output
-from olmocr.pipeline.queue import cancel_asked, note_progress
-from olmocr.pipeline.workspace import Item, Workspace
+from olmocr.pipeline.queue import Item, cancel_asked, note_progress
+from olmocr.pipeline.workspace import Workspace
 from olmocr.utils.io import Access, local_path
 
 log = logging.getLogger("olmocr.pipeline")

@@ -11,8 +11,9 @@ stand for, and finds:
 - a result that is not what its worker wrote: its size and SHA-1 differ from those its done marker keeps
   (markers written before they kept them: a line that is not a JSON object, or a last line cut short).
 
-Each such item's done marker is removed and its claim made free at once (rewritten only on the tag read,
-so a worker's write is never lost); a damaged result is kept as ``damaged/output_<id>.jsonl`` beside the
+Each such item is put back through the queue (``olmocr.pipeline.queue.put_back``: its done marker removed
+and its claim made free at once, rewritten only on the tag read so a worker's write is never lost; an item of a
+finished part brings its part back to life first); a damaged result is kept as ``damaged/output_<id>.jsonl`` beside the
 others and then removed, so nothing reads its torn lines as documents. The same pipeline command then
 converts those items, and nothing else. ``check_only=true`` says what it finds and changes nothing.
 """
@@ -35,13 +36,14 @@ READ_AT_ONCE = 64  # results read in one request batch: a bound on memory, not o
 @dataclass
 class Damage:
     item: str
+    part: int  # the index part that queued it
     why: str
     result: bytes | None = None  # the damaged result, kept aside before it is removed
 
 
 def _marker(data: bytes, item: str) -> dict | str:
     """The done marker's record, or why it is not one (read as stats reads it: :func:`done_record`)."""
-    from olmocr.pipeline.stats import done_record
+    from olmocr.pipeline.queue import done_record
 
     read = done_record(data)
     if read is None:
@@ -71,19 +73,15 @@ def _result_damage(data: bytes, record: dict) -> str | None:
 
 def find_damage(workspace) -> tuple[list[Damage], int]:
     """The damaged done items of ``workspace`` (in id order) and how many done items were checked."""
-    from olmocr.pipeline.workspace import DONE
+    from olmocr.pipeline.queue import done_items
 
-    items = {item.id for item in workspace.items()}
-    done = sorted(name[:-5] for name in workspace.store.list(DONE) if name.endswith(".json") and name[:-5] in items)
+    done = done_items(workspace)
     damage, readable = [], {}
-    markers = workspace.store.read_many([workspace.done_name(i) for i in done])
-    for item in done:
-        data = markers.get(workspace.done_name(item))
-        if data is None:  # removed since the listing: not done, nothing to repair
-            continue
+    for item in sorted(done):
+        part, data = done[item]
         record = _marker(data, item)
         if isinstance(record, str):
-            damage.append(Damage(item, record))
+            damage.append(Damage(item, part, record))
         else:
             readable[item] = record
     ids = list(readable)
@@ -94,41 +92,30 @@ def find_damage(workspace) -> tuple[list[Damage], int]:
             data = results.get(workspace.result_name(item))
             why = "result missing" if data is None else _result_damage(data, readable[item])
             if why:
-                damage.append(Damage(item, why, data))
+                damage.append(Damage(item, done[item][0], why, data))
     return sorted(damage, key=lambda d: d.item), len(done)
 
 
 def put_back(workspace, damage: Damage) -> None:
-    """The item's damaged result kept aside and removed, its done marker removed, its claim free at once."""
+    """The item's damaged result kept aside and removed, then the item put back in the queue (free at once)."""
+    from olmocr.pipeline.queue import put_back as free
+
     if damage.result is not None:
         workspace.store.write(f"{DAMAGED}/output_{damage.item}.jsonl", damage.result)
         workspace.store.delete(workspace.result_name(damage.item))
-    workspace.store.delete(workspace.done_name(damage.item))
-    name = workspace.claim_name(damage.item)
-    while True:  # a claim rewritten only on the tag read
-        current = workspace.store.read(name)
-        if current is None:
-            return  # never claimed (a marker written by hand): free already
-        try:
-            body = json.loads(current.data)
-            body = body if isinstance(body, dict) else {}
-        except ValueError:
-            body = {}
-        body.update(expires=0.0, retry_at=0.0, given_up=False, failures=0, transient_failures=0,
-                    repaired=damage.why)
-        if workspace.store.replace(name, json.dumps(body).encode(), current.tag) is not None:
-            return
+    free(workspace, damage.item, damage.part, damage.why)
 
 
 @stage("pipeline_repair")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
     from olmocr.faults import gist, outside, storage_fault, store_errors
+    from olmocr.pipeline import queue
     from olmocr.pipeline.workspace import Workspace
     from olmocr.utils.io import Access
 
     try:
         workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
-        workspace.check()
+        queue.check(workspace)
         damage, checked = find_damage(workspace)
         for found in damage:
             print(f"damaged  {found.item}: {found.why}")

@@ -20,6 +20,7 @@ log = logging.getLogger("olmocr.pipeline.requeue")
 
 @stage("pipeline_requeue")
 def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
+    from olmocr.pipeline import queue
     from olmocr.pipeline.queue import requeue
     from olmocr.faults import gist, outside, storage_fault, store_errors
     from olmocr.pipeline.workspace import Workspace
@@ -27,7 +28,7 @@ def run(cfg: DictConfig, output_dir: str | None = None) -> list[str]:
 
     try:
         workspace = Workspace(cfg.workspace, Access(**cfg.workspace_access))
-        workspace.check()
+        queue.check(workspace)
         back = requeue(workspace, list(cfg["items"]) or None)  # cfg.items is the mapping's method
     except store_errors() as exc:
         raise storage_fault(exc, f"workspace {cfg.workspace}: {outside(exc) or gist(exc)}") from exc

@@ -56,6 +56,10 @@ class PipelineConfig(StageConfig):
     server: Any = MISSING  # the model server page conversion talks to (conf/server/)
     model: Any = MISSING  # what a started server serves (conf/model/)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    # Parts of the queue whose items all finished more than this many hours ago are retired after the work:
+    # results, markdown, page text, claims and done markers removed, their totals kept (stats counts them as
+    # retired). null: kept for ever (a batch workspace's results are what it is for); 0: every finished part.
+    retire_after_h: Annotated[float | None, Range(at_least=0, null="never")] = None
     progress: bool = True
 
 

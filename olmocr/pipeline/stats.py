@@ -1,16 +1,15 @@
 """python -m olmocr.pipeline.stats workspace=… — how far a workspace is (local folder or s3://).
 
 Items total / done / being worked on / claims expired (their worker died; the next worker takes them
-over) / given up; documents, pages, fallback pages and tokens of the finished items; throughput over the
-whole run and over the last ``window_min`` minutes; the projected finish at the recent rate. Reads the
-index, the claims and the done markers only (never the results), and a done marker once: what it says is
-kept in ``<paths.cache>/stats/`` (a marker is written once), so a look at a large workspace lists the markers
-and reads only those written since the last look.
+over) / given up / retired; documents, pages, fallback pages and tokens of the finished items; throughput over the
+whole run and over the last ``window_min`` minutes; the projected finish at the recent rate. Reads what the queue's
+survey reads (olmocr.pipeline.queue.survey: the live parts' index, claims and done markers, and each finished part's
+summary; never the results), each done marker and summary once: what it says is kept in ``<paths.cache>/stats/``,
+so a look at a large workspace lists them and reads only those written since the last look.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -38,96 +37,24 @@ def _rate(records: list[dict], key: str, since: float | None = None, now: float 
     return total / span if span > 0 else None
 
 
-def done_record(data: bytes) -> dict | None:
-    """What stats needs of a done marker, or None when it is not one."""
-    try:
-        record = json.loads(data)
-        return {"id": record.get("id"), "claimed": float(record["claimed"]), "finished": float(record["finished"]),
-                "counts": dict(record.get("counts") or {})}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-class DoneRecords:
-    """The done markers of a workspace as :func:`done_record` reads them, remembered in ``cache_dir`` (None: not
-    at all) by each marker's listing tag: a later look lists the markers and reads only those new or written
-    again. At 100,000 items a look read 100,000 objects (24 s here from a local disk not yet cached, 6 s with
-    this; on S3 or a parallel file system each read is a request)."""
-
-    def __init__(self, store, cache_dir: str | None):
-        self.store = store
-        digest = hashlib.sha256(store.url("").encode()).hexdigest()[:16]
-        self.path = os.path.join(os.path.expanduser(cache_dir), f"done-{digest}.jsonl") if cache_dir else None
-
-    def _load(self) -> tuple[dict[str, tuple[str, dict | None]], int]:
-        known, lines = {}, 0
-        try:
-            with open(self.path, encoding="utf-8") as fh:
-                for line in fh:
-                    lines += 1
-                    try:
-                        name, tag, record = json.loads(line)
-                        known[name] = (tag, record)
-                    except (ValueError, TypeError):
-                        continue  # a line a kill cut short: that marker is read again
-        except OSError:  # none yet (or unreadable): every marker is read
-            pass
-        return known, lines
-
-    def read(self, folder: str, names: set[str]) -> dict[str, dict | None]:
-        """The record of each marker in ``folder`` whose name is in ``names`` (None: not a done marker)."""
-        tags = {name: tag for name, tag in self.store.tags(folder).items() if name in names}
-        known, lines = self._load() if self.path else ({}, 0)
-        current = {name: known[name] for name, tag in tags.items() if known.get(name, (None,))[0] == tag}
-        fresh = [name for name in tags if name not in current]
-        read = self.store.read_many([f"{folder}/{name}" for name in fresh])
-        new = {name: (tags[name], done_record(read[f"{folder}/{name}"])) for name in fresh if f"{folder}/{name}" in read}
-        current.update(new)
-        if self.path and new:
-            # Most lines of markers gone or written again: the file is written anew.
-            whole = lines + len(new) > 2 * len(current) + 1000
-            self._remember(current if whole else new, whole)
-        return {name: record for name, (_, record) in current.items()}
-
-    def _remember(self, rows: dict[str, tuple[str, dict | None]], whole: bool) -> None:
-        text = "".join(json.dumps([name, tag, record], separators=(",", ":")) + "\n" for name, (tag, record) in rows.items())
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            if whole:
-                tmp = f"{self.path}.{os.getpid()}.tmp"
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                os.replace(tmp, self.path)
-            else:
-                with open(self.path, "a", encoding="utf-8") as fh:
-                    fh.write(text)
-        except OSError as exc:
-            log.warning("cannot keep the done markers read in %s (%s): the next look reads them all again",
-                        self.path, exc)
-
-
 def workspace_stats(workspace, window_min: float = 15.0, now: float | None = None,
                     cache_dir: str | None = None) -> dict:
-    """The figures of ``workspace``; the done markers read are remembered in ``cache_dir`` (:class:`DoneRecords`)."""
-    from olmocr.pipeline.queue import claim_body
-    from olmocr.pipeline.workspace import CLAIMS, DONE
+    """The figures of ``workspace`` from the queue's survey (done markers and summaries read are remembered in
+    ``cache_dir``)."""
+    from olmocr.pipeline.queue import survey
 
     now = time.time() if now is None else now
-    items = {item.id: item for item in workspace.items()}
-    found = DoneRecords(workspace.store, cache_dir).read(DONE, {f"{i}.json" for i in items})
-    done = {name[:-5] for name in found}
-    claim_ids = [n[:-5] for n in workspace.store.list(CLAIMS) if n.endswith(".json") and n[:-5] in items
-                 and n[:-5] not in done]
+    seen = survey(workspace, cache_dir)
+    items, found = seen.items, seen.done
+    done = set(found)
     records = [record for record in found.values() if record is not None]
     unreadable = len(found) - len(records)
     claims, given_up, ended = Counter(), [], set()  # ended: given up or cancelled, nothing left to convert
-    for name, data in workspace.store.read_many([workspace.claim_name(i) for i in claim_ids]).items():
-        claim = claim_body(data)  # a damaged one is as good as expired: the next worker replaces it
+    for item, claim in seen.claims.items():  # a damaged claim is as good as expired: the next worker replaces it
         state = ("cancelled" if claim.get("cancelled") else "given_up" if claim.get("given_up")
                  else "active" if claim.get("expires", 0.0) > now
                  else "retrying" if claim.get("retry_at", 0.0) > now else "expired")
         claims[state] += 1
-        item = name.rsplit("/", 1)[-1][:-5]
         if state in ("given_up", "cancelled"):
             ended.add(item)
         if state == "given_up":
@@ -137,6 +64,20 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     for record in records:
         counts.update(record["counts"])
     estimated_done = sum(items[r["id"]].pages for r in records if r.get("id") in items)
+    finished = {"items": 0, "done": 0, "cancelled": 0}
+    retired = {"items": 0, "done": 0, "cancelled": 0}
+    for summary in seen.summaries.values():
+        into = retired if summary["retired"] else finished
+        into["items"] += summary["items"]
+        into["done"] += summary["done_items"]
+        into["cancelled"] += summary["cancelled_items"]
+        if summary["retired"]:
+            counts.update(summary["counts"])
+        else:
+            records += summary["done"]
+            for record in summary["done"]:
+                counts.update(record["counts"])
+                estimated_done += record.get("pages_estimated") or 0
     remaining = sum(item.pages for i, item in items.items() if i not in done and i not in ended)
     # Item sizes were estimated from a sample; finished items say how far off the estimate runs.
     if estimated_done and counts.get("pages"):
@@ -144,11 +85,16 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     overall = _rate(records, "pages")
     recent = _rate(records, "pages", since=now - 60 * window_min, now=now)
     rate = recent or overall
+    total = len(items) + finished["items"] + retired["items"]
     return {
-        "workspace": workspace.root, "items": len(items), "done": len(done), "active": claims["active"],
-        "expired": claims["expired"], "retrying": claims["retrying"], "given_up": claims["given_up"],
-        "cancelled": claims["cancelled"], "given_up_items": sorted(given_up, key=lambda g: g["item"]),
-        "waiting": len(items) - len(done) - sum(claims.values()), "unreadable_done_markers": unreadable,
+        "workspace": workspace.root, "items": total, "done": len(done) + finished["done"] + retired["done"],
+        "active": claims["active"], "expired": claims["expired"], "retrying": claims["retrying"],
+        "given_up": claims["given_up"], "cancelled": claims["cancelled"] + finished["cancelled"] + retired["cancelled"],
+        "given_up_items": sorted(given_up, key=lambda g: g["item"]), "retired": retired["items"],
+        "finished_parts": sum(1 for s in seen.summaries.values() if not s["retired"]),
+        "live_items": len(items),
+        "waiting": len(items) - len(done) - sum(claims.values()),
+        "unreadable_done_markers": unreadable + seen.unreadable_summaries,
         "counts": dict(counts), "pages_remaining_estimated": round(remaining),
         "pages_per_s": overall, "pages_per_s_recent": recent, "items_per_s": _rate(records, "items"),
         "projected_finish_s": (remaining / rate) if rate and remaining else (0.0 if not remaining else None),
@@ -184,7 +130,8 @@ def describe(stats: dict) -> str:
         f"workspace  {stats['workspace']}",
         f"items      {stats['items']} total: {stats['done']} done, {stats['active']} being worked on, "
         f"{stats['expired']} claims expired, {stats['retrying']} waiting to be tried again after a failure, "
-        f"{stats['given_up']} given up, {stats['cancelled']} cancelled, {stats['waiting']} waiting",
+        f"{stats['given_up']} given up, {stats['cancelled']} cancelled, {stats['waiting']} waiting"
+        + (f"; {stats['retired']} of the done and cancelled retired (what they left removed)" if stats["retired"] else ""),
         f"documents  {c.get('documents', 0)} done, {_by_reason(c, 'bad', 'unreadable')}, "
         f"{c.get('dropped_documents', 0)} dropped (too many fallback pages), {_by_reason(c, 'filtered', 'filtered')}",
         f"pages      {c.get('pages', 0)} done, {c.get('fallback_pages', 0)} from the text layer (fallback"
@@ -194,7 +141,7 @@ def describe(stats: dict) -> str:
         f"rate       {rate(stats['pages_per_s'])} pages/s overall, {rate(stats['pages_per_s_recent'])} pages/s "
         f"over the last {stats['window_min']:g} min",
         "finish     nothing left: every item is done, given up or cancelled"
-        if stats["done"] + stats["given_up"] + stats["cancelled"] == stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
+        if stats["done"] + stats["given_up"] + stats["cancelled"] >= stats["items"] else f"finish     {_duration(stats['projected_finish_s'])}",
     ]
     listed = [f"{folder}/ ({what})" for folder, what, n in (
         ("bad", "unreadable and dropped", c.get("bad_documents", 0) + c.get("dropped_documents", 0)),

@@ -68,6 +68,11 @@ class Store:
         written again, from a listing (no request an object)."""
         raise NotImplementedError
 
+    def list_after(self, folder: str, after: str = "") -> list[str]:
+        """The names in ``folder`` that sort after ``after``, in order: what was added to a folder of names
+        that only grow (an index's parts) since the last look, for one request a thousand new names."""
+        raise NotImplementedError
+
     def write(self, name: str, data: bytes) -> None:
         raise NotImplementedError
 
@@ -78,7 +83,8 @@ class Store:
         raise NotImplementedError
 
     def delete(self, name: str) -> None:
-        """Remove ``name`` (nothing when it is not there): only pipeline.repair removes anything."""
+        """Remove ``name`` (nothing when it is not there): the queue (a finished part compacted, a part retired),
+        pipeline.repair and the service's sweep remove objects."""
         raise NotImplementedError
 
     def confirm_root(self) -> None:
@@ -183,6 +189,9 @@ class LocalStore(Store):
                 return found
         except FileNotFoundError:
             return {}
+
+    def list_after(self, folder: str, after: str = "") -> list[str]:
+        return sorted(n for n in self.list(folder) if n > after)
 
     def write(self, name: str, data: bytes) -> None:
         tmp = self._staged(name, data)
@@ -301,6 +310,22 @@ class S3Store(Store):
             return {}
         return {name: entry["ETag"] for entry in listed if entry.get("type") == "file"
                 and not (name := entry["name"].rsplit("/", 1)[-1]).startswith(".")}
+
+    def list_after(self, folder: str, after: str = "") -> list[str]:
+        bucket, _, key = self.url(folder).removeprefix("s3://").partition("/")
+        prefix = f"{key.rstrip('/')}/"
+        names, token = [], None
+        while True:  # S3 lists in key order from StartAfter: only what was added since ``after``
+            asked = {"Bucket": bucket, "Prefix": prefix, "StartAfter": prefix + after if after else prefix}
+            try:
+                page = self.fs.call_s3("list_objects_v2", **asked, **({"ContinuationToken": token} if token else {}))
+            except FileNotFoundError as exc:
+                self._no_bucket(exc)
+                raise
+            names += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
+            token = page.get("NextContinuationToken")
+            if not token:
+                return [n for n in names if "/" not in n and not n.startswith(".")]
 
     def _no_bucket(self, exc: OSError) -> None:
         """Raise NoSuchBucket when ``exc`` says the bucket is not there (s3fs says so as FileNotFoundError, which

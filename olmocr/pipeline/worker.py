@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from olmocr.errors import UserError
 from olmocr.faults import gist
 from olmocr.pipeline.failures import Cancelled, OutputRefused, StopWork, transient
-from olmocr.pipeline.queue import LeaseKeeper, WorkQueue, worker_name
-from olmocr.pipeline.workspace import Item, Workspace
+from olmocr.pipeline.queue import ITEMS_PER_PART, Item, LeaseKeeper, WorkQueue, queued_anything, worker_name
+from olmocr.pipeline.workspace import Workspace
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -132,7 +132,7 @@ class WorkReport:
 
 
 class _Progress:
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int | None, enabled: bool):
         from tqdm import tqdm
 
         self.start = time.perf_counter()
@@ -295,7 +295,7 @@ def _finish(queue: WorkQueue, claim, output: Output, shared: _Shared) -> bool | 
                     raise OutputRefused(f"the workspace does not take the item's {shown} ({why}), though it takes "
                                         f"other writes in {folder}/") from again
             del pending[name]  # written: not again
-        return queue.complete(claim, output.result, output.counts)
+        return queue.complete(claim, output.result, output.counts, outputs=list(output.files))
 
     first = _stored(write_all, queue, shared, f"writing the outputs of item {claim.item.id}")
     return None if first is STOPPED else first
@@ -325,10 +325,9 @@ def _pause_until_answering(queue: WorkQueue, shared: _Shared, exc: BaseException
     the worker stops. The look is one cheap read, or after a full disk (which still answers reads) one small
     write."""
     from olmocr.faults import no_space, store_errors
-    from olmocr.pipeline.workspace import INDEX
 
     seconds = max(shared.breaker.failed(exc, what, began), 1.0)
-    look = queue.ws.sign_in if no_space(exc) else functools.partial(queue.ws.store.exists, INDEX)
+    look = queue.ws.sign_in if no_space(exc) else functools.partial(queued_anything, queue.ws)
     deadline = time.monotonic() + seconds
     while not shared.stop.wait(min(PROBE_S, max(0.0, deadline - time.monotonic()))):
         if time.monotonic() >= deadline:
@@ -382,9 +381,12 @@ def run_workers(workspace: Workspace, process: Processor, *, workers: int = 1, r
                   retry_wait_s=retry_wait_s, retry_wait_max_s=retry_wait_max_s) for i in range(workers)],
         breaker, "the workspace")
     remaining = when_answering(queues[0].remaining, breaker, "the workspace")
-    log.info("%s: %d worker thread(s) on %s, %d of %d items not done", queues[0].worker.rsplit("/", 1)[0], workers,
-             workspace.root, remaining, len(queues[0].items))
-    shared = _Shared(LeaseKeeper(lease_s).start(), breaker, threading.Event(), report, _Progress(remaining, progress),
+    unread = len(queues[0].unread)  # live parts read when the workers reach them: a count of items is not known
+    log.info("%s: %d worker thread(s) on %s, %d of %d items not done%s", queues[0].worker.rsplit("/", 1)[0],
+             workers, workspace.root, remaining, len(queues[0].items),
+             f" in the first live part, and {unread} more part(s) of up to {ITEMS_PER_PART} items" if unread else "")
+    shared = _Shared(LeaseKeeper(lease_s).start(), breaker, threading.Event(), report,
+                     _Progress(None if unread else remaining, progress),
                      serving=until is not None)
     threads = [threading.Thread(target=_work, name=f"worker-{i}", daemon=True,
                                 args=(q, process, shared, linger, poll_s or min(lease_s / 4, 30.0)))

@@ -4,9 +4,10 @@
                                        is never a path)
     <workspace>/jobs/<job>.json        the job: its work item, file name, pages, when submitted
 
-A job is one work item of the workspace's queue: any worker converts it (this service's, another replica's, or
-``python -m olmocr.pipeline workspace=…`` started anywhere), exactly once. Its status is read from the queue's
-markers (done, claims) and its result from the item's results file."""
+A job is one work item of the workspace's queue, in an index part of its own: any worker converts it (this
+service's, another replica's, or ``python -m olmocr.pipeline workspace=…`` started anywhere), exactly once. Its
+status is the queue's (olmocr.pipeline.queue: item_state, Waiting, cancel, retire_item) and its result the item's
+results file."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from dataclasses import asdict, dataclass
 from olmocr.pipeline.archives import SEPARATOR
 from olmocr.pipeline.ocr import BAD, FILTERED, MARKDOWN
 from olmocr.pipeline import queue
-from olmocr.pipeline.workspace import Workspace, item_id
+from olmocr.pipeline.queue import item_id
+from olmocr.pipeline.workspace import Workspace
 from olmocr.serve.documents import (GZIP, Refused, archive_documents, archive_member, document_pages, is_archive,
                                     safe_name, unstorable)
 
@@ -45,6 +47,7 @@ class Job:
     # An archive's: the documents queued (member names, in archive order) and the members that are not documents
     members: list[str] | None = None
     skipped: list | None = None  # {"name", "reason"} each (older records: the names of members not documents)
+    part: int = 0  # the queue's index part that holds its item (older records: 0, a workspace's whole index)
 
 
 class Admitted:
@@ -66,6 +69,9 @@ class Jobs:
         self.max_archive_members, self.max_unpacked = max_archive_members, max_unpacked
         self.max_bytes, self.max_pages, self.max_waiting = max_bytes, max_pages, max_waiting
         self._waiting: tuple[float, list[str]] = (0.0, [])
+        self._looking = queue.Waiting(workspace)  # kept: each look reads only what changed since the last
+        self._parts = queue.Index(workspace.store, names_only=True)  # where the next job's part goes
+        self._adding = threading.Lock()
         self._admitted: set[Admitted] = set()
         self._waiting_lock = threading.Lock()
 
@@ -78,7 +84,7 @@ class Jobs:
     def _looked(self) -> list[str]:
         at, items = self._waiting
         if time.monotonic() - at >= 1.0:
-            items = queue.unclaimed(self.ws)
+            items = self._looking.items()
             self._waiting = (time.monotonic(), items)
         return items
 
@@ -151,7 +157,9 @@ class Jobs:
 
     def _queue(self, admitted: Admitted, job: Job, documents: list[str]) -> None:
         """The job's documents queued as one work item, then its record written."""
-        self.ws.add(documents, pages_per_group=2**62, sample=0)  # one item, whatever its pages
+        with self._adding:  # one item, whatever its pages, in a part of its own: listed, nothing read
+            job.part = queue.add(self.ws, documents, pages_per_group=2**62, sample=0, unique=True,
+                                 index=self._parts).items[0].part
         with self._waiting_lock:
             # The item counts now, in place of its admission: the next look lists it (at once, not in a second).
             self._waiting, admitted.counted = (0.0, []), False
@@ -194,7 +202,10 @@ class Jobs:
             raise Refused(410, f"job {job.id} finished more than {self.keep_s / 3600:.4g} h ago: its document and "
                                "result are no longer kept (keep_results_h)")
         state = {"id": job.id, "filename": job.filename, "pages": job.pages, "submitted": job.submitted}
-        found = queue.item_state(self.ws, job.item)
+        found = queue.item_state(self.ws, job.item, job.part)
+        if found.state == "retired":
+            raise Refused(410, f"job {job.id} finished more than {self.keep_s / 3600:.4g} h ago: its document and "
+                               "result are no longer kept (keep_results_h)")
         if found.state == "done":
             return {**state, "status": "done", "pages_done": job.pages, "counts": found.counts}
         if found.state == "queued":
@@ -212,21 +223,26 @@ class Jobs:
         state = self.status(job)
         if state["status"] in FINISHED:
             return state
-        queue.cancel(self.ws, job.item)
+        queue.cancel(self.ws, job.item, job.part)
         return self.status(job)
 
     def sweep(self) -> int:
-        """Finished jobs submitted more than ``keep_s`` ago lose their document, result and side files; the
-        record stays, marked expired. Returns how many expired now. Any replica may sweep: removing twice is
-        removing once."""
+        """Jobs finished more than ``keep_s`` ago lose their document, result and side files, and the queue retires
+        their item; the record stays, marked expired. Returns how many expired now. Any replica may sweep: removing
+        twice is removing once."""
         from olmocr.pipeline.dolma import mirror_path
 
         expired, now = 0, time.time()
         for name in self.ws.store.list(JOBS):
             job = self.get(name.removesuffix(".json"))
-            if job is None or job.expired or now - job.submitted < self.keep_s:
+            if job is None or job.expired or now - job.submitted < self.keep_s:  # finished after it was submitted
                 continue
-            if self.status(job)["status"] not in FINISHED:
+            found = queue.item_state(self.ws, job.item, job.part)
+            if found.state not in (*FINISHED, "retired"):
+                continue
+            # Kept from when it finished (a done item's worker says when; a failed or cancelled one, from its
+            # submission), so a job that waited long for a worker is not swept as it finishes.
+            if found.state != "retired" and now - (found.finished or job.submitted) < self.keep_s:
                 continue
             job.expired = time.time()  # said first: a reader never finds a done job without its result
             self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
@@ -234,7 +250,7 @@ class Jobs:
             for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item), *markdown,
                         f"{BAD}/{job.item}.jsonl", f"{FILTERED}/{job.item}.jsonl"):
                 self.ws.store.delete(obj)
-            queue.forget_marks(self.ws, job.item)
+            queue.retire_item(self.ws, job.part)  # what the queue kept of it: claim, done marker, marks
             expired += 1
         if expired:
             log.info("%d finished job(s) older than %.4g h expired: documents and results removed", expired,

@@ -46,12 +46,12 @@ class Readiness:
     def _probe(self) -> tuple[bool, str]:
         from olmocr.faults import store_errors
         from olmocr.pipeline.convert import error_gist
-        from olmocr.pipeline.workspace import INDEX
+        from olmocr.pipeline.queue import queued_anything
 
         if self.stopped is not None:
             return False, f"the service's workers stopped: {self.stopped}"
         try:
-            self.workspace.store.exists(INDEX)
+            queued_anything(self.workspace)
         except store_errors() as exc:
             return False, f"the workspace does not answer ({type(exc).__name__}: {exc})"
         if not self.workers:

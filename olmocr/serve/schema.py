@@ -31,7 +31,7 @@ class ServeConfig(StageConfig):
     max_unpacked_mb: Positive = 2000.0
     # jobs waiting for a worker (in the whole workspace) past which a submission is refused (429, Retry-After)
     max_waiting: Annotated[int, Range(at_least=1)] = 1000
-    # finished jobs' documents and results are removed this long after submission (the record says expired: 410)
+    # finished jobs' documents and results are removed this long after they finished (the record says expired: 410)
     keep_results_h: Positive = 168.0
     sync_timeout_s: Positive = 60.0  # POST /v1/convert: the page's result within this, or 504 and its work cancelled
     # a request's headers must arrive within this of the connection (or of its last answer), else 408 and closed

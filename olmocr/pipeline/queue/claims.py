@@ -8,9 +8,14 @@ the done marker is created (once): a crash between the two re-does the item and 
 result, never adds a second. A holder whose claim has less than half a lease left renews it once more
 before finishing, so a worker that lost its claim while stalled drops its output instead.
 
-Claims are never deleted: an item whose claim exists has been claimed, so creating claims for the
-items a listing showed unclaimed needs no other check, and costs two requests (the create and a read
-of the claim, below) when another worker got there first. Per item that is three writes: claim, result, done marker (plus renewals of long items).
+A claim stays while its index part is live: an item whose claim exists has been claimed, so creating claims for
+the items a listing showed unclaimed needs no other check, and costs two requests (the create and a read of the
+claim, below) when another worker got there first. Per item that is three writes: claim, result, done marker
+(plus renewals of long items). Once every item of a part is done (or cancelled), the worker that sees it writes
+the part's summary, ``parts/<part>.json`` (every done marker's record in one object), and then removes the part's
+claims and done markers: what workers, stats and the service list holds live work only. A worker drawing free
+items from a part looks for its summary after listing the claims, so a part finished meanwhile (its claims gone)
+is never taken for unclaimed.
 
 A claim whose item failed is released with a time before which nobody takes it (``retry_at``: a wait
 that doubles with each failure, jittered, kept in the claim so every worker honours it). A failure of
@@ -40,7 +45,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
-from olmocr.pipeline.workspace import CANCELLED, CLAIMS, DONE, INDEX, PROGRESS, Item, Workspace
+from olmocr.pipeline.queue.index import Index, Item
+from olmocr.pipeline.queue.names import CLAIMS, DONE, claim_name, done_name, ids
+from olmocr.pipeline.queue.names import summary_name
+from olmocr.pipeline.queue.parts import claim_body, compact, finished_parts
+from olmocr.pipeline.workspace import Workspace
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -49,31 +58,23 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _ids(names: list[str]) -> set[str]:
-    return {n[:-5] for n in names if n.endswith(".json")}
-
-
-def claim_body(data: bytes) -> dict:
-    """A claim's body; empty for one that is not a JSON object (damaged from outside: the next worker replaces
-    it as an expired claim, so it is neither given up nor cancelled)."""
-    try:
-        body = json.loads(data)
-    except ValueError:
-        return {}
-    times = ("expires", "retry_at", "claimed")
-    return body if isinstance(body, dict) and all(isinstance(body.get(t, 0.0), (int, float)) for t in times) else {}
-
-
 def anything_left(workspace: Workspace) -> bool:
     """Is any item of ``workspace`` neither done nor given up (work for a worker now or once a claim expires)?
-    Reads the index and lists the done markers, then stops at the first open item that is not given up."""
-    done = _ids(workspace.store.list(DONE))
-    for item in workspace.items():
-        if item.id in done:
-            continue
-        claim = workspace.store.read(workspace.claim_name(item.id))
-        if claim is None or not claim_body(claim.data).get("given_up"):
-            return True
+    Lists the finished parts and the index, then reads the live parts from the lowest, with one listing of the done
+    markers, and stops at the first open item that is not given up."""
+    index = Index(workspace.store)
+    done = None
+    for part in index.refresh(skip=finished_parts(workspace.store), read=False):
+        items = index.load(part) or []
+        if items and done is None:
+            done = ids(workspace.store.list(DONE))
+        for item in items:
+            if item.id in done:
+                continue
+            claim = workspace.store.read(claim_name(item.id))
+            if claim is None or not claim_body(claim.data).get("given_up"):
+                return True
+        index.forget(part)
     return False
 
 
@@ -108,10 +109,13 @@ class WorkQueue:
         self.worker, self.lease_s, self.max_failures = worker, lease_s, max_failures
         self.retry_wait_s, self.retry_wait_max_s = retry_wait_s, retry_wait_max_s
         self.rng = random.Random()
-        self.items: dict[str, Item] = {}
-        self._index_version: str | None = None
+        self.index = Index(self.store)
+        self.items: dict[str, Item] = {}  # the items of the live parts read
+        self.finished: set[int] = finished_parts(self.store)  # parts whose summary is written: never read
+        self.unread: list[int] = []  # live parts listed, not read yet (read from the lowest, when needed)
         self._free: deque[str] = deque()
-        self._all_claimed = False  # at the last listing; claims are never deleted, so it stays true
+        self._open: set[int] = set()  # live parts that had unclaimed items at the last listing
+        self._all_claimed = False  # every live item claimed at the last listing (claims stay while a part lives)
         # Quickest listing and create seen: what each costs the store, without the waits behind other
         # requests that a busy store adds to both.
         self._listing_s = self._create_s = float("inf")
@@ -122,33 +126,77 @@ class WorkQueue:
         self.given_up: set[str] = set()
         self.outstanding = 0  # items neither done nor given up, as of the last look
         self._sync_index()
+        self._read_next()
 
     def _sync_index(self) -> bool:
-        """Pick up items added to the index since it was last read; True when there were any."""
-        version = self.store.version(INDEX)
-        if version == self._index_version:
-            return False
-        items, _ = self.ws.read_index()
-        self.items, self._index_version = {item.id: item for item in items}, version
-        return True
+        """List the index parts added since the last look (read when needed); True when there were any."""
+        new = self.index.refresh(skip=self.finished, read=False)
+        self.unread += new
+        return bool(new)
+
+    def _read_next(self) -> int | None:
+        """Read the lowest live part not read yet; its number (None: none left)."""
+        while self.unread:
+            part = self.unread.pop(0)
+            items = None if part in self.finished else self.index.load(part)
+            if items is not None:
+                self.items.update((item.id, item) for item in items)
+                self._open.add(part)
+                return part
+        return None
+
+    def _part_finished(self, part: int) -> None:
+        """``part``'s summary is written: its items leave this worker's view (and memory)."""
+        self.finished.add(part)
+        self._open.discard(part)
+        for item in self.index.parts.get(part, []):
+            self.items.pop(item.id, None)
+            self._done.discard(item.id)
+            self.given_up.discard(item.id)
+        self.index.forget(part)
 
     def remaining(self) -> int:
-        """Items not done yet."""
-        return len(set(self.items) - _ids(self.store.list(DONE)))
+        """Items of the live parts read so far not done yet (``unread``: the live parts not read yet)."""
+        return len(set(self.items) - ids(self.store.list(DONE)))
 
     def _body(self, **extra) -> dict:
         now = time.time()
         return {"worker": self.worker, "claimed": now, "expires": now + self.lease_s, "failures": 0, **extra}
 
+    SPREAD = 2  # the lowest live parts with unclaimed items that workers draw from
+
     def _list_unclaimed(self) -> None:
-        """List the claims; the items without one, in id order (ids are hashes: a random order every worker
-        shares) from a random start. Workers walk the order from different starts, so each claims a run of
-        consecutive items and runs into another's only where that one started."""
+        """List the claims, then take the unclaimed items of one of the lowest live parts (drawn at random among
+        ``SPREAD``; the next part not read yet is read when those read have none), in id order (ids are hashes: a
+        random order every worker shares) from a random start. Workers finish parts in order, so finished parts
+        leave the listings early; they walk a part from different starts, so each claims a run of consecutive items
+        and runs into another's only where that one started. The drawn part's summary is looked for after the
+        listing: a part finished meanwhile has no claims left, and its items are not free."""
         began = time.monotonic()
-        claimed = _ids(self.store.list(CLAIMS))
-        self._free = deque(sorted(i for i in self.items if i not in claimed))
-        self._free.rotate(self.rng.randrange(len(self._free) or 1))
-        self._all_claimed = not self._free
+        claimed = ids(self.store.list(CLAIMS))
+        by_part: dict[int, list[str]] = {}
+        for part in sorted(self._open):
+            free = [item.id for item in self.index.parts.get(part, []) if item.id not in claimed]
+            if free:
+                by_part[part] = free
+        self._free = deque()
+        while True:
+            while not by_part and self.unread:
+                part = self._read_next()
+                if part is not None and (free := [i.id for i in self.index.parts[part] if i.id not in claimed]):
+                    by_part[part] = free
+            if not by_part:
+                break
+            part = self.rng.choice(sorted(by_part)[:self.SPREAD])
+            if self.store.exists(summary_name(part)):
+                by_part.pop(part)
+                self._part_finished(part)
+                continue
+            self._free = deque(sorted(by_part[part]))
+            self._free.rotate(self.rng.randrange(len(self._free)))
+            break
+        self._open = set(by_part)
+        self._all_claimed = not by_part and not self.unread
         self._listing_s, self._misses = min(self._listing_s, time.monotonic() - began), 0
 
     def claim_next(self) -> Claim | None:
@@ -156,10 +204,10 @@ class WorkQueue:
         listed = False
         while True:
             # Creates that failed (others claimed those items since the listing) cost time; once they
-            # cost as much as a listing, list again (listings grow with the workspace, failed creates do
+            # cost as much as a listing, list again (listings grow with the live work, failed creates do
             # not: this keeps the waste within twice the least possible).
             if not self._free or self._misses * self._create_s >= self._listing_s:
-                if listed and not self._free:
+                if listed and not self._free and self._all_claimed:
                     break
                 if self._sync_index() or not self._all_claimed:
                     self._list_unclaimed()
@@ -168,7 +216,7 @@ class WorkQueue:
                 break  # every item was claimed and none was added since
             item = self.items[self._free.popleft()]
             body = self._body()
-            name, data = self.ws.claim_name(item.id), json.dumps(body).encode()
+            name, data = claim_name(item.id), json.dumps(body).encode()
             began = time.monotonic()
             tag = self.store.create(name, data)
             self._create_s = min(self._create_s, time.monotonic() - began)
@@ -191,18 +239,27 @@ class WorkQueue:
         held = [i for i in self.items if i not in self._done and i not in self.given_up]
         listed = len(held) > self.LIST_DONE_ABOVE
         if listed:
-            self._done |= _ids(self.store.list(DONE))
+            self._done |= ids(self.store.list(DONE))
             held = [i for i in held if i not in self._done]
+            self._compact_done()
+            held = [i for i in held if i in self.items]
         self.outstanding, self.next_expiry = len(held), float("inf")
         self.rng.shuffle(held)
         for item_id in held:
-            if not listed and self.store.exists(self.ws.done_name(item_id)):
+            if item_id not in self.items:  # its part finished while this look went on
+                self.outstanding -= 1
+                continue
+            if not listed and self.store.exists(done_name(item_id)):
                 self._done.add(item_id)
                 self.outstanding -= 1
                 continue
-            name = self.ws.claim_name(item_id)
+            name = claim_name(item_id)
             current = self.store.read(name)
-            if current is None:
+            if current is None:  # its part finished since the listing (claims go with the summary)
+                part = self.items[item_id].part
+                if self.store.exists(summary_name(part)):
+                    self.outstanding -= sum(1 for i in self.index.parts.get(part, []) if i.id in held)
+                    self._part_finished(part)
                 continue
             held_by = claim_body(current.data)
             if held_by.get("given_up"):
@@ -217,7 +274,7 @@ class WorkQueue:
             tag = self.store.replace(name, json.dumps(body).encode(), current.tag)
             if tag is None:
                 continue
-            if self.store.exists(self.ws.done_name(item_id)):  # its stalled holder finished after all
+            if self.store.exists(done_name(item_id)):  # its stalled holder finished after all
                 self._done.add(item_id)
                 continue
             if not held_by:
@@ -230,6 +287,16 @@ class WorkQueue:
             return Claim(self.items[item_id], tag, body, took_over=held_by.get("worker"))
         return None
 
+    def _compact_done(self) -> None:
+        """Compact every live part whose items this worker has all seen done (or given up: a compaction reads
+        whether those were cancelled) after a listing of the done markers."""
+        for part, items in list(self.index.parts.items()):
+            if part in self.finished:
+                continue
+            left = [item for item in items if item.id not in self._done]
+            if all(item.id in self.given_up for item in left) and compact(self.store, part, items, self._done):
+                self._part_finished(part)
+
     def _ours(self, name: str, data: bytes) -> str | None:
         """The tag of ``name`` when it holds exactly ``data``: a conditional write of ours whose answer was lost.
         None when the object is another writer's."""
@@ -241,7 +308,7 @@ class WorkQueue:
             if claim.lost.is_set():
                 return False
             body = {**claim.body, **changes}
-            name, data = self.ws.claim_name(claim.item.id), json.dumps(body).encode()
+            name, data = claim_name(claim.item.id), json.dumps(body).encode()
             tag = self.store.replace(name, data, claim.tag) or self._ours(name, data)
             if tag is None:
                 claim.taken = True
@@ -277,9 +344,10 @@ class WorkQueue:
         with claim.lock:
             claim.lost.set()  # ours no more
 
-    def complete(self, claim: Claim, result: bytes, counts: dict) -> bool:
-        """Write the result, then the done marker. False when the claim was lost first (the result is
-        dropped) or another worker finished the item first."""
+    def complete(self, claim: Claim, result: bytes, counts: dict, outputs: list[str] | None = None) -> bool:
+        """Write the result, then the done marker (with ``outputs``: the other objects the item's run wrote, which
+        its retirement removes). False when the claim was lost first (the result is dropped) or another worker
+        finished the item first. The item that finishes its part compacts it."""
         # More than half a lease left: nobody can have taken it over (that needs it expired).
         if claim.lost.is_set() or (claim.body["expires"] - time.time() < self.lease_s / 2
                                    and not self.renew(claim)):
@@ -292,12 +360,31 @@ class WorkQueue:
                               "finished": time.time(), "pdfs": len(claim.item.pdfs),
                               "pages_estimated": claim.item.pages, "took_over": claim.took_over, "counts": counts,
                               # what the result must be, for pipeline.repair to tell a damaged one
-                              "result_bytes": len(result), "result_sha1": hashlib.sha1(result).hexdigest()}
-        name, data = self.ws.done_name(claim.item.id), json.dumps(claim.finished).encode()
+                              "result_bytes": len(result), "result_sha1": hashlib.sha1(result).hexdigest(),
+                              "outputs": sorted(outputs or [])}
+        name, data = done_name(claim.item.id), json.dumps(claim.finished).encode()
         first = (self.store.create(name, data) or self._ours(name, data)) is not None
         with claim.lock:
             claim.lost.set()  # finished: the keeper stops renewing it
+        if first:
+            self._finished_one(claim.item)
         return first
+
+    def _finished_one(self, item: Item) -> None:
+        """``item`` is done: when its part may be finished now (every item of it claimed at this worker's last
+        listing), list the done markers, and compact the part if every item of it is done. A store that fails
+        here leaves the compaction to the next look."""
+        from olmocr.faults import store_errors
+
+        self._done.add(item.id)
+        items = self.index.parts.get(item.part, [])
+        try:
+            if item.part not in self._open and any(i.id not in self._done for i in items):
+                self._done |= ids(self.store.list(DONE))
+            if items and all(i.id in self._done for i in items) and compact(self.store, item.part, items, self._done):
+                self._part_finished(item.part)
+        except store_errors() as exc:
+            log.warning("compacting part %d failed (%s): the next look does it", item.part, exc)
 
 
 class LeaseKeeper:
@@ -354,125 +441,3 @@ class LeaseKeeper:
                     self.unreleased += 1
                     log.warning("giving back the claim on %s failed (%s): it expires in its lease", claim.item.id, exc)
         return released
-
-
-@dataclass(frozen=True)
-class ItemState:
-    """Where an item stands, from the queue's own objects (:func:`item_state`)."""
-
-    state: str  # queued, running, cancelling, done, failed (given up) or cancelled
-    pages_done: int = 0  # while running: as its worker last wrote it
-    counts: dict | None = None  # done: the done marker's counts
-    error: str | None = None  # failed: why; queued again after a failure: the last failure
-
-
-def item_state(workspace: Workspace, item: str) -> ItemState:
-    """The state of ``item``: done once its done marker exists; with no claim, queued; a claim given up is failed
-    (or cancelled); a live claim is running (cancelling once asked to stop); a claim given back after a failure,
-    to be tried again, is queued with that failure. A claim damaged from outside is a running item's: the next
-    worker replaces it."""
-    store = workspace.store
-    done = store.read(workspace.done_name(item))
-    if done is not None:
-        return ItemState("done", counts=json.loads(done.data).get("counts", {}))
-    claim = store.read(workspace.claim_name(item))
-    if claim is None:
-        return ItemState("queued")
-    body = claim_body(claim.data)
-    if body.get("cancelled"):
-        return ItemState("cancelled", error=body.get("error"))
-    if body.get("given_up"):
-        return ItemState("failed", error=body.get("error"))
-    if body and body.get("expires", 0.0) == 0.0:  # given back: after a failure, or by a worker that stopped
-        return ItemState("cancelling" if cancel_asked(workspace, item) else "queued", error=body.get("error"))
-    return ItemState("cancelling" if cancel_asked(workspace, item) else "running", _pages_done(workspace, item),
-                     error=body.get("error"))
-
-
-def _pages_done(workspace: Workspace, item: str) -> int:
-    found = workspace.store.read(f"{PROGRESS}/{item}.json")
-    try:
-        pages = json.loads(found.data)["pages_done"] if found is not None else 0
-    except (ValueError, KeyError, TypeError):
-        return 0
-    return pages if isinstance(pages, int) else 0
-
-
-def unclaimed(workspace: Workspace) -> list[str]:
-    """The items no worker has claimed yet, in the order they were queued: one listing of the claims."""
-    claimed = _ids(workspace.store.list(CLAIMS))
-    return [item.id for item in workspace.items() if item.id not in claimed]
-
-
-def cancel(workspace: Workspace, item: str, why: str = "cancelled before it started") -> None:
-    """Cancel ``item``, whatever it is doing: the cancel is written first (a worker converting it sees it within
-    its ``watch_s`` and stops); an item nobody holds now (never claimed, given back to be tried again, or its
-    claim expired) is given up at once, so no worker takes it again. A finished item stays as it is."""
-    store = workspace.store
-    store.write(f"{CANCELLED}/{item}.json", json.dumps({"at": time.time()}).encode())
-    name, done = workspace.claim_name(item), workspace.done_name(item)
-    for _ in range(20):  # a conditional write lost to a worker's claim or renewal: read again
-        if store.exists(done):
-            return
-        current = store.read(name)
-        held = {} if current is None else claim_body(current.data)
-        if held.get("given_up") or (held and held.get("expires", 0.0) > time.time()):
-            return  # finished, or a live holder that stops at its next look
-        body = {"worker": "cancelled", "claimed": time.time(), "failures": 0, **held, "expires": 0.0,
-                "given_up": True, "cancelled": True, "error": why}
-        data = json.dumps(body).encode()
-        if (store.create(name, data) if current is None else store.replace(name, data, current.tag)) is not None:
-            return
-
-
-def cancel_asked(workspace: Workspace, item: str) -> bool:
-    return workspace.store.exists(f"{CANCELLED}/{item}.json")
-
-
-def note_progress(workspace: Workspace, item: str, pages_done: int) -> None:
-    """The pages of ``item`` its worker has converted so far (read by :func:`item_state`)."""
-    workspace.store.write(f"{PROGRESS}/{item}.json", json.dumps({"pages_done": pages_done, "at": time.time()}).encode())
-
-
-def forget_marks(workspace: Workspace, item: str) -> None:
-    """Remove what an item's run left beside its claim and done marker (its progress and cancel)."""
-    for name in (f"{PROGRESS}/{item}.json", f"{CANCELLED}/{item}.json"):
-        workspace.store.delete(name)
-
-
-def requeue(workspace: Workspace, items: list[str] | None = None) -> list[str]:
-    """Put given-up items (those named, or all) back in the queue: their failure counts cleared, free to claim
-    at once; the last error stays as ``previous_error``. A cancelled item is given up for good (whoever
-    cancelled it has been told so): never put back, and naming one is an error. Returns the ids put back."""
-    claimed = _ids(workspace.store.list(CLAIMS))
-    wanted = sorted(set(items)) if items else sorted(claimed)
-    unknown = [i for i in wanted if i not in claimed]
-    if unknown:
-        raise UserError(f"items: {', '.join(unknown)} never claimed in {workspace.root}: nothing to put back")
-    if items:
-        named = workspace.store.read_many([workspace.claim_name(i) for i in wanted])
-        refused = [i for i in wanted if claim_body(named.get(workspace.claim_name(i), b"")).get("cancelled")]
-        if refused:
-            raise UserError(f"items: {', '.join(refused)} cancelled in {workspace.root}: a cancelled item is not "
-                            f"put back (nothing was)")
-    back, cancelled = [], []
-    for item in wanted:
-        name = workspace.claim_name(item)
-        while True:  # rewritten only on the tag read, so a worker's concurrent write is never lost
-            current = workspace.store.read(name)
-            body = claim_body(current.data)
-            if body.get("cancelled"):
-                cancelled.append(item)
-                break
-            if not body.get("given_up"):
-                if items:
-                    log.warning("%s is not given up%s: left as it is", item, "" if body else " (its claim is unreadable)")
-                break
-            body.update(given_up=False, failures=0, transient_failures=0, expires=0.0, retry_at=0.0,
-                        previous_error=body.pop("error", None))
-            if workspace.store.replace(name, json.dumps(body).encode(), current.tag) is not None:
-                back.append(item)
-                break
-    if cancelled:
-        log.info("%d cancelled item(s) left as they are", len(cancelled))
-    return back

@@ -1,0 +1,158 @@
+"""A finished part: compacted into one summary, then (once old enough) retired with everything its items left.
+
+``parts/<part>.json`` is created once every item of the part is done or cancelled, holding every done marker's record
+(and each cancelled item's reason); then the part's claims and done markers are removed. Whoever sees a part finish
+writes it (a worker after its last item, or a worker's look); two writing at once both find the same summary, and a
+summary written before its deletions finished is compacted again by the next look (deleting what is gone is
+nothing). Retirement (``retire``) removes what each item of a part finished longer ago than its age left: its
+result, the files its worker listed in the done record (markdown, page text, lists of bad documents), its progress
+and cancel marks, and the index part (all but the highest, whose number the next addition counts from); the summary
+is rewritten with the part's totals only, which stats counts as retired.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from olmocr.pipeline.queue.names import DONE, PARTS, cancel_name, claim_name, done_name, ids, part_name, part_of
+from olmocr.pipeline.queue.names import progress_name, summary_name
+
+log = logging.getLogger("olmocr.pipeline")
+
+CHECK_NOT_DONE = 64  # items of a part not done yet whose claims a compaction reads to see if they were cancelled
+
+
+def finished_parts(store) -> set[int]:
+    """The parts whose summary is there: one listing of ``parts/`` (a thousand parts a request)."""
+    return {p for p in map(part_of, store.list(PARTS)) if p is not None}
+
+
+def read_summary(store, part: int) -> dict | None:
+    found = store.read(summary_name(part))
+    if found is None:
+        return None
+    try:
+        summary = json.loads(found.data)
+    except ValueError:
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def claim_body(data: bytes) -> dict:
+    """A claim's body; empty for one that is not a JSON object (damaged from outside: the next worker replaces
+    it as an expired claim, so it is neither given up nor cancelled)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return {}
+    times = ("expires", "retry_at", "claimed")
+    return body if isinstance(body, dict) and all(isinstance(body.get(t, 0.0), (int, float)) for t in times) else {}
+
+
+def compact(store, part: int, items: list, done: set[str] | None = None) -> bool:
+    """Write ``part``'s summary and remove its claims and done markers when each of its ``items`` is done or
+    cancelled; ``done``: the ids a listing of ``done/`` just showed (None: listed here). False when it is not
+    finished yet."""
+    ids_ = [item.id for item in items]
+    if not ids_:  # a part retired, or none read: nothing to compact
+        return False
+    if store.exists(summary_name(part)):
+        _forget(store, ids_)  # a compaction cut short: finish its deletions
+        return True
+    if done is None:
+        done = ids(store.list(DONE))
+    not_done = [i for i in ids_ if i not in done]
+    if len(not_done) > CHECK_NOT_DONE:
+        return False
+    claims = store.read_many([claim_name(i) for i in not_done])
+    cancelled = {}
+    for item in not_done:
+        body = claim_body(claims.get(claim_name(item), b""))
+        if not body.get("cancelled"):
+            return False
+        cancelled[item] = body.get("error")
+    markers = store.read_many([done_name(i) for i in ids_ if i not in cancelled])
+    records = []
+    for item in ids_:
+        if item in cancelled:
+            continue
+        data = markers.get(done_name(item))
+        if data is None:  # removed since the listing (pipeline.repair put it back): not finished
+            return False
+        try:
+            records.append(json.loads(data))
+        except ValueError:
+            return False  # damaged: pipeline.repair's to put back, not a summary's to keep
+    finished = max([r.get("finished", 0.0) for r in records if isinstance(r, dict)] or [time.time()])
+    summary = {"part": part, "items": len(ids_), "finished": finished, "compacted": time.time(), "done": records,
+               "cancelled": [{"id": i, "error": e} for i, e in cancelled.items()], "retired": None}
+    store.create(summary_name(part), json.dumps(summary).encode())  # None: another worker wrote the same
+    _forget(store, ids_)
+    log.info("part %d finished: %d item(s) compacted into %s", part, len(ids_), summary_name(part))
+    return True
+
+
+def _forget(store, item_ids: list[str]) -> None:
+    for item in item_ids:  # the done marker first: until the claim goes too, the item reads as claimed
+        store.delete(done_name(item))
+        store.delete(claim_name(item))
+
+
+@dataclass
+class Retired:
+    parts: int = 0
+    items: int = 0
+
+
+def retire(workspace, older_than_s: float, now: float | None = None) -> Retired:
+    """Retire every finished part whose last item finished more than ``older_than_s`` ago."""
+    store, now = workspace.store, time.time() if now is None else now
+    retired = Retired()
+    for part in sorted(finished_parts(store)):
+        summary = read_summary(store, part)
+        if summary is None or summary.get("retired") or now - summary.get("finished", now) < older_than_s:
+            continue
+        retired.items += retire_part(workspace, part, summary)
+        retired.parts += 1
+    if retired.parts:
+        log.info("%d item(s) of %d part(s) finished more than %.4g h ago retired", retired.items, retired.parts,
+                 older_than_s / 3600)
+    return retired
+
+
+def retire_item(workspace, part: int) -> int:
+    """Retire the part of one item (a service's job is one part), now, when it is finished; the items retired."""
+    if part == 0:  # the whole index of a workspace made before parts: retired by retire() once old, not by one item
+        return 0
+    summary = read_summary(workspace.store, part)
+    return 0 if summary is None or summary.get("retired") else retire_part(workspace, part, summary)
+
+
+def retire_part(workspace, part: int, summary: dict) -> int:
+    """Remove what ``part``'s items left and keep only its totals; the number of items retired."""
+    store = workspace.store
+    # The highest part stays (the next addition's number is counted from it), and so does part 0 (the whole index
+    # of a workspace made before parts).
+    keep_index = part == 0 or not store.exists(part_name(part + 1))
+    records = [r for r in summary.get("done", []) if isinstance(r, dict)]
+    counts = Counter()
+    for record in records:
+        counts.update(record.get("counts") or {})
+        names = [workspace.result_name(record.get("id", "")), *record.get("outputs", [])]
+        for name in names:
+            store.delete(name)
+    for item in [r.get("id", "") for r in records] + [c["id"] for c in summary.get("cancelled", [])]:
+        store.delete(progress_name(item))
+        store.delete(cancel_name(item))
+    if not keep_index:
+        store.delete(part_name(part))
+    totals = {"part": part, "items": summary.get("items", 0), "finished": summary.get("finished"),
+              "compacted": summary.get("compacted"), "retired": time.time(), "done_items": len(records),
+              "cancelled_items": len(summary.get("cancelled", [])), "counts": dict(counts),
+              "first_claimed": min((r.get("claimed", 0.0) for r in records), default=None)}
+    store.write(summary_name(part), json.dumps(totals).encode())
+    return summary.get("items", 0)
