@@ -199,6 +199,30 @@ def test_a_large_addition_is_consecutive_parts_and_racing_adders_keep_every_pdf_
                                                            [[i for i in wq.items(ws) if i.part == p] for p in parts])
 
 
+def test_replicas_adding_one_job_at_a_time_each_get_a_part_of_their_own(root):
+    """Two service replicas, each with its own view of the parts (listed once, then written one after the other),
+    submit at once: every job is queued, in a part of its own."""
+    import threading
+
+    start, parts = threading.Barrier(2), {0: [], 1: []}
+
+    def submit(replica):
+        ws, index = Workspace(root), wq.Index(Workspace(root).store, names_only=True)
+        start.wait()
+        for k in range(15):
+            added = wq.add(ws, [f"s3://uploads/r{replica}_{k}.pdf"], pages_per_group=2**62, sample=0, unique=True,
+                           index=index)
+            parts[replica] += [i.part for i in added.items]
+
+    threads = [threading.Thread(target=submit, args=(r,)) for r in (0, 1)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    queued = wq.items(Workspace(root))
+    assert len(queued) == 30 and sorted(parts[0] + parts[1]) == list(range(1, 31))
+    assert sorted(p for i in queued for p in i.pdfs) == sorted(f"s3://uploads/r{r}_{k}.pdf" for r in (0, 1)
+                                                             for k in range(15))
+
+
 QUEUE_FOLDERS = {"claims", "done", "index", "parts", "progress", "cancelled"}
 STORE_CALLS = {"list", "list_after", "tags", "read", "read_many", "write", "create", "replace", "delete", "exists"}
 

@@ -39,31 +39,32 @@ def _rate(records: list[dict], key: str, since: float | None = None, now: float 
 
 def workspace_stats(workspace, window_min: float = 15.0, now: float | None = None,
                     cache_dir: str | None = None) -> dict:
-    """The figures of ``workspace`` from the queue's survey (done markers and summaries read are remembered in
-    ``cache_dir``)."""
+    """The figures of ``workspace`` from the queue's survey (index parts, done markers and summaries read are
+    remembered in ``cache_dir``)."""
     from olmocr.pipeline.queue import survey
 
     now = time.time() if now is None else now
     seen = survey(workspace, cache_dir)
-    items, found = seen.items, seen.done
+    found = seen.done
+    live = sum(t["items"] for t in seen.parts.values())
     done = set(found)
     records = [record for record in found.values() if record is not None]
     unreadable = len(found) - len(records)
-    claims, given_up, ended = Counter(), [], set()  # ended: given up or cancelled, nothing left to convert
+    claims, given_up, ended = Counter(), [], 0  # ended: pages of items given up or cancelled, none left to convert
     for item, claim in seen.claims.items():  # a damaged claim is as good as expired: the next worker replaces it
         state = ("cancelled" if claim.get("cancelled") else "given_up" if claim.get("given_up")
                  else "active" if claim.get("expires", 0.0) > now
                  else "retrying" if claim.get("retry_at", 0.0) > now else "expired")
         claims[state] += 1
         if state in ("given_up", "cancelled"):
-            ended.add(item)
+            ended += claim.get("pages") or 0
         if state == "given_up":
-            given_up.append({"item": item, "pdfs": len(items[item].pdfs), "failures": claim.get("failures"),
+            given_up.append({"item": item, "pdfs": claim.get("pdfs"), "failures": claim.get("failures"),
                              "error": claim.get("error")})
     counts = Counter()
     for record in records:
         counts.update(record["counts"])
-    estimated_done = sum(items[r["id"]].pages for r in records if r.get("id") in items)
+    estimated_done = live_done = sum(r.get("pages_estimated") or 0 for r in records)
     finished = {"items": 0, "done": 0, "cancelled": 0}
     retired = {"items": 0, "done": 0, "cancelled": 0}
     for summary in seen.summaries.values():
@@ -78,23 +79,23 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
             for record in summary["done"]:
                 counts.update(record["counts"])
                 estimated_done += record.get("pages_estimated") or 0
-    remaining = sum(item.pages for i, item in items.items() if i not in done and i not in ended)
+    remaining = max(sum(t["pages"] for t in seen.parts.values()) - live_done - ended, 0)
     # Item sizes were estimated from a sample; finished items say how far off the estimate runs.
     if estimated_done and counts.get("pages"):
         remaining = remaining * counts["pages"] / estimated_done
     overall = _rate(records, "pages")
     recent = _rate(records, "pages", since=now - 60 * window_min, now=now)
     rate = recent or overall
-    total = len(items) + finished["items"] + retired["items"]
+    total = live + finished["items"] + retired["items"]
     return {
         "workspace": workspace.root, "items": total, "done": len(done) + finished["done"] + retired["done"],
         "active": claims["active"], "expired": claims["expired"], "retrying": claims["retrying"],
         "given_up": claims["given_up"], "cancelled": claims["cancelled"] + finished["cancelled"] + retired["cancelled"],
         "given_up_items": sorted(given_up, key=lambda g: g["item"]), "retired": retired["items"],
         "finished_parts": sum(1 for s in seen.summaries.values() if not s["retired"]),
-        "live_items": len(items),
-        "waiting": len(items) - len(done) - sum(claims.values()),
-        "unreadable_done_markers": unreadable + seen.unreadable_summaries,
+        "live_items": live,
+        "waiting": live - len(done) - sum(claims.values()),
+        "unreadable_done_markers": unreadable + seen.unreadable_summaries, "unreadable_index_parts": seen.unreadable_parts,
         "counts": dict(counts), "pages_remaining_estimated": round(remaining),
         "pages_per_s": overall, "pages_per_s_recent": recent, "items_per_s": _rate(records, "items"),
         "projected_finish_s": (remaining / rate) if rate and remaining else (0.0 if not remaining else None),
@@ -150,7 +151,8 @@ def describe(stats: dict) -> str:
         lines.append(f"listed     each document with its reason in {stats['workspace'].rstrip('/')}/"
                      f"{' and '.join(listed)}")
     for row in stats["given_up_items"][:GIVEN_UP_LISTED]:
-        lines.append(f"given up   {row['item']} ({row['pdfs']} PDFs, {row['failures']} failures): {row['error']}")
+        pdfs = "?" if row["pdfs"] is None else row["pdfs"]  # a claim written before claims said their item's size
+        lines.append(f"given up   {row['item']} ({pdfs} PDFs, {row['failures']} failures): {row['error']}")
     if stats["given_up"]:
         more = stats["given_up"] - GIVEN_UP_LISTED
         lines.append(f"           {f'…and {more} more (json=true lists them all); ' if more > 0 else ''}put them back "

@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
-from olmocr.pipeline.queue.index import Index, Item
+from olmocr.pipeline.queue.index import Index, Item, of
 from olmocr.pipeline.queue.names import CLAIMS, DONE, claim_name, done_name, ids
 from olmocr.pipeline.queue.names import summary_name
 from olmocr.pipeline.queue.parts import claim_body, compact, finished_parts
@@ -159,9 +159,9 @@ class WorkQueue:
         """Items of the live parts read so far not done yet (``unread``: the live parts not read yet)."""
         return len(set(self.items) - ids(self.store.list(DONE)))
 
-    def _body(self, **extra) -> dict:
+    def _body(self, item: Item, **extra) -> dict:
         now = time.time()
-        return {"worker": self.worker, "claimed": now, "expires": now + self.lease_s, "failures": 0, **extra}
+        return {"worker": self.worker, "claimed": now, "expires": now + self.lease_s, "failures": 0, **of(item), **extra}
 
     SPREAD = 2  # the lowest live parts with unclaimed items that workers draw from
 
@@ -215,7 +215,7 @@ class WorkQueue:
                     continue
                 break  # every item was claimed and none was added since
             item = self.items[self._free.popleft()]
-            body = self._body()
+            body = self._body(item)
             name, data = claim_name(item.id), json.dumps(body).encode()
             began = time.monotonic()
             tag = self.store.create(name, data)
@@ -270,7 +270,8 @@ class WorkQueue:
             if free_at > time.time():
                 self.next_expiry = min(self.next_expiry, free_at)
                 continue
-            body = self._body(failures=held_by.get("failures", 0), transient_failures=held_by.get("transient_failures", 0))
+            body = self._body(self.items[item_id], failures=held_by.get("failures", 0),
+                              transient_failures=held_by.get("transient_failures", 0))
             tag = self.store.replace(name, json.dumps(body).encode(), current.tag)
             if tag is None:
                 continue
@@ -356,7 +357,7 @@ class WorkQueue:
             return False
         self.store.write(self.ws.result_name(claim.item.id), result)
         if claim.finished is None:  # the same record when a complete() is tried again
-            claim.finished = {"id": claim.item.id, "worker": self.worker, "claimed": claim.body["claimed"],
+            claim.finished = {"id": claim.item.id, "part": claim.item.part, "worker": self.worker, "claimed": claim.body["claimed"],
                               "finished": time.time(), "pdfs": len(claim.item.pdfs),
                               "pages_estimated": claim.item.pages, "took_over": claim.took_over, "counts": counts,
                               # what the result must be, for pipeline.repair to tell a damaged one

@@ -34,6 +34,11 @@ class Item:
     part: int = 0  # the index part that queued it (0: the whole index of a workspace made before parts)
 
 
+def of(item: Item) -> dict:
+    """What a claim says of its item, so that stats need not read the index for it: its part, pages, PDFs."""
+    return {"part": item.part, "pages": item.pages, "pdfs": len(item.pdfs)}
+
+
 def item_id(paths) -> str:
     """The SHA-1 of the sorted PDF paths: the same PDFs always make the same item."""
     return hashlib.sha1("\n".join(sorted(paths)).encode()).hexdigest()
@@ -70,12 +75,13 @@ class Index:
     top: int = 0  # the highest part listed
     last: str = ""  # the last name listed in index/
     legacy: bool | None = None  # whether part 0 exists (None: not looked yet)
+    listed: bool = False  # whether the parts have been listed once
     read_bytes: int = 0  # index bytes read so far (what a reader joining late pays)
 
     def refresh(self, skip=frozenset(), read: bool = True) -> list[int]:
         """List the parts added since the last look (reading them, with ``read``); the numbers of those new and not
         in ``skip``, in order."""
-        new = []
+        new, self.listed = [], True
         if self.legacy is None and not self.names_only:
             self.legacy = self.store.exists(LEGACY_INDEX)
             if self.legacy and 0 not in skip:
@@ -185,7 +191,11 @@ def add(workspace, pdfs: list[str], pages_per_group: int = 500, sample: int = 10
     wait_out = wait_out or (lambda call: call())
     written: list[Item] = []  # by this addition, over its attempts
     for attempt in range(1, max_attempts + 1):
-        wait_out(index.refresh)
+        # An adder of PDFs known new lists the parts once, and again only when a number it tried was taken; else it
+        # writes the number after its last, so an addition is one request, not a listing that grows with the parts
+        # (a local folder lists every name).
+        if not (index.names_only and index.listed):
+            wait_out(index.refresh)
         ours = {p for item in written for p in item.pdfs}
         new = list(dict.fromkeys(p for p in pdfs if p not in known and p not in ours))
         if new and counts is None:  # sampled once: the PDFs do not change between attempts
@@ -198,6 +208,7 @@ def add(workspace, pdfs: list[str], pages_per_group: int = 500, sample: int = 10
             # A create that landed though its answer was lost is refused when tried again: the next attempt
             # reads the part and finds the PDFs queued.
             if wait_out(functools.partial(workspace.store.create, part_name(part), _encode(chunk))) is None:
+                index.listed = False  # others added parts since: the next attempt lists what they added
                 break  # another machine took that number: read what it queued, queue what is left
             index.top, index.last = part, part_name(part).split("/", 1)[1]
             if not index.names_only:

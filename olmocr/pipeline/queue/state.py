@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from olmocr.errors import UserError
-from olmocr.pipeline.queue.index import Index, Item, _decode
+from olmocr.pipeline.queue.index import Index, Item, _decode, of
 from olmocr.pipeline.queue.names import CLAIMS, LEGACY_INDEX, PARTS, part_of, cancel_name, claim_name, done_name, ids, part_name
 from olmocr.pipeline.queue.names import progress_name, summary_name
 from olmocr.pipeline.queue.parts import claim_body, compact, read_summary
@@ -140,6 +140,7 @@ def cancel(workspace: Workspace, item: str, part: int | None = None, why: str = 
     when that finished it. A finished item stays as it is."""
     store = workspace.store
     part = part_of_item(workspace, item) if part is None else part
+    items = part_items(workspace, part)
     store.write(cancel_name(item), json.dumps({"at": time.time()}).encode())
     name, done = claim_name(item), done_name(item)
     for _ in range(20):  # a conditional write lost to a worker's claim or renewal: read again
@@ -149,11 +150,12 @@ def cancel(workspace: Workspace, item: str, part: int | None = None, why: str = 
         held = {} if current is None else claim_body(current.data)
         if held.get("given_up") or (held and held.get("expires", 0.0) > time.time()):
             return  # finished, or a live holder that stops at its next look
-        body = {"worker": "cancelled", "claimed": time.time(), "failures": 0, **held, "expires": 0.0,
+        body = {"worker": "cancelled", "claimed": time.time(), "failures": 0,
+                **next((of(i) for i in items if i.id == item), {"part": part}), **held, "expires": 0.0,
                 "given_up": True, "cancelled": True, "error": why}
         data = json.dumps(body).encode()
         if (store.create(name, data) if current is None else store.replace(name, data, current.tag)) is not None:
-            compact(store, part, part_items(workspace, part))
+            compact(store, part, items)
             return
 
 

@@ -1,7 +1,7 @@
-"""The whole queue at a look, for ``pipeline.stats`` and ``pipeline.repair``: the live parts' items, claims and done
-markers, and the finished and retired parts' summaries. A summary and a done marker are each written once, so what
-was read of them is remembered in a cache folder by listing tag: a later look lists them and reads only those new or
-written again."""
+"""The whole queue at a look, for ``pipeline.stats``: the live parts' totals, claims and done markers, and the
+finished and retired parts' summaries. An index part, a summary and a done marker are each written once (a summary
+once more when retired), so what was read of them is remembered in a cache folder by listing tag: a later look
+lists them and reads only those new or written again."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from olmocr.pipeline.queue.index import Index, Item
-from olmocr.pipeline.queue.names import CLAIMS, DONE, PARTS, claim_name, ids, part_of
+from olmocr.errors import UserError
+from olmocr.pipeline.queue.index import _decode
+from olmocr.pipeline.queue.names import CLAIMS, DONE, INDEX, LEGACY_INDEX, PARTS, claim_name, ids, part_of
 from olmocr.pipeline.queue.parts import claim_body
 
 log = logging.getLogger("olmocr.pipeline")
@@ -22,7 +23,8 @@ def done_record(data: bytes) -> dict | None:
     """What stats needs of a done marker, or None when it is not one."""
     try:
         record = json.loads(data)
-        return {"id": record.get("id"), "claimed": float(record["claimed"]), "finished": float(record["finished"]),
+        return {"id": record.get("id"), "part": int(record.get("part") or 0), "claimed": float(record["claimed"]),
+                "finished": float(record["finished"]),
                 "counts": dict(record.get("counts") or {}), "pages_estimated": record.get("pages_estimated")}
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -69,15 +71,16 @@ class Remembered:
             pass
         return known, lines
 
-    def read(self, folder: str, names: set[str] | None = None) -> dict[str, dict | None]:
-        """The record of each object in ``folder`` (whose name is in ``names``; None: every one), None for one
+    def read(self, folder: str, keep=None) -> dict[str, dict | None]:
+        """The record of each object in ``folder`` (whose name ``keep`` keeps; None: every one), None for one
         ``parse`` cannot read."""
-        tags = {name: tag for name, tag in self.store.tags(folder).items() if names is None or name in names}
+        tags = {name: tag for name, tag in self.store.tags(folder).items() if keep is None or keep(name)}
         known, lines = self._load() if self.path else ({}, 0)
         current = {name: known[name] for name, tag in tags.items() if known.get(name, (None,))[0] == tag}
         fresh = [name for name in tags if name not in current]
-        read = self.store.read_many([f"{folder}/{name}" for name in fresh])
-        new = {name: (tags[name], self.parse(read[f"{folder}/{name}"])) for name in fresh if f"{folder}/{name}" in read}
+        read = self.store.read_many([f"{folder}/{name}" if folder else name for name in fresh])
+        new = {name: (tags[name], self.parse(read[key])) for name in fresh
+               if (key := f"{folder}/{name}" if folder else name) in read}
         current.update(new)
         if self.path and new:
             # Most lines of objects gone or written again: the file is written anew.
@@ -101,27 +104,42 @@ class Remembered:
             log.warning("cannot keep the records read in %s (%s): the next look reads them all again", self.path, exc)
 
 
+def _totals(data: bytes) -> dict | None:
+    """What stats needs of an index part: its items and their estimated pages (an index part is written once, so
+    this is remembered for good)."""
+    try:
+        items = _decode(data, 0, "")
+    except UserError:
+        return None
+    return {"items": len(items), "pages": sum(item.pages for item in items)}
+
+
 @dataclass
 class Survey:
-    items: dict[str, Item]  # the live parts' items
+    parts: dict[int, dict]  # the live parts: their items and estimated pages (_totals)
     done: dict[str, dict | None]  # live items with a done marker: its record (None: unreadable)
-    claims: dict[str, dict]  # live items claimed and not done: the claim's body
+    claims: dict[str, dict]  # live items claimed and not done: the claim's body (its item's part, pages, PDFs)
     summaries: dict[int, dict] = field(default_factory=dict)  # finished and retired parts: their summaries
     unreadable_summaries: int = 0
+    unreadable_parts: int = 0
 
 
 def survey(workspace, cache_dir: str | None = None) -> Survey:
-    """Every live item with its done marker or claim, and every finished part's summary."""
+    """Every live part's totals, every live done marker and claim, and every finished part's summary. Index parts
+    and done markers and summaries are remembered in ``cache_dir``: a later look lists them and reads only what is
+    new, so what it reads grows with what changed, and its listings with the live work."""
     store = workspace.store
     read = Remembered(store, cache_dir, "parts", _summary).read(PARTS)
     summaries = {part_of(name): s for name, s in read.items() if part_of(name) is not None and s is not None}
-    index = Index(store)
-    index.refresh(skip=set(summaries))
-    items = {item.id: item for item in index.items()}
-    found = Remembered(store, cache_dir, "done", done_record).read(DONE, {f"{i}.json" for i in items})
-    done = {name[:-5]: record for name, record in found.items()}
-    held = [i for i in ids(store.list(CLAIMS)) if i in items and i not in done]
-    claims = {name.rsplit("/", 1)[-1][:-5]: claim_body(data)
-              for name, data in store.read_many([claim_name(i) for i in held]).items()}
-    return Survey(items, done, claims, summaries, sum(1 for s in read.values() if s is None)
-                  + sum(s["unreadable"] for s in summaries.values()))
+    listed = Remembered(store, cache_dir, "index", _totals).read(INDEX, keep=lambda name: part_of(name) not in summaries)
+    if 0 not in summaries:  # a workspace made before parts: its whole index, at its root
+        listed.update(Remembered(store, cache_dir, "legacy", _totals).read("", keep=lambda name: name == LEGACY_INDEX))
+    parts = {0 if name == LEGACY_INDEX else part_of(name): t for name, t in listed.items() if t is not None}
+    # A part's done markers and claims go after its summary is written: those still there are not counted twice.
+    found = Remembered(store, cache_dir, "done", done_record).read(DONE)
+    done = {name[:-5]: record for name, record in found.items() if record is None or record["part"] not in summaries}
+    held = [i for i in ids(store.list(CLAIMS)) if i not in done and f"{i}.json" not in found]
+    claims = {name.rsplit("/", 1)[-1][:-5]: body for name, data in store.read_many([claim_name(i) for i in held]).items()
+              if (body := claim_body(data)).get("part", 0) not in summaries}
+    return Survey(parts, done, claims, summaries, sum(1 for s in read.values() if s is None)
+                  + sum(s["unreadable"] for s in summaries.values()), sum(1 for t in listed.values() if t is None))
