@@ -17,6 +17,9 @@ threads. The documents are the bundled sample PDFs and generated ones of 1 to 8 
 - **A long run**: ``--jobs`` one-page jobs by the clients, the service's resident memory (its own process,
   not the model server's) sampled after every tenth of them, the time of a submission (one new index part
   of its own) over the first and the last hundred.
+- **Submissions as the queue grows** (``--submissions``, 10,000): one-page jobs submitted one after another to a
+  service that converts nothing (workers=0), so every job stays queued: the submission time over the first and the
+  last hundred, and the newest job's status (its queue position among all waiting) every hundred.
 - **Lost or twice**: every job submitted must end done, its item with one done marker and one result, and
   the service's log must say each item was converted once.
 - **A hostile mix** (``--hostile-share``): the same documents submitted by the same clients to two fresh
@@ -153,6 +156,42 @@ def submit_all(base: str, docs: list[tuple[str, bytes]], clients: int, on_submit
     return states
 
 
+def submissions(tmp: str, server, count: int) -> dict:
+    """``count`` one-page jobs submitted one after another to an accept-only service (workers=0: nothing converts,
+    so the queue only grows), timing each submission and a status call (its queue position) as the queue grows."""
+    workspace, log = os.path.join(tmp, "accepting"), os.path.join(tmp, "accepting.log")
+    proc, base = service(workspace, log, server, 0)
+    one, submit_s, status_s, ahead = pdf(1, "one page"), [], [], None
+    try:
+        first = None
+        for n in range(count):
+            began = time.perf_counter()
+            job = call(f"{base}/v1/jobs?filename=one_{n}.pdf", "POST", one)["id"]
+            submit_s.append(time.perf_counter() - began)
+            first = first or job
+            if n % 100 == 99:  # the last job's status: where it stands among the waiting
+                began = time.perf_counter()
+                ahead = call(f"{base}/v1/jobs/{job}")["ahead"]
+                status_s.append(time.perf_counter() - began)
+        rss = rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    if ahead != count - 1:
+        raise SystemExit(f"the last of {count} waiting jobs had {ahead} ahead of it, not {count - 1}")
+    return {"first": statistics.median(submit_s[:100]), "last": statistics.median(submit_s[-100:]),
+            "status_first": statistics.median(status_s[:10]), "status_last": statistics.median(status_s[-10:]),
+            "count": count, "rss": rss}
+
+
+def print_submissions(row: dict) -> None:
+    print(f"{row['count']} one-page jobs submitted one after another to an accept-only service: a submission "
+          f"{row['first'] * 1000:.1f} ms over the first 100, {row['last'] * 1000:.1f} ms over the last 100 "
+          f"({row['last'] / row['first']:.2f}x); the newest job's status (its queue position) "
+          f"{row['status_first'] * 1000:.1f} ms over the first 1,000, {row['status_last'] * 1000:.1f} ms over the "
+          f"last ({row['status_last'] / row['status_first']:.2f}x); service RSS {row['rss']:.0f} MB at the end")
+
+
 def poison() -> list[tuple[str, bytes, str]]:
     """The hostile submissions of the mix: (name, body, content type)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -261,11 +300,19 @@ def main() -> None:
                         help="the hostile mix: poison submissions as a share of all (0: no mix)")
     parser.add_argument("--mix-rounds", type=int, default=5, help="the hostile mix: rounds of each, alternately")
     parser.add_argument("--skip-load", action="store_true", help="only the hostile mix")
+    parser.add_argument("--submissions", type=int, default=10_000,
+                        help="one-page jobs submitted to an accept-only service, to time a submission as the queue grows")
+    parser.add_argument("--submissions-only", action="store_true", help="only the submissions")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="serve_load_")
     server = model_server(tmp)
     try:
+        if args.submissions:
+            growing = submissions(tmp, server, args.submissions)
+            print_submissions(growing)
+            if args.submissions_only:
+                return
         docs = documents(args.docs)
         folder = os.path.join(tmp, "pdfs")
         os.makedirs(folder)

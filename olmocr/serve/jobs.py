@@ -161,8 +161,10 @@ class Jobs:
             job.part = queue.add(self.ws, documents, pages_per_group=2**62, sample=0, unique=True,
                                  index=self._parts).items[0].part
         with self._waiting_lock:
-            # The item counts now, in place of its admission: the next look lists it (at once, not in a second).
-            self._waiting, admitted.counted = (0.0, []), False
+            # The item counts now, in place of its admission: added to the last look's list (a look lists the whole
+            # queue's waiting items: once a second, not once a submission).
+            self._waiting[1].append(job.item)
+            admitted.counted = False
         self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
         if self.queued is not None:
             self.queued()
