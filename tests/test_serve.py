@@ -367,7 +367,7 @@ def test_results_expire_after_keep_results_h_and_a_slow_page_is_cancelled(start_
     assert answer[0] == 410 and "no longer kept (keep_results_h)" in answer[1]["error"]
     assert call(f"{base}/v1/jobs/{job}")[0] == 410
     assert os.listdir(workspace / "uploads") == [] and os.listdir(workspace / "results") == []
-    assert json.load(open(workspace / "jobs" / f"{job}.json"))["expired"]  # the record stays, saying so
+    assert json.load(open(workspace / "expired" / f"{job}.json"))["expired"]  # the record stays, saying so
     # The queue retired its item: nothing of it is left but its part's totals.
     left = [p for folder in ("claims", "done", "pages", "progress") for p in glob.glob(f"{workspace}/{folder}/*")]
     assert left == [] and [json.load(open(p))["retired"] for p in glob.glob(f"{workspace}/parts/*")]

@@ -65,13 +65,14 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     for record in records:
         counts.update(record["counts"])
     estimated_done = live_done = sum(r.get("pages_estimated") or 0 for r in records)
-    finished = {"items": 0, "done": 0, "cancelled": 0}
-    retired = {"items": 0, "done": 0, "cancelled": 0}
+    finished = {"items": 0, "done": 0, "cancelled": 0, "failed": 0}
+    retired = {"items": 0, "done": 0, "cancelled": 0, "failed": 0}
     for summary in seen.summaries.values():
         into = retired if summary["retired"] else finished
         into["items"] += summary["items"]
         into["done"] += summary["done_items"]
         into["cancelled"] += summary["cancelled_items"]
+        into["failed"] += summary.get("failed_items", 0)  # given up, then compacted by retire_item
         if summary["retired"]:
             counts.update(summary["counts"])
         else:
@@ -90,7 +91,7 @@ def workspace_stats(workspace, window_min: float = 15.0, now: float | None = Non
     return {
         "workspace": workspace.root, "items": total, "done": len(done) + finished["done"] + retired["done"],
         "active": claims["active"], "expired": claims["expired"], "retrying": claims["retrying"],
-        "given_up": claims["given_up"], "cancelled": claims["cancelled"] + finished["cancelled"] + retired["cancelled"],
+        "given_up": claims["given_up"] + finished["failed"], "cancelled": claims["cancelled"] + finished["cancelled"] + retired["cancelled"],
         "given_up_items": sorted(given_up, key=lambda g: g["item"]), "retired": retired["items"],
         "finished_parts": sum(1 for s in seen.summaries.values() if not s["retired"]),
         "live_items": live,

@@ -3,6 +3,8 @@
     <workspace>/uploads/<job>.<pdf|image>  the submitted document, cut to its page_range (the client's file name
                                        is never a path)
     <workspace>/jobs/<job>.json        the job: its work item, file name, pages, when submitted
+    <workspace>/expired/<job>.json     the job once its document and result are no longer kept (moved out of
+                                       ``jobs/``, so what a sweep lists is the jobs still kept)
 
 A job is one work item of the workspace's queue, in an index part of its own: any worker converts it (this
 service's, another replica's, or ``python -m olmocr.pipeline workspace=…`` started anywhere), exactly once. Its
@@ -27,7 +29,7 @@ from olmocr.pipeline.workspace import Workspace
 from olmocr.serve.documents import (GZIP, Refused, archive_documents, archive_member, document_pages, is_archive,
                                     safe_name, unstorable)
 
-UPLOADS, JOBS = "uploads", "jobs"
+UPLOADS, JOBS, EXPIRED = "uploads", "jobs", "expired"
 FINISHED = ("done", "failed", "cancelled")
 ONE_PAGE = "POST /v1/convert converts one: choose it with page_range, or submit a job (POST /v1/jobs)"
 log = logging.getLogger("olmocr.serve")
@@ -43,7 +45,7 @@ class Job:
     submitted: float
     # The submitted document's page number of each page converted, when a page_range chose them
     page_numbers: list[int] | None = None
-    expired: float | None = None  # when its document and result were removed (keep_results_h after submission)
+    expired: float | None = None  # when its document and result were removed (keep_results_h after it finished)
     # An archive's: the documents queued (member names, in archive order) and the members that are not documents
     members: list[str] | None = None
     skipped: list | None = None  # {"name", "reason"} each (older records: the names of members not documents)
@@ -74,6 +76,11 @@ class Jobs:
         self._adding = threading.Lock()
         self._admitted: set[Admitted] = set()
         self._waiting_lock = threading.Lock()
+        # What this replica's sweeps have read: the jobs still kept (a record changes only when it expires) and
+        # when those known finished finished, so a sweep reads only jobs new since the last and asks the queue
+        # only about those not finished yet.
+        self._kept: dict[str, Job] = {}
+        self._finished_at: dict[str, float] = {}
 
     def waiting(self) -> list[str]:
         """The workspace's items no worker has taken yet, in the order they were queued (by any replica or batch
@@ -194,7 +201,7 @@ class Jobs:
     def get(self, job_id: str) -> Job | None:
         if not job_id.isalnum() or len(job_id) != 32:  # ours are uuid4 hex: anything else names no job
             return None
-        found = self.ws.store.read(f"{JOBS}/{job_id}.json")
+        found = self.ws.store.read(f"{JOBS}/{job_id}.json") or self.ws.store.read(f"{EXPIRED}/{job_id}.json")
         return None if found is None else Job(**json.loads(found.data))
 
     def status(self, job: Job) -> dict:
@@ -230,34 +237,64 @@ class Jobs:
 
     def sweep(self) -> int:
         """Jobs finished more than ``keep_s`` ago lose their document, result and side files, and the queue retires
-        their item; the record stays, marked expired. Returns how many expired now. Any replica may sweep: removing
-        twice is removing once."""
-        from olmocr.pipeline.dolma import mirror_path
-
+        their item; the record moves to ``expired/``. Returns how many expired now. A sweep lists the jobs still
+        kept and reads those it has not read before; the queue is asked only about jobs not known finished: its
+        cost follows the jobs kept, not every job ever submitted. Any replica may sweep: removing twice is removing
+        once."""
         expired, now = 0, time.time()
-        for name in self.ws.store.list(JOBS):
-            job = self.get(name.removesuffix(".json"))
-            if job is None or job.expired or now - job.submitted < self.keep_s:  # finished after it was submitted
+        listed = {name.removesuffix(".json") for name in self.ws.store.list(JOBS)}
+        for gone in set(self._kept) - listed:  # expired by another replica
+            self._kept.pop(gone)
+            self._finished_at.pop(gone, None)
+        for job_id in sorted(listed - set(self._kept)):
+            found = self.ws.store.read(f"{JOBS}/{job_id}.json")
+            try:
+                job = None if found is None else Job(**json.loads(found.data))
+            except (ValueError, TypeError):
+                log.warning("%s/%s.json is not a job record: left as it is", JOBS, job_id)
                 continue
-            found = queue.item_state(self.ws, job.item, job.part)
-            if found.state not in (*FINISHED, "retired"):
-                continue
-            # Kept from when it finished (a done item's worker says when; a failed or cancelled one, from its
-            # submission), so a job that waited long for a worker is not swept as it finishes.
-            if found.state != "retired" and now - (found.finished or job.submitted) < self.keep_s:
-                continue
-            job.expired = time.time()  # said first: a reader never finds a done job without its result
-            self.ws.store.write(f"{JOBS}/{job.id}.json", json.dumps(asdict(job)).encode())
-            markdown = [f"{MARKDOWN}/{mirror_path(source, '.md')}" for source in self.sources(job)]
-            for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item), *markdown,
-                        f"{BAD}/{job.item}.jsonl", f"{FILTERED}/{job.item}.jsonl"):
-                self.ws.store.delete(obj)
-            queue.retire_item(self.ws, job.part)  # what the queue kept of it: claim, done marker, marks
-            expired += 1
+            if job is not None and job.expired:  # expired in a workspace made before expired/: moved, nothing else
+                self._move_expired(job)
+            elif job is not None:
+                self._kept[job_id] = job
+        for job in list(self._kept.values()):
+            if now - job.submitted >= self.keep_s and self._due(job, now):
+                self._expire(job)
+                expired += 1
         if expired:
             log.info("%d finished job(s) older than %.4g h expired: documents and results removed", expired,
                      self.keep_s / 3600)
         return expired
+
+    def _due(self, job: Job, now: float) -> bool:
+        """Whether ``job`` finished more than ``keep_s`` ago: kept from when it finished (a done item's worker says
+        when; a failed or cancelled one, from its submission), so a job that waited long is not swept as it
+        finishes."""
+        finished = self._finished_at.get(job.id)
+        if finished is None:
+            found = queue.item_state(self.ws, job.item, job.part)
+            if found.state not in (*FINISHED, "retired"):
+                return False
+            finished = 0.0 if found.state == "retired" else (found.finished or job.submitted)
+            self._finished_at[job.id] = finished
+        return now - finished >= self.keep_s
+
+    def _expire(self, job: Job) -> None:
+        from olmocr.pipeline.dolma import mirror_path
+
+        self._move_expired(job)  # said first: a reader never finds a done job without its result
+        markdown = [f"{MARKDOWN}/{mirror_path(source, '.md')}" for source in self.sources(job)]
+        for obj in (f"{UPLOADS}/{os.path.basename(job.pdf)}", self.ws.result_name(job.item), *markdown,
+                    f"{BAD}/{job.item}.jsonl", f"{FILTERED}/{job.item}.jsonl"):
+            self.ws.store.delete(obj)
+        queue.retire_item(self.ws, job.part)  # what the queue kept of it: claim, done marker, marks
+
+    def _move_expired(self, job: Job) -> None:
+        job.expired = job.expired or time.time()
+        self.ws.store.write(f"{EXPIRED}/{job.id}.json", json.dumps(asdict(job)).encode())
+        self.ws.store.delete(f"{JOBS}/{job.id}.json")
+        self._kept.pop(job.id, None)
+        self._finished_at.pop(job.id, None)
 
     def page_image(self, job: Job, page: int, document: int = 0, longest_side: int = 1000) -> bytes:
         """The JPEG of the job's ``page`` (its number in the submitted document; in an archive, in its

@@ -1,7 +1,8 @@
 """A finished part: compacted into one summary, then (once old enough) retired with everything its items left.
 
 ``parts/<part>.json`` is created once every item of the part is done or cancelled, holding every done marker's record
-(and each cancelled item's reason); then the part's claims and done markers are removed. Whoever sees a part finish
+(and each cancelled item's reason; a part retired by ``retire_item`` counts its given-up items finished too, each
+with its error); then the part's claims and done markers are removed. Whoever sees a part finish
 writes it (a worker after its last item, or a worker's look); two writing at once both find the same summary, and a
 summary written before its deletions finished is compacted again by the next look (deleting what is gone is
 nothing). Retirement (``retire``) removes what each item of a part finished longer ago than its age left: its
@@ -18,6 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from olmocr.pipeline.queue.index import Index
 from olmocr.pipeline.queue.names import DONE, PARTS, cancel_name, claim_name, done_name, ids, part_name, part_of
 from olmocr.pipeline.queue.names import progress_name, summary_name
 
@@ -53,10 +55,10 @@ def claim_body(data: bytes) -> dict:
     return body if isinstance(body, dict) and all(isinstance(body.get(t, 0.0), (int, float)) for t in times) else {}
 
 
-def compact(store, part: int, items: list, done: set[str] | None = None) -> bool:
+def compact(store, part: int, items: list, done: set[str] | None = None, given_up: bool = False) -> bool:
     """Write ``part``'s summary and remove its claims and done markers when each of its ``items`` is done or
-    cancelled; ``done``: the ids a listing of ``done/`` just showed (None: listed here). False when it is not
-    finished yet."""
+    cancelled (with ``given_up``, or given up: a part being retired, whose failures no one will requeue); ``done``:
+    the ids a listing of ``done/`` just showed (None: listed here). False when it is not finished yet."""
     ids_ = [item.id for item in items]
     if not ids_:  # a part retired, or none read: nothing to compact
         return False
@@ -69,16 +71,19 @@ def compact(store, part: int, items: list, done: set[str] | None = None) -> bool
     if len(not_done) > CHECK_NOT_DONE:
         return False
     claims = store.read_many([claim_name(i) for i in not_done])
-    cancelled = {}
+    cancelled, failed = {}, {}
     for item in not_done:
         body = claim_body(claims.get(claim_name(item), b""))
-        if not body.get("cancelled"):
+        if body.get("cancelled"):
+            cancelled[item] = body.get("error")
+        elif given_up and body.get("given_up"):
+            failed[item] = body.get("error")
+        else:
             return False
-        cancelled[item] = body.get("error")
-    markers = store.read_many([done_name(i) for i in ids_ if i not in cancelled])
+    markers = store.read_many([done_name(i) for i in ids_ if i not in cancelled and i not in failed])
     records = []
     for item in ids_:
-        if item in cancelled:
+        if item in cancelled or item in failed:
             continue
         data = markers.get(done_name(item))
         if data is None:  # removed since the listing (pipeline.repair put it back): not finished
@@ -89,7 +94,8 @@ def compact(store, part: int, items: list, done: set[str] | None = None) -> bool
             return False  # damaged: pipeline.repair's to put back, not a summary's to keep
     finished = max([r.get("finished", 0.0) for r in records if isinstance(r, dict)] or [time.time()])
     summary = {"part": part, "items": len(ids_), "finished": finished, "compacted": time.time(), "done": records,
-               "cancelled": [{"id": i, "error": e} for i, e in cancelled.items()], "retired": None}
+               "cancelled": [{"id": i, "error": e} for i, e in cancelled.items()],
+               "failed": [{"id": i, "error": e} for i, e in failed.items()], "retired": None}
     store.create(summary_name(part), json.dumps(summary).encode())  # None: another worker wrote the same
     _forget(store, ids_)
     log.info("part %d finished: %d item(s) compacted into %s", part, len(ids_), summary_name(part))
@@ -129,6 +135,11 @@ def retire_item(workspace, part: int) -> int:
     if part == 0:  # the whole index of a workspace made before parts: retired by retire() once old, not by one item
         return 0
     summary = read_summary(workspace.store, part)
+    if summary is None:  # given up (a job that failed) never compacts on its own: retiring it is its end
+        items = Index(workspace.store).load(part)
+        if items is None or not compact(workspace.store, part, items, given_up=True):
+            return 0
+        summary = read_summary(workspace.store, part)
     return 0 if summary is None or summary.get("retired") else retire_part(workspace, part, summary)
 
 
@@ -145,14 +156,16 @@ def retire_part(workspace, part: int, summary: dict) -> int:
         names = [workspace.result_name(record.get("id", "")), *record.get("outputs", [])]
         for name in names:
             store.delete(name)
-    for item in [r.get("id", "") for r in records] + [c["id"] for c in summary.get("cancelled", [])]:
+    ended = [c["id"] for c in summary.get("cancelled", []) + summary.get("failed", [])]
+    for item in [r.get("id", "") for r in records] + ended:
         store.delete(progress_name(item))
         store.delete(cancel_name(item))
     if not keep_index:
         store.delete(part_name(part))
     totals = {"part": part, "items": summary.get("items", 0), "finished": summary.get("finished"),
               "compacted": summary.get("compacted"), "retired": time.time(), "done_items": len(records),
-              "cancelled_items": len(summary.get("cancelled", [])), "counts": dict(counts),
+              "cancelled_items": len(summary.get("cancelled", [])), "failed_items": len(summary.get("failed", [])),
+              "counts": dict(counts),
               "first_claimed": min((r.get("claimed", 0.0) for r in records), default=None)}
     store.write(summary_name(part), json.dumps(totals).encode())
     return summary.get("items", 0)

@@ -79,6 +79,9 @@ def _from_summary(summary: dict | None, item: str) -> ItemState | None:
     for entry in summary.get("cancelled", []):
         if entry.get("id") == item:
             return ItemState("cancelled", error=entry.get("error"))
+    for entry in summary.get("failed", []):
+        if entry.get("id") == item:
+            return ItemState("failed", error=entry.get("error"))
     if summary.get("retired"):
         return ItemState("retired")
     return None

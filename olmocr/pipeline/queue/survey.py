@@ -41,6 +41,7 @@ def _summary(data: bytes) -> dict | None:
         return {"items": int(summary.get("items", 0)), "done": done, "unreadable": len(read) - len(done), "cancelled": len(summary.get("cancelled") or []),
                 "retired": summary.get("retired"), "done_items": int(summary.get("done_items", len(done))),
                 "cancelled_items": int(summary.get("cancelled_items", len(summary.get("cancelled") or []))),
+                "failed_items": int(summary.get("failed_items", len(summary.get("failed") or []))),
                 "counts": dict(summary.get("counts") or {})}
     except (ValueError, TypeError, AttributeError):
         return None
