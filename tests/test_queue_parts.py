@@ -172,6 +172,28 @@ def test_retired_parts_leave_nothing_but_their_totals_which_stats_counts(root, t
     assert wq.add(ws, [str(tmp_path / "third.pdf")], pages_per_group=1, sample=0).items[0].part == 3
 
 
+def test_an_item_listed_free_before_its_part_finished_and_compacted_is_not_claimed_again(root):
+    """A worker converts one item while others take and finish the rest of its part, and a look compacts it (its
+    claims and done markers go): the items this worker's listing had seen free are not claimed again."""
+    from olmocr.pipeline.queue.parts import compact
+
+    ws = Workspace(root)
+    wq.add(ws, [f"s3://corpus/doc_{i}.pdf" for i in range(6)], pages_per_group=1, sample=0)
+    slow, fast = WorkQueue(ws, "slow"), WorkQueue(ws, "fast")
+    held = slow.claim_next()  # its listing saw all six free
+    taken = []
+    while (claim := fast.claim_next()) is not None:
+        taken.append(claim)
+    assert len(taken) == 5
+    for claim in taken:
+        assert fast.complete(claim, b"{}\n", {"pages": 1})
+    assert slow.complete(held, b"{}\n", {"pages": 1})
+    assert compact(ws.store, 1, wq.items(ws))  # a look (stats, another worker's) saw the part finished
+    assert ws.store.list("claims") == [] and ws.store.list("done") == []
+    assert slow.claim_next() is None and ws.store.list("claims") == []
+    assert wq.anything_left(ws) is False
+
+
 def test_a_large_addition_is_consecutive_parts_and_racing_adders_keep_every_pdf_once(root, tmp_path, monkeypatch):
     import threading
 
