@@ -43,7 +43,7 @@ class Counting:
 def names(ws: Workspace) -> set[str]:
     """Every object of the workspace but the workers' sign-ins."""
     found = set()
-    for folder in ("", "index", "claims", "done", "parts", "results", "markdown", "pages", "progress", "cancelled"):
+    for folder in ("", "index", "totals", "claims", "done", "parts", "results", "markdown", "pages", "progress", "cancelled"):
         found |= {f"{folder}/{n}" if folder else n for n in ws.store.list(folder)
                   if folder or n.endswith(".gz")}
     return found
@@ -174,13 +174,15 @@ def test_retired_parts_leave_nothing_but_their_totals_which_stats_counts(root, t
 
 def test_an_item_listed_free_before_its_part_finished_and_compacted_is_not_claimed_again(root):
     """A worker converts one item while others take and finish the rest of its part, and a look compacts it (its
-    claims and done markers go): the items this worker's listing had seen free are not claimed again."""
+    claims and done markers go): the items this worker's listing (or any listing made before) had seen free are not
+    claimed again."""
     from olmocr.pipeline.queue.parts import compact
 
     ws = Workspace(root)
     wq.add(ws, [f"s3://corpus/doc_{i}.pdf" for i in range(6)], pages_per_group=1, sample=0)
-    slow, fast = WorkQueue(ws, "slow"), WorkQueue(ws, "fast")
+    slow, fast, idle = WorkQueue(ws, "slow"), WorkQueue(ws, "fast"), WorkQueue(ws, "idle")
     held = slow.claim_next()  # its listing saw all six free
+    idle._list_unclaimed()  # a listing, and its claim is made only after the part finished (items of a few ms)
     taken = []
     while (claim := fast.claim_next()) is not None:
         taken.append(claim)
@@ -190,8 +192,30 @@ def test_an_item_listed_free_before_its_part_finished_and_compacted_is_not_claim
     assert slow.complete(held, b"{}\n", {"pages": 1})
     assert compact(ws.store, 1, wq.items(ws))  # a look (stats, another worker's) saw the part finished
     assert ws.store.list("claims") == [] and ws.store.list("done") == []
-    assert slow.claim_next() is None and ws.store.list("claims") == []
+    assert slow.claim_next() is None and idle.claim_next() is None and ws.store.list("claims") == []
     assert wq.anything_left(ws) is False
+
+
+def test_stats_lists_live_parts_totals_and_reads_only_a_part_without_them(root):
+    """Each addition names its part's totals (items, pages) in ``totals/``, so a first look of stats reads no index
+    part; a part whose totals are missing (its adder was refused that write) is read; a finished part's go."""
+    ws = Workspace(root)
+    for n in range(3):
+        wq.add(ws, [f"s3://corpus/p{n}_{i}.pdf" for i in range(4 + n)], pages_per_group=1, sample=0)
+    assert sorted(ws.store.list("totals")) == [f"{p:012d}.{4 + p - 1}.{4 + p - 1}" for p in (1, 2, 3)]
+    ws.store.delete(f"totals/{2:012d}.5.5")
+    read, read_many = [], ws.store.read_many
+    ws.store.read_many = lambda names: (read.extend(names), read_many(names))[1]
+    stats = workspace_stats(ws)
+    assert (stats["items"], stats["live_items"], stats["waiting"]) == (15, 15, 15)
+    assert [n for n in read if n.startswith("index/")] == ["index/000000000002.jsonl.gz"]
+    q = WorkQueue(ws, "one", lease_s=30)
+    while (claim := q.claim_next()) is not None and claim.item.part == 1:
+        assert q.complete(claim, b"{}\n", {"documents": 1})
+    q.release(claim)
+    assert ws.store.exists("parts/000000000001.json") and sorted(ws.store.list("totals")) == [f"{3:012d}.6.6"]
+    stats = workspace_stats(ws)
+    assert (stats["items"], stats["done"], stats["live_items"]) == (15, 4, 11)
 
 
 def test_a_large_addition_is_consecutive_parts_and_racing_adders_keep_every_pdf_once(root, tmp_path, monkeypatch):
@@ -245,7 +269,7 @@ def test_replicas_adding_one_job_at_a_time_each_get_a_part_of_their_own(root):
                                                              for k in range(15))
 
 
-QUEUE_FOLDERS = {"claims", "done", "index", "parts", "progress", "cancelled"}
+QUEUE_FOLDERS = {"claims", "done", "index", "totals", "parts", "progress", "cancelled"}
 STORE_CALLS = {"list", "list_after", "tags", "read", "read_many", "write", "create", "replace", "delete", "exists"}
 
 

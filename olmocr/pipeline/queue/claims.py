@@ -121,7 +121,6 @@ class WorkQueue:
         self._listing_s = self._create_s = float("inf")
         self._misses = 0
         self._done: set[str] = set()  # items seen done (done stays done)
-        self._finished_since_listing = False  # an item finished or given back since the last listing of the claims
         self.look_s = 0.0  # how long the last look for expired claims took
         self.next_expiry = float("inf")  # the earliest expiry among the claims that look read
         self.given_up: set[str] = set()
@@ -199,7 +198,6 @@ class WorkQueue:
         self._open = set(by_part)
         self._all_claimed = not by_part and not self.unread
         self._listing_s, self._misses = min(self._listing_s, time.monotonic() - began), 0
-        self._finished_since_listing = False
 
     def claim_next(self) -> Claim | None:
         """Claim an item that is neither done nor held by a live worker; None when there is none now."""
@@ -224,9 +222,10 @@ class WorkQueue:
             self._create_s = min(self._create_s, time.monotonic() - began)
             if tag is None:
                 tag = self._ours(name, data)  # created, but the answer was lost and the retry refused
-            if tag is not None and self._finished_since_listing and self.store.exists(summary_name(item.part)):
-                # Free at a listing made before this worker's last item: its part may have finished since, and its
-                # compaction took the claims and done markers that said so. Not ours to convert again.
+            if tag is not None and self.store.exists(summary_name(item.part)):
+                # Free at the listing, the item may have been claimed and finished since, and its part compacted:
+                # the compaction took the claims and done markers that said so (its summary is written before it
+                # removes any). Not ours to convert again.
                 self.store.delete(name)
                 self._part_finished(item.part)
                 self._free = deque(i for i in self._free if i in self.items)
@@ -351,7 +350,6 @@ class WorkQueue:
             if not transient:
                 changes["given_up"] = changes[key] >= self.max_failures
         self._rewrite(claim, **changes)
-        self._finished_since_listing = True
         with claim.lock:
             claim.lost.set()  # ours no more
 
@@ -375,7 +373,6 @@ class WorkQueue:
                               "outputs": sorted(outputs or [])}
         name, data = done_name(claim.item.id), json.dumps(claim.finished).encode()
         first = (self.store.create(name, data) or self._ours(name, data)) is not None
-        self._finished_since_listing = True
         with claim.lock:
             claim.lost.set()  # finished: the keeper stops renewing it
         if first:

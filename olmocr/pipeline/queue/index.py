@@ -16,14 +16,17 @@ import functools
 import gzip
 import hashlib
 import json
+import logging
 import random
 import time
 from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
 from olmocr.pipeline.inputs import group, sample_page_counts
-from olmocr.pipeline.queue.names import INDEX, LEGACY_INDEX, part_name, part_of
+from olmocr.pipeline.queue.names import INDEX, LEGACY_INDEX, part_name, part_of, totals_name
 from olmocr.utils.io import Access
+
+log = logging.getLogger("olmocr.pipeline")
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,17 @@ class Added:
     items: list[Item] = field(default_factory=list)  # the new ones
 
 
+def _write_totals(store, part: int, chunk: list[Item], wait_out) -> None:
+    """The new part's totals, in a name stats lists (so a first look reads no index part). The part is queued
+    already: a store that refuses this is said, and stats reads that part instead."""
+    from olmocr.faults import store_errors
+
+    try:
+        wait_out(functools.partial(store.write, totals_name(part, len(chunk), sum(i.pages for i in chunk)), b""))
+    except store_errors() as exc:
+        log.warning("part %d is queued, but its totals were not written (%s): pipeline.stats reads the part", part, exc)
+
+
 def add(workspace, pdfs: list[str], pages_per_group: int = 500, sample: int = 100, seed: int = 0,
         max_attempts: int = 50, pdf_access: Access | None = None, wait_out=None, index: Index | None = None,
         unique: bool = False) -> Added:
@@ -211,6 +225,7 @@ def add(workspace, pdfs: list[str], pages_per_group: int = 500, sample: int = 10
                 index.listed = False  # others added parts since: the next attempt lists what they added
                 break  # another machine took that number: read what it queued, queue what is left
             index.top, index.last = part, part_name(part).split("/", 1)[1]
+            _write_totals(workspace.store, part, chunk, wait_out)
             if not index.names_only:
                 index._keep(part, chunk, 0)
             written += chunk

@@ -7,6 +7,7 @@ INDEX = "index"  # index/<part>.jsonl.gz: the items one addition queued, written
 CLAIMS = "claims"
 DONE = "done"
 PARTS = "parts"  # parts/<part>.json: the part is finished (compacted), then retired
+TOTALS = "totals"  # totals/<part>.<items>.<pages>: a live part's size in its name, so stats lists it, never reads it
 PROGRESS = "progress"
 CANCELLED = "cancelled"
 PART_DIGITS = 12
@@ -24,6 +25,19 @@ def part_of(name: str) -> int | None:
 
 def summary_name(part: int) -> str:
     return f"{PARTS}/{part:0{PART_DIGITS}d}.json"
+
+
+def totals_name(part: int, items: int, pages: int) -> str:
+    """An empty object whose name holds a live part's totals (written by its adder, removed when it is compacted)."""
+    return f"{TOTALS}/{part:0{PART_DIGITS}d}.{items}.{pages}"
+
+
+def totals_of(name: str) -> tuple[int, int, int] | None:
+    """(part, items, pages) of a ``totals/`` listing's name; None for a name that is not one."""
+    fields = name.split(".")
+    if len(fields) != 3 or not all(f.isdigit() for f in fields) or len(fields[0]) != PART_DIGITS:
+        return None
+    return int(fields[0]), int(fields[1]), int(fields[2])
 
 
 def claim_name(item: str) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from olmocr.pipeline.queue.index import Index
 from olmocr.pipeline.queue.names import DONE, PARTS, cancel_name, claim_name, done_name, ids, part_name, part_of
-from olmocr.pipeline.queue.names import progress_name, summary_name
+from olmocr.pipeline.queue.names import progress_name, summary_name, totals_name
 
 log = logging.getLogger("olmocr.pipeline")
 
@@ -63,7 +63,7 @@ def compact(store, part: int, items: list, done: set[str] | None = None, given_u
     if not ids_:  # a part retired, or none read: nothing to compact
         return False
     if store.exists(summary_name(part)):
-        _forget(store, ids_)  # a compaction cut short: finish its deletions
+        _forget(store, part, items)  # a compaction cut short: finish its deletions
         return True
     if done is None:
         done = ids(store.list(DONE))
@@ -97,15 +97,17 @@ def compact(store, part: int, items: list, done: set[str] | None = None, given_u
                "cancelled": [{"id": i, "error": e} for i, e in cancelled.items()],
                "failed": [{"id": i, "error": e} for i, e in failed.items()], "retired": None}
     store.create(summary_name(part), json.dumps(summary).encode())  # None: another worker wrote the same
-    _forget(store, ids_)
+    _forget(store, part, items)
     log.info("part %d finished: %d item(s) compacted into %s", part, len(ids_), summary_name(part))
     return True
 
 
-def _forget(store, item_ids: list[str]) -> None:
-    for item in item_ids:  # the done marker first: until the claim goes too, the item reads as claimed
-        store.delete(done_name(item))
-        store.delete(claim_name(item))
+def _forget(store, part: int, items: list) -> None:
+    """What a finished part's summary stands in for: its totals' name, then each item's done marker and claim."""
+    store.delete(totals_name(part, len(items), sum(item.pages for item in items)))
+    for item in items:  # the done marker first: until the claim goes too, the item reads as claimed
+        store.delete(done_name(item.id))
+        store.delete(claim_name(item.id))
 
 
 @dataclass

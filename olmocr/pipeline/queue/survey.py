@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
 from olmocr.pipeline.queue.index import _decode
-from olmocr.pipeline.queue.names import CLAIMS, DONE, INDEX, LEGACY_INDEX, PARTS, claim_name, ids, part_of
+from olmocr.pipeline.queue.names import CLAIMS, DONE, INDEX, LEGACY_INDEX, PARTS, TOTALS, claim_name, ids, part_of
+from olmocr.pipeline.queue.names import totals_of
 from olmocr.pipeline.queue.parts import claim_body
 
 log = logging.getLogger("olmocr.pipeline")
@@ -132,10 +133,16 @@ def survey(workspace, cache_dir: str | None = None) -> Survey:
     store = workspace.store
     read = Remembered(store, cache_dir, "parts", _summary).read(PARTS)
     summaries = {part_of(name): s for name, s in read.items() if part_of(name) is not None and s is not None}
-    listed = Remembered(store, cache_dir, "index", _totals).read(INDEX, keep=lambda name: part_of(name) not in summaries)
+    # A live part's totals are in a name its adder wrote: listed, not read. A part without one (its adder was
+    # refused that write, or it was queued before totals were written) is read, once.
+    named = {t[0]: {"items": t[1], "pages": t[2]} for t in map(totals_of, store.list(TOTALS))
+             if t is not None and t[0] not in summaries}
+    listed = Remembered(store, cache_dir, "index", _totals).read(
+        INDEX, keep=lambda name: part_of(name) not in summaries and part_of(name) not in named)
     if 0 not in summaries:  # a workspace made before parts: its whole index, at its root
         listed.update(Remembered(store, cache_dir, "legacy", _totals).read("", keep=lambda name: name == LEGACY_INDEX))
     parts = {0 if name == LEGACY_INDEX else part_of(name): t for name, t in listed.items() if t is not None}
+    parts.update(named)
     # A part's done markers and claims go after its summary is written: those still there are not counted twice.
     found = Remembered(store, cache_dir, "done", done_record).read(DONE)
     done = {name[:-5]: record for name, record in found.items() if record is None or record["part"] not in summaries}
