@@ -137,8 +137,9 @@ def survey(workspace, cache_dir: str | None = None) -> Survey:
     # refused that write, or it was queued before totals were written) is read, once.
     named = {t[0]: {"items": t[1], "pages": t[2]} for t in map(totals_of, store.list(TOTALS))
              if t is not None and t[0] not in summaries}
-    listed = Remembered(store, cache_dir, "index", _totals).read(
-        INDEX, keep=lambda name: part_of(name) not in summaries and part_of(name) not in named)
+    unnamed = {p for p in map(part_of, store.list(INDEX)) if p and p not in summaries and p not in named}
+    listed = Remembered(store, cache_dir, "index", _totals).read(INDEX, keep=lambda name: part_of(name) in unnamed
+                                                                 ) if unnamed else {}
     if 0 not in summaries:  # a workspace made before parts: its whole index, at its root
         listed.update(Remembered(store, cache_dir, "legacy", _totals).read("", keep=lambda name: name == LEGACY_INDEX))
     parts = {0 if name == LEGACY_INDEX else part_of(name): t for name, t in listed.items() if t is not None}
