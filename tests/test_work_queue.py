@@ -74,6 +74,9 @@ def test_store_writes_only_when_its_condition_holds(root):
     assert store.read_many(["claims/a.json", "done/x.json", "done/none.json"]) == {
         "claims/a.json": b"third", "done/x.json": b"2"}
     assert store.read("claims/none.json") is None and not store.exists("claims/none.json")
+    assert store.exists("claims/a.json") and store.exists("done/x.json") and not store.exists("nothing/x.json")
+    store.delete("done/x.json")
+    assert not store.exists("done/x.json")
 
 
 def test_an_item_is_claimed_once_and_an_expired_claim_taken_over_by_exactly_one(root, tmp_path):

@@ -294,7 +294,14 @@ class S3Store(Store):
             return None
 
     def exists(self, name: str) -> bool:
-        return self.fs.exists(self.url(name))
+        # One HEAD: s3fs's exists, the object not there, lists the name as a folder too (a second request; on a
+        # server that lists by scanning the bucket, as moto does, one that grows with the bucket).
+        bucket, _, key = self.url(name).removeprefix("s3://").partition("/")
+        try:
+            self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return False
+        return True
 
     def list(self, folder: str) -> list[str]:
         try:
