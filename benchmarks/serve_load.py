@@ -163,12 +163,10 @@ def submissions(tmp: str, server, count: int) -> dict:
     proc, base = service(workspace, log, server, 0)
     one, submit_s, status_s, ahead = pdf(1, "one page"), [], [], None
     try:
-        first = None
         for n in range(count):
             began = time.perf_counter()
             job = call(f"{base}/v1/jobs?filename=one_{n}.pdf", "POST", one)["id"]
             submit_s.append(time.perf_counter() - began)
-            first = first or job
             if n % 100 == 99:  # the last job's status: where it stands among the waiting
                 began = time.perf_counter()
                 ahead = call(f"{base}/v1/jobs/{job}")["ahead"]

@@ -76,11 +76,10 @@ class Jobs:
         self._adding = threading.Lock()
         self._admitted: set[Admitted] = set()
         self._waiting_lock = threading.Lock()
-        # What this replica's sweeps have read: the jobs still kept (a record changes only when it expires) and
-        # when those known finished finished, so a sweep reads only jobs new since the last and asks the queue
+        # What this replica's sweeps have read: each job still kept (a record changes only when it expires) and,
+        # once seen finished, when it finished; so a sweep reads only jobs new since the last and asks the queue
         # only about those not finished yet.
-        self._kept: dict[str, Job] = {}
-        self._finished_at: dict[str, float] = {}
+        self._kept: dict[str, tuple[Job, float | None]] = {}
 
     def waiting(self) -> list[str]:
         """The workspace's items no worker has taken yet, in the order they were queued (by any replica or batch
@@ -204,6 +203,14 @@ class Jobs:
         found = self.ws.store.read(f"{JOBS}/{job_id}.json") or self.ws.store.read(f"{EXPIRED}/{job_id}.json")
         return None if found is None else Job(**json.loads(found.data))
 
+    def _kept_record(self, job_id: str) -> Job | None:
+        """The record in ``jobs/`` of a job a sweep has not read before; None when it is gone or not a record."""
+        try:
+            return self.get(job_id)
+        except (ValueError, TypeError):
+            log.warning("%s/%s.json is not a job record: left as it is", JOBS, job_id)
+            return None
+
     def status(self, job: Job) -> dict:
         """``queued``, ``running`` (with the pages done so far), ``done`` (with the item's counts), ``failed``
         (given up, with its error) or ``cancelled``, from the queue's own markers; Refused (410) once expired."""
@@ -245,19 +252,13 @@ class Jobs:
         listed = {name.removesuffix(".json") for name in self.ws.store.list(JOBS)}
         for gone in set(self._kept) - listed:  # expired by another replica
             self._kept.pop(gone)
-            self._finished_at.pop(gone, None)
         for job_id in sorted(listed - set(self._kept)):
-            found = self.ws.store.read(f"{JOBS}/{job_id}.json")
-            try:
-                job = None if found is None else Job(**json.loads(found.data))
-            except (ValueError, TypeError):
-                log.warning("%s/%s.json is not a job record: left as it is", JOBS, job_id)
-                continue
+            job = self._kept_record(job_id)
             if job is not None and job.expired:  # expired in a workspace made before expired/: moved, nothing else
                 self._move_expired(job)
             elif job is not None:
-                self._kept[job_id] = job
-        for job in list(self._kept.values()):
+                self._kept[job_id] = (job, None)
+        for job, _ in list(self._kept.values()):
             if now - job.submitted >= self.keep_s and self._due(job, now):
                 self._expire(job)
                 expired += 1
@@ -270,13 +271,13 @@ class Jobs:
         """Whether ``job`` finished more than ``keep_s`` ago: kept from when it finished (a done item's worker says
         when; a failed or cancelled one, from its submission), so a job that waited long is not swept as it
         finishes."""
-        finished = self._finished_at.get(job.id)
+        finished = self._kept[job.id][1]
         if finished is None:
             found = queue.item_state(self.ws, job.item, job.part)
             if found.state not in (*FINISHED, "retired"):
                 return False
             finished = 0.0 if found.state == "retired" else (found.finished or job.submitted)
-            self._finished_at[job.id] = finished
+            self._kept[job.id] = (job, finished)
         return now - finished >= self.keep_s
 
     def _expire(self, job: Job) -> None:
@@ -294,7 +295,6 @@ class Jobs:
         self.ws.store.write(f"{EXPIRED}/{job.id}.json", json.dumps(asdict(job)).encode())
         self.ws.store.delete(f"{JOBS}/{job.id}.json")
         self._kept.pop(job.id, None)
-        self._finished_at.pop(job.id, None)
 
     def page_image(self, job: Job, page: int, document: int = 0, longest_side: int = 1000) -> bytes:
         """The JPEG of the job's ``page`` (its number in the submitted document; in an archive, in its
