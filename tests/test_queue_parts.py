@@ -196,6 +196,25 @@ def test_an_item_listed_free_before_its_part_finished_and_compacted_is_not_claim
     assert wq.anything_left(ws) is False
 
 
+def test_a_part_whose_last_items_finish_at_once_is_compacted_by_the_next_look(root):
+    """Two workers each hold one of a part's last two items, each one's listing showing the other's still free, so
+    neither finish lists the done markers: the part is finished, and the next look (finding each item done one by
+    one) compacts it, so its claims and done markers do not stay in every later listing."""
+    ws = Workspace(root)
+    wq.add(ws, ["s3://corpus/a.pdf", "s3://corpus/b.pdf"], pages_per_group=1, sample=0)
+    first, second = WorkQueue(ws, "first"), WorkQueue(ws, "second")
+    one = first.claim_next()
+    first._free.clear()  # as when its next create lost the race for the other item (its listing saw it free)
+    second._list_unclaimed()
+    two = second.claim_next()
+    assert {one.item.id, two.item.id} == {i.id for i in wq.items(ws)}
+    assert first.complete(one, b"{}\n", {"pages": 1}) and second.complete(two, b"{}\n", {"pages": 1})
+    assert not ws.store.exists("parts/000000000001.json")  # neither finish saw the part finished
+    assert first.claim_next() is None
+    assert ws.store.exists("parts/000000000001.json")
+    assert ws.store.list("claims") == [] and ws.store.list("done") == []
+
+
 def test_stats_lists_live_parts_totals_and_reads_only_a_part_without_them(root):
     """Each addition names its part's totals (items, pages) in ``totals/``, so a first look of stats reads no index
     part; a part whose totals are missing (its adder was refused that write) is read; a finished part's go."""

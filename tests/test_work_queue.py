@@ -79,6 +79,34 @@ def test_store_writes_only_when_its_condition_holds(root):
     assert not store.exists("done/x.json")
 
 
+def test_each_s3_read_is_the_one_request_s3_bills(tmp_path, s3_server):
+    """What the queue's cost figures count is what goes on the wire: a read, present or not, is one GET (s3fs's
+    open and cat ask HEAD first, and for a missing object list its name as a folder too), read_many one GET an
+    object, exists one HEAD."""
+    from collections import Counter
+
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True, client_kwargs={"endpoint_url": s3_server}).mkdir("wire")
+    store = open_store("s3://wire/ws")
+    store.write("done/a.json", b"1")
+    store.write("done/b.json", b"2")
+    sent: Counter = Counter()
+    store.fs.call_s3("list_buckets")  # makes the client whose calls are counted
+    store.fs.s3.meta.events.register("before-call.s3", lambda model, **_: sent.update([model.name]))
+
+    def requests(call) -> dict:
+        sent.clear()
+        call()
+        return dict(sent)
+
+    assert requests(lambda: store.read("done/a.json")) == {"GetObject": 1}
+    assert requests(lambda: store.read("done/none.json")) == {"GetObject": 1}
+    assert requests(lambda: store.read_many(["done/a.json", "done/b.json", "done/none.json"])) == {"GetObject": 3}
+    assert requests(lambda: store.exists("done/none.json")) == {"HeadObject": 1}
+    assert store.read("done/a.json").tag == store.version("done/a.json")
+
+
 def test_an_item_is_claimed_once_and_an_expired_claim_taken_over_by_exactly_one(root, tmp_path):
     ws = Workspace(root)
     wq.add(ws, corpus(tmp_path / "pdfs", 1), pages_per_group=10)

@@ -261,31 +261,47 @@ class S3Store(Store):
                                     **(access or Access()).s3_options())
         self.fs.retries = 1  # botocore retries (Access.s3_options); s3fs's retries on top multiplied the wait
 
-    def read(self, name: str) -> Versioned | None:
-        from s3fs.utils import FileExpired
+    def _key(self, name: str) -> tuple[str, str]:
+        bucket, _, key = self.url(name).removeprefix("s3://").partition("/")
+        return bucket, key
 
-        while True:
-            try:
-                # The open's HEAD gives the ETag and every read is If-Match on it, so data and tag agree.
-                with self.fs.open(self.url(name), "rb", cache_type="none") as fh:
-                    return Versioned(fh.read(), fh.details["ETag"])
-            except FileNotFoundError:
-                return None
-            except FileExpired:
-                continue  # rewritten between the HEAD and the GET: read the new one
+    async def _get(self, name: str) -> Versioned | None:
+        # One GET: its answer carries the body and the ETag of that body. (s3fs's open asks HEAD first, and its
+        # cat asks HEAD for a size; either, the object not there, also lists the name as a folder: three requests
+        # where S3 bills one.)
+        bucket, key = self._key(name)
+        try:
+            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return None
+        try:
+            return Versioned(await answer["Body"].read(), answer["ETag"])
+        finally:
+            answer["Body"].close()
+
+    def read(self, name: str) -> Versioned | None:
+        from fsspec.asyn import sync
+
+        return sync(self.fs.loop, self._get, name)
 
     def read_many(self, names: list[str]) -> dict[str, bytes]:
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        async def get_all() -> list[Versioned | None]:
+            at_once = asyncio.Semaphore(32)
+
+            async def one(name: str) -> Versioned | None:
+                async with at_once:
+                    return await self._get(name)
+
+            # A refused read, or no answer, raises: never taken for an object not there.
+            return await asyncio.gather(*(one(n) for n in names))
+
         if not names:
             return {}
-        by_key = {self.fs._strip_protocol(self.url(n)): n for n in names}
-        out = {}
-        for key, data in self.fs.cat(list(by_key), on_error="return").items():
-            if isinstance(data, FileNotFoundError):
-                continue
-            if isinstance(data, BaseException):  # refused, or no answer: never taken for an object not there
-                raise data
-            out[by_key[self.fs._strip_protocol(key)]] = data
-        return out
+        return {n: got.data for n, got in zip(names, sync(self.fs.loop, get_all)) if got is not None}
 
     def version(self, name: str) -> str | None:
         try:
@@ -296,7 +312,7 @@ class S3Store(Store):
     def exists(self, name: str) -> bool:
         # One HEAD: s3fs's exists, the object not there, lists the name as a folder too (a second request; on a
         # server that lists by scanning the bucket, as moto does, one that grows with the bucket).
-        bucket, _, key = self.url(name).removeprefix("s3://").partition("/")
+        bucket, key = self._key(name)
         try:
             self.fs.call_s3("head_object", Bucket=bucket, Key=key)
         except FileNotFoundError:

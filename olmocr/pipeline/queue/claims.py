@@ -251,7 +251,7 @@ class WorkQueue:
             held = [i for i in held if i not in self._done]
             self._compact_done()
             held = [i for i in held if i in self.items]
-        self.outstanding, self.next_expiry = len(held), float("inf")
+        self.outstanding, self.next_expiry, learned = len(held), float("inf"), False
         self.rng.shuffle(held)
         for item_id in held:
             if item_id not in self.items:  # its part finished while this look went on
@@ -260,6 +260,7 @@ class WorkQueue:
             if not listed and self.store.exists(done_name(item_id)):
                 self._done.add(item_id)
                 self.outstanding -= 1
+                learned = True
                 continue
             name = claim_name(item_id)
             current = self.store.read(name)
@@ -294,6 +295,10 @@ class WorkQueue:
                 return Claim(self.items[item_id], tag, body)
             log.info("took over %s from %s (claim expired)", item_id, held_by.get("worker"))
             return Claim(self.items[item_id], tag, body, took_over=held_by.get("worker"))
+        if learned:
+            # Items seen done one by one: the part whose last two items finished at once, each worker's listing
+            # showing the other's still open, is finished with nobody having compacted it. This look does.
+            self._compact_done()
         return None
 
     def _compact_done(self) -> None:
