@@ -91,8 +91,8 @@ class Counted(Store):
     def list(self, folder):
         return self._listed(self.inner.list(folder))
 
-    def tags(self, folder):
-        return self._listed(self.inner.tags(folder))
+    def tags(self, folder, after=""):
+        return self._listed(self.inner.tags(folder, after))
 
     def list_after(self, folder, after=""):
         return self._listed(self.inner.list_after(folder, after))
@@ -289,8 +289,8 @@ class Memory(Store):
     def list(self, folder):
         return self._names(folder)
 
-    def tags(self, folder):
-        return {n: self.version(f"{folder}/{n}") for n in self._names(folder)}
+    def tags(self, folder, after=""):
+        return {n: self.version(f"{folder}/{n}") for n in self._names(folder) if n > after}
 
     def list_after(self, folder, after=""):
         return [n for n in self._names(folder) if n > after]

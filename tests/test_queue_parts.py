@@ -172,6 +172,70 @@ def test_retired_parts_leave_nothing_but_their_totals_which_stats_counts(root, t
     assert wq.add(ws, [str(tmp_path / "third.pdf")], pages_per_group=1, sample=0).items[0].part == 3
 
 
+class Listings:
+    """A store that passes every call on and notes where each listing of a folder started."""
+
+    def __init__(self, inner):
+        self.inner, self.started = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def list(self, folder):
+        self.started.append((folder, ""))
+        return self.inner.list(folder)
+
+    def list_after(self, folder, after=""):
+        self.started.append((folder, after))
+        return self.inner.list_after(folder, after)
+
+    def tags(self, folder, after=""):
+        self.started.append((folder, after))
+        return self.inner.tags(folder, after)
+
+    def read_many(self, names):
+        self.started += [("read", n) for n in names]
+        return self.inner.read_many(names)
+
+
+def test_looks_list_finished_parts_from_the_oldest_part_not_retired(root, tmp_path):
+    """A service's workspace holds a part for every job ever submitted: once retired, a job's index part goes (the
+    highest only once a higher one is there), so the index's oldest part is the oldest not retired, and workers,
+    retirement and stats' later looks list ``parts/`` from there, not every part ever finished; stats still
+    counts every retired item, and nothing is converted twice."""
+    ws = Workspace(root)
+    work = Counting()
+    for job in range(6):  # each job retired once done, as the service's sweep does, the last while the highest
+        wq.add(ws, [f"s3://uploads/job_{job}.pdf"], pages_per_group=1, sample=0, unique=True)
+        run_workers(ws, work, workers=1, lease_s=30, progress=False)
+        if job != 4:
+            assert wq.retire_item(ws, job + 1) == 1
+    assert wq.retire_item(ws, 5) == 1  # retired after job 6 was queued: its index part goes at once
+    assert ws.store.list("index") == ["000000000006.jsonl.gz"]
+    cache = str(tmp_path / "cache")
+    first = workspace_stats(ws, cache_dir=cache)
+    assert (first["items"], first["done"], first["retired"]) == (6, 6, 6)
+
+    wq.add(ws, ["s3://uploads/job_6.pdf"], pages_per_group=1, sample=0, unique=True)  # part 7; 6 stays retired
+    assert wq.retire_item(ws, 7) == 0  # not converted yet
+    seen = ws.store = Listings(ws.store)
+    stats = workspace_stats(ws, cache_dir=cache)
+    assert (stats["items"], stats["done"], stats["retired"]) == (7, 6, 6)
+    assert ("parts", "000000000006") in seen.started and ("parts", "") not in seen.started
+    assert not [n for kind, n in seen.started if kind == "read" and n.startswith("parts/")]  # remembered
+
+    seen.started.clear()
+    WorkQueue(ws, "late")
+    assert [s for s in seen.started if s[0] == "parts"] == [("parts", "000000000006")]
+    run_workers(ws, work, workers=1, lease_s=30, progress=False)
+    assert len(work.calls) == 7 and set(work.calls.values()) == {1}
+    assert wq.retire_item(ws, 7) == 1
+    assert ws.store.list("index") == ["000000000007.jsonl.gz"]  # 6 went once 7 was there
+    stats = workspace_stats(ws, cache_dir=cache)
+    assert (stats["items"], stats["done"], stats["retired"]) == (7, 7, 7)
+    assert workspace_stats(Workspace(root))["retired"] == 7  # a first look, with nothing remembered, lists them all
+
+
 def test_an_item_listed_free_before_its_part_finished_and_compacted_is_not_claimed_again(root):
     """A worker converts one item while others take and finish the rest of its part, and a look compacts it (its
     claims and done markers go): the items this worker's listing (or any listing made before) had seen free are not

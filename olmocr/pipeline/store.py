@@ -63,9 +63,9 @@ class Store:
         """Names of the objects directly in ``folder`` (not their paths)."""
         raise NotImplementedError
 
-    def tags(self, folder: str) -> dict[str, str]:
-        """The objects directly in ``folder`` (names, as :meth:`list`), each with what changes whenever it is
-        written again, from a listing (no request an object)."""
+    def tags(self, folder: str, after: str = "") -> dict[str, str]:
+        """The objects directly in ``folder`` (names, as :meth:`list`) that sort after ``after``, each with what
+        changes whenever it is written again, from a listing (no request an object)."""
         raise NotImplementedError
 
     def list_after(self, folder: str, after: str = "") -> list[str]:
@@ -178,12 +178,12 @@ class LocalStore(Store):
         except FileNotFoundError:
             return []
 
-    def tags(self, folder: str) -> dict[str, str]:
+    def tags(self, folder: str, after: str = "") -> dict[str, str]:
         try:
             with os.scandir(self._path(folder)) as entries:
                 found = {}
                 for entry in entries:
-                    if not entry.name.startswith("."):
+                    if not entry.name.startswith(".") and entry.name > after:
                         st = entry.stat()
                         found[entry.name] = f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"  # as version()
                 return found
@@ -326,29 +326,28 @@ class S3Store(Store):
         except FileNotFoundError:
             return []
 
-    def tags(self, folder: str) -> dict[str, str]:
-        try:
-            listed = self.fs.ls(self.url(folder), detail=True)
-        except FileNotFoundError:
-            return {}
-        return {name: entry["ETag"] for entry in listed if entry.get("type") == "file"
-                and not (name := entry["name"].rsplit("/", 1)[-1]).startswith(".")}
+    def tags(self, folder: str, after: str = "") -> dict[str, str]:
+        return self._listed(folder, after)
 
     def list_after(self, folder: str, after: str = "") -> list[str]:
-        bucket, _, key = self.url(folder).removeprefix("s3://").partition("/")
-        prefix = f"{key.rstrip('/')}/"
-        names, token = [], None
-        while True:  # S3 lists in key order from StartAfter: only what was added since ``after``
-            asked = {"Bucket": bucket, "Prefix": prefix, "StartAfter": prefix + after if after else prefix}
+        return list(self._listed(folder, after))
+
+    def _listed(self, folder: str, after: str) -> dict[str, str]:
+        """The objects directly in ``folder`` that sort after ``after``, in order, each with its ETag."""
+        bucket, key = self._key(folder)
+        prefix = f"{key.rstrip('/')}/" if key.strip("/") else ""
+        found, token = {}, None
+        while True:  # S3 lists in key order from StartAfter: only what sorts after ``after``
+            asked = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/", "StartAfter": prefix + after}
             try:
                 page = self.fs.call_s3("list_objects_v2", **asked, **({"ContinuationToken": token} if token else {}))
             except FileNotFoundError as exc:
                 self._no_bucket(exc)
                 raise
-            names += [o["Key"][len(prefix):] for o in page.get("Contents", [])]
+            found.update((o["Key"][len(prefix):], o["ETag"]) for o in page.get("Contents", []))
             token = page.get("NextContinuationToken")
             if not token:
-                return [n for n in names if "/" not in n and not n.startswith(".")]
+                return {n: tag for n, tag in found.items() if n and not n.startswith(".")}
 
     def _no_bucket(self, exc: OSError) -> None:
         """Raise NoSuchBucket when ``exc`` says the bucket is not there (s3fs says so as FileNotFoundError, which

@@ -64,7 +64,9 @@ def anything_left(workspace: Workspace) -> bool:
     markers, and stops at the first open item that is not given up."""
     index = Index(workspace.store)
     done = None
-    for part in index.refresh(skip=finished_parts(workspace.store), read=False):
+    listed = index.refresh(read=False)
+    finished = finished_parts(workspace.store, listed)
+    for part in (p for p in listed if p not in finished):
         items = index.load(part) or []
         if items and done is None:
             done = ids(workspace.store.list(DONE))
@@ -111,8 +113,10 @@ class WorkQueue:
         self.rng = random.Random()
         self.index = Index(self.store)
         self.items: dict[str, Item] = {}  # the items of the live parts read
-        self.finished: set[int] = finished_parts(self.store)  # parts whose summary is written: never read
-        self.unread: list[int] = []  # live parts listed, not read yet (read from the lowest, when needed)
+        listed = self.index.refresh(read=False)
+        self.finished: set[int] = finished_parts(self.store, listed)  # parts whose summary is written: never read
+        self.unread: list[int] = [p for p in listed if p not in self.finished]  # live parts listed, not read yet
+        # (read from the lowest, when needed)
         self._free: deque[str] = deque()
         self._open: set[int] = set()  # live parts that had unclaimed items at the last listing
         self._all_claimed = False  # every live item claimed at the last listing (claims stay while a part lives)
@@ -125,7 +129,6 @@ class WorkQueue:
         self.next_expiry = float("inf")  # the earliest expiry among the claims that look read
         self.given_up: set[str] = set()
         self.outstanding = 0  # items neither done nor given up, as of the last look
-        self._sync_index()
         self._read_next()
 
     def _sync_index(self) -> bool:

@@ -7,8 +7,11 @@ writes it (a worker after its last item, or a worker's look); two writing at onc
 summary written before its deletions finished is compacted again by the next look (deleting what is gone is
 nothing). Retirement (``retire``) removes what each item of a part finished longer ago than its age left: its
 result, the files its worker listed in the done record (markdown, page text, lists of bad documents), its progress
-and cancel marks, and the index part (all but the highest, whose number the next addition counts from); the summary
-is rewritten with the part's totals only, which stats counts as retired.
+and cancel marks; the summary is rewritten with the part's totals only, which stats counts as retired; then its index
+part goes (the highest stays, whose number the next addition counts from, until a higher one is there). So the
+index's oldest part is the oldest not retired: looks list ``parts/`` from it, at a cost that follows the parts since
+the oldest live one, not every part ever finished. The summaries stay (a few hundred bytes a part): a claim made from
+a listing older than its part's end finds its part's summary and lets go.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from olmocr.pipeline.queue.index import Index
-from olmocr.pipeline.queue.names import DONE, PARTS, cancel_name, claim_name, done_name, ids, part_name, part_of
+from olmocr.pipeline.queue.names import DONE, INDEX, PART_DIGITS, PARTS, cancel_name, claim_name, done_name, ids, part_name, part_of
 from olmocr.pipeline.queue.names import progress_name, summary_name, totals_name
 
 log = logging.getLogger("olmocr.pipeline")
@@ -28,9 +31,18 @@ log = logging.getLogger("olmocr.pipeline")
 CHECK_NOT_DONE = 64  # items of a part not done yet whose claims a compaction reads to see if they were cancelled
 
 
-def finished_parts(store) -> set[int]:
-    """The parts whose summary is there: one listing of ``parts/`` (a thousand parts a request)."""
-    return {p for p in map(part_of, store.list(PARTS)) if p is not None}
+def finished_parts(store, listed) -> set[int]:
+    """The finished parts (their summary is there) from the lowest of ``listed``, the parts an index listing
+    showed: ``parts/`` is listed from that one on (a thousand parts a request), so a look pays for the parts since
+    the oldest still in the index, not for every part ever finished (a part below it is retired, its index part
+    gone). Part 0, a workspace made before parts, is looked for alone."""
+    listed = set(listed)
+    found = set()
+    if numbered := [p for p in listed if p]:
+        found = {p for p in map(part_of, store.list_after(PARTS, f"{min(numbered):0{PART_DIGITS}d}")) if p is not None}
+    if 0 in listed and store.exists(summary_name(0)):
+        found.add(0)
+    return found
 
 
 def read_summary(store, part: int) -> dict | None:
@@ -120,12 +132,14 @@ def retire(workspace, older_than_s: float, now: float | None = None) -> Retired:
     """Retire every finished part whose last item finished more than ``older_than_s`` ago."""
     store, now = workspace.store, time.time() if now is None else now
     retired = Retired()
-    for part in sorted(finished_parts(store)):
+    listed = Index(store).refresh(read=False)
+    for part in sorted(finished_parts(store, listed)):
         summary = read_summary(store, part)
         if summary is None or summary.get("retired") or now - summary.get("finished", now) < older_than_s:
             continue
         retired.items += retire_part(workspace, part, summary)
         retired.parts += 1
+    _raise_floor(store, listed)
     if retired.parts:
         log.info("%d item(s) of %d part(s) finished more than %.4g h ago retired", retired.items, retired.parts,
                  older_than_s / 3600)
@@ -142,15 +156,14 @@ def retire_item(workspace, part: int) -> int:
         if items is None or not compact(workspace.store, part, items, given_up=True):
             return 0
         summary = read_summary(workspace.store, part)
-    return 0 if summary is None or summary.get("retired") else retire_part(workspace, part, summary)
+    retired = 0 if summary is None or summary.get("retired") else retire_part(workspace, part, summary)
+    _raise_floor(workspace.store, map(part_of, workspace.store.list(INDEX)))
+    return retired
 
 
 def retire_part(workspace, part: int, summary: dict) -> int:
     """Remove what ``part``'s items left and keep only its totals; the number of items retired."""
     store = workspace.store
-    # The highest part stays (the next addition's number is counted from it), and so does part 0 (the whole index
-    # of a workspace made before parts).
-    keep_index = part == 0 or not store.exists(part_name(part + 1))
     records = [r for r in summary.get("done", []) if isinstance(r, dict)]
     counts = Counter()
     for record in records:
@@ -162,12 +175,30 @@ def retire_part(workspace, part: int, summary: dict) -> int:
     for item in [r.get("id", "") for r in records] + ended:
         store.delete(progress_name(item))
         store.delete(cancel_name(item))
-    if not keep_index:
-        store.delete(part_name(part))
     totals = {"part": part, "items": summary.get("items", 0), "finished": summary.get("finished"),
               "compacted": summary.get("compacted"), "retired": time.time(), "done_items": len(records),
               "cancelled_items": len(summary.get("cancelled", [])), "failed_items": len(summary.get("failed", [])),
               "counts": dict(counts),
               "first_claimed": min((r.get("claimed", 0.0) for r in records), default=None)}
     store.write(summary_name(part), json.dumps(totals).encode())
+    # Its index part last: a part whose index is gone is retired (listings of finished parts start above it).
+    if _index_goes(store, part):
+        store.delete(part_name(part))
     return summary.get("items", 0)
+
+
+def _raise_floor(store, listed) -> None:
+    """Remove the index parts, at the bottom of the index, of parts retired while they were the highest (one is
+    higher now): the index's oldest part is then the oldest not retired, where listings of finished parts start
+    (else one job retired with no other queued would hold that floor down for good). A look: one summary read."""
+    for part in sorted(p for p in listed if p):  # None: not a part's name
+        summary = read_summary(store, part)
+        if not (summary and summary.get("retired")) or not _index_goes(store, part):
+            return
+        store.delete(part_name(part))
+
+
+def _index_goes(store, part: int) -> bool:
+    """Whether a retired part's index part is removed: all but the highest (the next addition's number is counted
+    from it) and part 0 (the whole index of a workspace made before parts, at the workspace's root)."""
+    return part != 0 and store.exists(part_name(part + 1))

@@ -34,11 +34,12 @@ def part_of_item(workspace: Workspace, item: str) -> int:
     from olmocr.pipeline.queue.parts import finished_parts
 
     index = Index(workspace.store)
-    index.refresh(skip=finished_parts(workspace.store))
-    for part, items in index.parts.items():
-        if any(i.id == item for i in items):
+    listed = index.refresh(read=False)
+    finished = finished_parts(workspace.store, listed)
+    for part in listed:
+        if part not in finished and any(i.id == item for i in index.load(part) or []):
             return part
-    for part in finished_parts(workspace.store):  # finished: its summary names it
+    for part in sorted(finished):  # finished: its summary names it
         if _from_summary(read_summary(workspace.store, part), item) is not None:
             return part
     return 0
@@ -218,9 +219,12 @@ def done_items(workspace: Workspace) -> dict[str, tuple[int, bytes]]:
     from olmocr.pipeline.queue.parts import finished_parts
 
     store = workspace.store
-    finished = finished_parts(store)
     index = Index(store)
-    index.refresh(skip=finished)
+    listed = index.refresh(read=False)
+    finished = finished_parts(store, listed)
+    for part in listed:
+        if part not in finished:
+            index.load(part)
     parts = {item.id: item.part for item in index.items()}
     live = sorted(i for i in ids(store.list(DONE)) if i in parts)
     markers = store.read_many([done_name(i) for i in live])

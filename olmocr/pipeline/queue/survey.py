@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from olmocr.errors import UserError
 from olmocr.pipeline.queue.index import _decode
-from olmocr.pipeline.queue.names import CLAIMS, DONE, INDEX, LEGACY_INDEX, PARTS, TOTALS, claim_name, ids, part_of
+from olmocr.pipeline.queue.names import CLAIMS, DONE, INDEX, LEGACY_INDEX, PART_DIGITS, PARTS, TOTALS, claim_name, ids, part_of
 from olmocr.pipeline.queue.names import totals_of
 from olmocr.pipeline.queue.parts import claim_body
 
@@ -73,37 +73,59 @@ class Remembered:
             pass
         return known, lines
 
-    def read(self, folder: str, keep=None) -> dict[str, dict | None]:
+    def read(self, folder: str, keep=None, floor: str | None = None, final=None) -> dict[str, dict | None]:
         """The record of each object in ``folder`` (whose name ``keep`` keeps; None: every one), None for one
-        ``parse`` cannot read."""
-        tags = {name: tag for name, tag in self.store.tags(folder).items() if keep is None or keep(name)}
+        ``parse`` cannot read. ``floor``: objects named below it are written for good once ``final(record)``
+        says so; a look lists from the floor the last look remembered (everything, the first time) and takes the
+        remembered records below it as they are, so what it lists grows with the objects above the floor."""
         known, lines = self._load() if self.path else ({}, 0)
+        start = min(floor, self._floor()) if floor is not None else ""
+        tags = {name: tag for name, tag in self.store.tags(folder, start).items() if keep is None or keep(name)}
         current = {name: known[name] for name, tag in tags.items() if known.get(name, (None,))[0] == tag}
-        fresh = [name for name in tags if name not in current]
+        below = [name for name in known if name <= start and (keep is None or keep(name))]
+        # One that is not final yet (a look cut short) is read again.
+        current.update((name, known[name]) for name in below if final(known[name][1]))
+        fresh = [name for name in tags if name not in current] + [name for name in below if name not in current]
         read = self.store.read_many([f"{folder}/{name}" if folder else name for name in fresh])
-        new = {name: (tags[name], self.parse(read[key])) for name in fresh
+        new = {name: (tags.get(name) or known[name][0], self.parse(read[key])) for name in fresh
                if (key := f"{folder}/{name}" if folder else name) in read}
         current.update(new)
+        kept = True
         if self.path and new:
             # Most lines of objects gone or written again: the file is written anew.
             whole = lines + len(new) > 2 * len(current) + 1000
-            self._remember(current if whole else new, whole)
+            kept = self._remember(current if whole else new, whole)
+        if self.path and floor is not None and kept and floor != start:
+            self._write(f"{self.path}.floor", floor, whole=True)
         return {name: record for name, (_, record) in current.items()}
 
-    def _remember(self, rows: dict[str, tuple[str, dict | None]], whole: bool) -> None:
-        text = "".join(json.dumps([name, tag, record], separators=(",", ":")) + "\n" for name, (tag, record) in rows.items())
+    def _floor(self) -> str:
+        """The floor the last look listed from ("" when there is none: everything is listed)."""
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(f"{self.path}.floor", encoding="utf-8") as fh:
+                return fh.read().strip()
+        except (OSError, TypeError):
+            return ""
+
+    def _remember(self, rows: dict[str, tuple[str, dict | None]], whole: bool) -> bool:
+        text = "".join(json.dumps([name, tag, record], separators=(",", ":")) + "\n" for name, (tag, record) in rows.items())
+        return self._write(self.path, text, whole)
+
+    def _write(self, path: str, text: str, whole: bool) -> bool:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             if whole:
-                tmp = f"{self.path}.{os.getpid()}.tmp"
+                tmp = f"{path}.{os.getpid()}.tmp"
                 with open(tmp, "w", encoding="utf-8") as fh:
                     fh.write(text)
-                os.replace(tmp, self.path)
+                os.replace(tmp, path)
             else:
-                with open(self.path, "a", encoding="utf-8") as fh:
+                with open(path, "a", encoding="utf-8") as fh:
                     fh.write(text)
+            return True
         except OSError as exc:
-            log.warning("cannot keep the records read in %s (%s): the next look reads them all again", self.path, exc)
+            log.warning("cannot keep the records read in %s (%s): the next look reads them all again", path, exc)
+            return False
 
 
 def _totals(data: bytes) -> dict | None:
@@ -131,13 +153,18 @@ def survey(workspace, cache_dir: str | None = None) -> Survey:
     and done markers and summaries are remembered in ``cache_dir``: a later look lists them and reads only what is
     new, so what it reads grows with what changed, and its listings with the live work."""
     store = workspace.store
-    read = Remembered(store, cache_dir, "parts", _summary).read(PARTS)
+    indexed = [p for p in map(part_of, store.list(INDEX)) if p]
+    # A part below the oldest in the index is retired (its index part goes last), its summary written for good:
+    # remembered, it is not listed again, so a later look lists the parts since the oldest one a look saw live.
+    floor = f"{min(indexed):0{PART_DIGITS}d}" if indexed else ""
+    read = Remembered(store, cache_dir, "parts", _summary).read(PARTS, floor=floor,
+                                                                final=lambda s: bool(s and s["retired"]))
     summaries = {part_of(name): s for name, s in read.items() if part_of(name) is not None and s is not None}
     # A live part's totals are in a name its adder wrote: listed, not read. A part without one (its adder was
     # refused that write, or it was queued before totals were written) is read, once.
     named = {t[0]: {"items": t[1], "pages": t[2]} for t in map(totals_of, store.list(TOTALS))
              if t is not None and t[0] not in summaries}
-    unnamed = {p for p in map(part_of, store.list(INDEX)) if p and p not in summaries and p not in named}
+    unnamed = {p for p in indexed if p not in summaries and p not in named}
     listed = Remembered(store, cache_dir, "index", _totals).read(INDEX, keep=lambda name: part_of(name) in unnamed
                                                                  ) if unnamed else {}
     if 0 not in summaries:  # a workspace made before parts: its whole index, at its root
