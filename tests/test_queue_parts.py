@@ -222,6 +222,7 @@ def test_looks_list_finished_parts_from_the_oldest_part_not_retired(root, tmp_pa
     stats = workspace_stats(ws, cache_dir=cache)
     assert (stats["items"], stats["done"], stats["retired"]) == (7, 6, 6)
     assert ("parts", "000000000006") in seen.started and ("parts", "") not in seen.started
+    assert ("index", "000000000006.jsonl.gz") in seen.started and ("index", "") not in seen.started  # what was added
     assert not [n for kind, n in seen.started if kind == "read" and n.startswith("parts/")]  # remembered
 
     seen.started.clear()
@@ -234,6 +235,30 @@ def test_looks_list_finished_parts_from_the_oldest_part_not_retired(root, tmp_pa
     stats = workspace_stats(ws, cache_dir=cache)
     assert (stats["items"], stats["done"], stats["retired"]) == (7, 7, 7)
     assert workspace_stats(Workspace(root))["retired"] == 7  # a first look, with nothing remembered, lists them all
+
+
+def test_stats_remembering_a_workspace_made_again_at_the_same_place_counts_the_new_one(root, tmp_path):
+    """What a look remembers is checked against the workspace (its index's last name): a workspace removed and made
+    again at the same place, with other work, is counted as it is now, not as the cache saw it."""
+    import shutil
+
+    import s3fs
+
+    cache = str(tmp_path / "cache")
+    ws = Workspace(root)
+    wq.add(ws, [f"s3://corpus/old_{i}.pdf" for i in range(3)], pages_per_group=1, sample=0)
+    wq.add(ws, ["s3://corpus/old_3.pdf"], pages_per_group=1, sample=0)
+    assert workspace_stats(ws, cache_dir=cache)["items"] == 4
+    if root.startswith("s3://"):
+        s3fs.S3FileSystem(skip_instance_cache=True).rm(root, recursive=True)
+    else:
+        shutil.rmtree(root)
+    again = Workspace(root)
+    wq.add(again, [f"s3://corpus/new_{i}.pdf" for i in range(2)], pages_per_group=1, sample=0)
+    stats = workspace_stats(again, cache_dir=cache)
+    assert (stats["items"], stats["done"]) == (2, 0)
+    wq.add(again, ["s3://corpus/new_2.pdf"], pages_per_group=1, sample=0)
+    assert workspace_stats(again, cache_dir=cache)["items"] == 3
 
 
 def test_an_item_listed_free_before_its_part_finished_and_compacted_is_not_claimed_again(root):

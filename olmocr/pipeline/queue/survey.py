@@ -1,7 +1,9 @@
 """The whole queue at a look, for ``pipeline.stats``: the live parts' totals, claims and done markers, and the
 finished and retired parts' summaries. An index part, a summary and a done marker are each written once (a summary
-once more when retired), so what was read of them is remembered in a cache folder by listing tag: a later look
-lists them and reads only those new or written again."""
+once more when retired), so what was read of them is remembered in a cache folder by listing tag, and the names of
+index parts and live parts' totals as listed: a later look lists the index and the totals from the last name it saw,
+the summaries from the oldest part not retired, and the live done markers and claims, and reads only what is new
+or written again."""
 
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ class Remembered:
         says so; a look lists from the floor the last look remembered (everything, the first time) and takes the
         remembered records below it as they are, so what it lists grows with the objects above the floor."""
         known, lines = self._load() if self.path else ({}, 0)
-        start = min(floor, self._floor()) if floor is not None else ""
+        remembered = self._floor() if floor is not None else ""
+        start = min(floor, remembered) if floor is not None else ""
         tags = {name: tag for name, tag in self.store.tags(folder, start).items() if keep is None or keep(name)}
         current = {name: known[name] for name, tag in tags.items() if known.get(name, (None,))[0] == tag}
         below = [name for name in known if name <= start and (keep is None or keep(name))]
@@ -95,7 +98,7 @@ class Remembered:
             # Most lines of objects gone or written again: the file is written anew.
             whole = lines + len(new) > 2 * len(current) + 1000
             kept = self._remember(current if whole else new, whole)
-        if self.path and floor is not None and kept and floor != start:
+        if self.path and floor is not None and kept and floor != remembered:
             self._write(f"{self.path}.floor", floor, whole=True)
         return {name: record for name, (_, record) in current.items()}
 
@@ -128,6 +131,57 @@ class Remembered:
             return False
 
 
+class Names:
+    """The names of ``folder``, whose new names sort after its old ones (index parts, live parts' totals),
+    remembered in ``cache_dir`` (None: not at all): a later look lists only the names after the last it saw and
+    keeps those it saw before, less those :meth:`keep` drops (parts finished or retired since), so its listing
+    follows what was added, not the live parts. With ``check``, the last name's tag is compared first (one request):
+    a workspace made again at the same place, or that name gone, and everything is listed again."""
+
+    def __init__(self, store, cache_dir: str | None, folder: str, check: bool):
+        self.store, self.folder, self.check = store, folder, check
+        digest = hashlib.sha256(store.url("").encode()).hexdigest()[:16]
+        self.path = os.path.join(os.path.expanduser(cache_dir), f"{folder}-names-{digest}.json") if cache_dir else None
+        self.last, self.tag, self.names = "", None, set()
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                kept = json.load(fh)
+            self.last, self.tag, self.names = str(kept["last"]), kept["tag"], {str(n) for n in kept["names"]}
+        except (OSError, TypeError, ValueError, KeyError):  # none yet, or unreadable: everything is listed
+            pass
+        # What was remembered is of another workspace made at the same place since, or its last name went.
+        self.stale = bool(self.last) and check and store.version(f"{folder}/{self.last}") != self.tag
+        if self.stale:
+            self.reset()
+
+    def reset(self) -> None:
+        self.last, self.tag, self.names = "", None, set()
+
+    def list(self) -> list[str]:
+        new = self.store.list_after(self.folder, self.last)
+        if new:
+            self.names.update(new)
+            self.last, self.tag = new[-1], None
+        return sorted(self.names)
+
+    def keep(self, keep) -> None:
+        self.names = {name for name in self.names if keep(name)}
+
+    def save(self) -> None:
+        if not self.path or not self.last:
+            return
+        try:
+            if self.check and self.tag is None:
+                self.tag = self.store.version(f"{self.folder}/{self.last}")
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"last": self.last, "tag": self.tag, "names": sorted(self.names)}, fh)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("cannot keep the names listed in %s (%s): the next look lists them all again", self.path, exc)
+
+
 def _totals(data: bytes) -> dict | None:
     """What stats needs of an index part: its items and their estimated pages (an index part is written once, so
     this is remembered for good)."""
@@ -149,21 +203,30 @@ class Survey:
 
 
 def survey(workspace, cache_dir: str | None = None) -> Survey:
-    """Every live part's totals, every live done marker and claim, and every finished part's summary. Index parts
-    and done markers and summaries are remembered in ``cache_dir``: a later look lists them and reads only what is
-    new, so what it reads grows with what changed, and its listings with the live work."""
+    """Every live part's totals, every live done marker and claim, and every finished part's summary. Index parts,
+    totals' names, done markers and summaries are remembered in ``cache_dir``: what a later look reads and lists
+    grows with what changed and with the live done markers and claims, not with the parts queued."""
     store = workspace.store
-    indexed = [p for p in map(part_of, store.list(INDEX)) if p]
+    # The index's last name checked (one request), the live parts' totals trusted with it: same workspace.
+    index_names = Names(store, cache_dir, INDEX, check=True)
+    totals_names = Names(store, cache_dir, TOTALS, check=False)
+    if index_names.stale:
+        totals_names.reset()
+    indexed = [p for p in map(part_of, index_names.list()) if p]
     # A part below the oldest in the index is retired (its index part goes last), its summary written for good:
     # remembered, it is not listed again, so a later look lists the parts since the oldest one a look saw live.
     floor = f"{min(indexed):0{PART_DIGITS}d}" if indexed else ""
-    read = Remembered(store, cache_dir, "parts", _summary).read(PARTS, floor=floor,
+    # (A workspace made again at the same place: everything listed again, its floor too.)
+    read = Remembered(store, cache_dir, "parts", _summary).read(PARTS, floor="" if index_names.stale else floor,
                                                                 final=lambda s: bool(s and s["retired"]))
     summaries = {part_of(name): s for name, s in read.items() if part_of(name) is not None and s is not None}
+    index_names.keep(lambda name: not (summaries.get(part_of(name)) or {}).get("retired"))
+    indexed = [p for p in indexed if not (summaries.get(p) or {}).get("retired")]
     # A live part's totals are in a name its adder wrote: listed, not read. A part without one (its adder was
     # refused that write, or it was queued before totals were written) is read, once.
-    named = {t[0]: {"items": t[1], "pages": t[2]} for t in map(totals_of, store.list(TOTALS))
-             if t is not None and t[0] not in summaries}
+    totals = [t for t in map(totals_of, totals_names.list()) if t is not None]
+    totals_names.keep(lambda name: (t := totals_of(name)) is not None and t[0] not in summaries)
+    named = {t[0]: {"items": t[1], "pages": t[2]} for t in totals if t[0] not in summaries}
     unnamed = {p for p in indexed if p not in summaries and p not in named}
     listed = Remembered(store, cache_dir, "index", _totals).read(INDEX, keep=lambda name: part_of(name) in unnamed
                                                                  ) if unnamed else {}
@@ -177,5 +240,7 @@ def survey(workspace, cache_dir: str | None = None) -> Survey:
     held = [i for i in ids(store.list(CLAIMS)) if i not in done and f"{i}.json" not in found]
     claims = {name.rsplit("/", 1)[-1][:-5]: body for name, data in store.read_many([claim_name(i) for i in held]).items()
               if (body := claim_body(data)).get("part", 0) not in summaries}
+    index_names.save()
+    totals_names.save()
     return Survey(parts, done, claims, summaries, sum(1 for s in read.values() if s is None)
                   + sum(s["unreadable"] for s in summaries.values()), sum(1 for t in listed.values() if t is None))
