@@ -132,21 +132,23 @@ class Remembered:
 
 
 class Names:
-    """The names of ``folder``, whose new names sort after its old ones (index parts, live parts' totals),
-    remembered in ``cache_dir`` (None: not at all): a later look lists only the names after the last it saw and
-    keeps those it saw before, less those :meth:`keep` drops (parts finished or retired since), so its listing
-    follows what was added, not the live parts. With ``check``, the last name's tag is compared first (one request):
-    a workspace made again at the same place, or that name gone, and everything is listed again."""
+    """The names of ``folder``, whose new names sort after its old ones (index parts, live parts' totals), each as
+    ``parse`` reads it (None: not one of its names), remembered in ``cache_dir`` (None: not at all): a later look
+    lists only the names after the last it saw and keeps those it saw before, less those :meth:`drop` drops (parts
+    finished or retired since), so what it lists and parses follows what was added, not the live parts. With
+    ``check``, the last name's tag is compared first (one request): a workspace made again at the same place, or that
+    name gone, and everything is listed again."""
 
-    def __init__(self, store, cache_dir: str | None, folder: str, check: bool):
-        self.store, self.folder, self.check = store, folder, check
+    def __init__(self, store, cache_dir: str | None, folder: str, parse, check: bool):
+        self.store, self.folder, self.parse, self.check = store, folder, parse, check
         digest = hashlib.sha256(store.url("").encode()).hexdigest()[:16]
         self.path = os.path.join(os.path.expanduser(cache_dir), f"{folder}-names-{digest}.json") if cache_dir else None
-        self.last, self.tag, self.names = "", None, set()
+        self.reset()
         try:
             with open(self.path, encoding="utf-8") as fh:
                 kept = json.load(fh)
-            self.last, self.tag, self.names = str(kept["last"]), kept["tag"], {str(n) for n in kept["names"]}
+            self.last, self.tag, self.values = str(kept["last"]), kept["tag"], dict(kept["names"])
+            self.changed = False
         except (OSError, TypeError, ValueError, KeyError):  # none yet, or unreadable: everything is listed
             pass
         # What was remembered is of another workspace made at the same place since, or its last name went.
@@ -155,20 +157,25 @@ class Names:
             self.reset()
 
     def reset(self) -> None:
-        self.last, self.tag, self.names = "", None, set()
+        self.last, self.tag, self.values, self.changed = "", None, {}, True
 
-    def list(self) -> list[str]:
+    def list(self) -> dict:
+        """Every name remembered or listed now, and what ``parse`` read of it."""
         new = self.store.list_after(self.folder, self.last)
         if new:
-            self.names.update(new)
-            self.last, self.tag = new[-1], None
-        return sorted(self.names)
+            self.values.update((name, value) for name in new if (value := self.parse(name)) is not None)
+            self.last, self.tag, self.changed = new[-1], None, True
+        return self.values
 
-    def keep(self, keep) -> None:
-        self.names = {name for name in self.names if keep(name)}
+    def drop(self, gone) -> None:
+        """Forget the names whose value ``gone`` says is gone for good."""
+        dropped = [name for name, value in self.values.items() if gone(value)]
+        for name in dropped:
+            del self.values[name]
+        self.changed = self.changed or bool(dropped)
 
     def save(self) -> None:
-        if not self.path or not self.last:
+        if not self.path or not self.last or not self.changed:
             return
         try:
             if self.check and self.tag is None:
@@ -176,7 +183,7 @@ class Names:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = f"{self.path}.{os.getpid()}.tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"last": self.last, "tag": self.tag, "names": sorted(self.names)}, fh)
+                json.dump({"last": self.last, "tag": self.tag, "names": self.values}, fh)
             os.replace(tmp, self.path)
         except OSError as exc:
             log.warning("cannot keep the names listed in %s (%s): the next look lists them all again", self.path, exc)
@@ -208,11 +215,11 @@ def survey(workspace, cache_dir: str | None = None) -> Survey:
     grows with what changed and with the live done markers and claims, not with the parts queued."""
     store = workspace.store
     # The index's last name checked (one request), the live parts' totals trusted with it: same workspace.
-    index_names = Names(store, cache_dir, INDEX, check=True)
-    totals_names = Names(store, cache_dir, TOTALS, check=False)
+    index_names = Names(store, cache_dir, INDEX, lambda name: part_of(name) or None, check=True)
+    totals_names = Names(store, cache_dir, TOTALS, totals_of, check=False)
     if index_names.stale:
         totals_names.reset()
-    indexed = [p for p in map(part_of, index_names.list()) if p]
+    indexed = list(index_names.list().values())
     # A part below the oldest in the index is retired (its index part goes last), its summary written for good:
     # remembered, it is not listed again, so a later look lists the parts since the oldest one a look saw live.
     floor = f"{min(indexed):0{PART_DIGITS}d}" if indexed else ""
@@ -220,13 +227,13 @@ def survey(workspace, cache_dir: str | None = None) -> Survey:
     read = Remembered(store, cache_dir, "parts", _summary).read(PARTS, floor="" if index_names.stale else floor,
                                                                 final=lambda s: bool(s and s["retired"]))
     summaries = {part_of(name): s for name, s in read.items() if part_of(name) is not None and s is not None}
-    index_names.keep(lambda name: not (summaries.get(part_of(name)) or {}).get("retired"))
-    indexed = [p for p in indexed if not (summaries.get(p) or {}).get("retired")]
+    index_names.drop(lambda part: (summaries.get(part) or {}).get("retired"))
+    indexed = list(index_names.values.values())
     # A live part's totals are in a name its adder wrote: listed, not read. A part without one (its adder was
     # refused that write, or it was queued before totals were written) is read, once.
-    totals = [t for t in map(totals_of, totals_names.list()) if t is not None]
-    totals_names.keep(lambda name: (t := totals_of(name)) is not None and t[0] not in summaries)
-    named = {t[0]: {"items": t[1], "pages": t[2]} for t in totals if t[0] not in summaries}
+    totals_names.list()
+    totals_names.drop(lambda totals: totals[0] in summaries)
+    named = {t[0]: {"items": t[1], "pages": t[2]} for t in totals_names.values.values()}
     unnamed = {p for p in indexed if p not in summaries and p not in named}
     listed = Remembered(store, cache_dir, "index", _totals).read(INDEX, keep=lambda name: part_of(name) in unnamed
                                                                  ) if unnamed else {}
