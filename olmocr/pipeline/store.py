@@ -270,7 +270,7 @@ class S3Store(Store):
         # cat asks HEAD for a size; either, the object not there, also lists the name as a folder: three requests
         # where S3 bills one.)
         bucket, key = self._key(name)
-        try:
+        try:  # fsspec's async form of the public call_s3 (its async methods are the underscored names)
             answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
         except FileNotFoundError:
             return None

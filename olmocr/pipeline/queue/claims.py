@@ -48,7 +48,7 @@ from olmocr.errors import UserError
 from olmocr.pipeline.queue.index import Index, Item, of
 from olmocr.pipeline.queue.names import CLAIMS, DONE, claim_name, done_name, ids
 from olmocr.pipeline.queue.names import summary_name
-from olmocr.pipeline.queue.parts import claim_body, compact, finished_parts
+from olmocr.pipeline.queue.parts import claim_body, compact, listed_parts
 from olmocr.pipeline.workspace import Workspace
 
 log = logging.getLogger("olmocr.pipeline")
@@ -64,8 +64,7 @@ def anything_left(workspace: Workspace) -> bool:
     markers, and stops at the first open item that is not given up."""
     index = Index(workspace.store)
     done = None
-    listed = index.refresh(read=False)
-    finished = finished_parts(workspace.store, listed)
+    listed, finished = listed_parts(index)
     for part in (p for p in listed if p not in finished):
         items = index.load(part) or []
         if items and done is None:
@@ -113,8 +112,7 @@ class WorkQueue:
         self.rng = random.Random()
         self.index = Index(self.store)
         self.items: dict[str, Item] = {}  # the items of the live parts read
-        listed = self.index.refresh(read=False)
-        self.finished: set[int] = finished_parts(self.store, listed)  # parts whose summary is written: never read
+        listed, self.finished = listed_parts(self.index)  # finished: parts whose summary is written, never read
         self.unread: list[int] = [p for p in listed if p not in self.finished]  # live parts listed, not read yet
         # (read from the lowest, when needed)
         self._free: deque[str] = deque()

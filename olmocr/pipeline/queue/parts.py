@@ -45,6 +45,13 @@ def finished_parts(store, listed) -> set[int]:
     return found
 
 
+def listed_parts(index: Index) -> tuple[list[int], set[int]]:
+    """The parts ``index``'s listing shows now (none read: those new to it, in order) and the finished ones among
+    them (:func:`finished_parts`)."""
+    listed = index.refresh(read=False)
+    return listed, finished_parts(index.store, listed)
+
+
 def read_summary(store, part: int) -> dict | None:
     found = store.read(summary_name(part))
     if found is None:
@@ -132,8 +139,8 @@ def retire(workspace, older_than_s: float, now: float | None = None) -> Retired:
     """Retire every finished part whose last item finished more than ``older_than_s`` ago."""
     store, now = workspace.store, time.time() if now is None else now
     retired = Retired()
-    listed = Index(store).refresh(read=False)
-    for part in sorted(finished_parts(store, listed)):
+    listed, finished = listed_parts(Index(store))
+    for part in sorted(finished):
         summary = read_summary(store, part)
         if summary is None or summary.get("retired") or now - summary.get("finished", now) < older_than_s:
             continue

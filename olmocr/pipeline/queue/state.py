@@ -31,11 +31,10 @@ class ItemState:
 
 def part_of_item(workspace: Workspace, item: str) -> int:
     """The index part that holds ``item``, for a caller that did not keep it (reads the live parts of the index)."""
-    from olmocr.pipeline.queue.parts import finished_parts
+    from olmocr.pipeline.queue.parts import listed_parts
 
     index = Index(workspace.store)
-    listed = index.refresh(read=False)
-    finished = finished_parts(workspace.store, listed)
+    listed, finished = listed_parts(index)
     for part in listed:
         if part not in finished and any(i.id == item for i in index.load(part) or []):
             return part
@@ -216,12 +215,11 @@ def done_items(workspace: Workspace) -> dict[str, tuple[int, bytes]]:
     """Every done item whose part has not been retired: id -> (its part, its done record as written), from the live
     done markers and the finished parts' summaries."""
     from olmocr.pipeline.queue.names import DONE
-    from olmocr.pipeline.queue.parts import finished_parts
+    from olmocr.pipeline.queue.parts import listed_parts
 
     store = workspace.store
     index = Index(store)
-    listed = index.refresh(read=False)
-    finished = finished_parts(store, listed)
+    listed, finished = listed_parts(index)
     for part in listed:
         if part not in finished:
             index.load(part)

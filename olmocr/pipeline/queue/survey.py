@@ -87,7 +87,7 @@ class Remembered:
         current = {name: known[name] for name, tag in tags.items() if known.get(name, (None,))[0] == tag}
         below = [name for name in known if name <= start and (keep is None or keep(name))]
         # One that is not final yet (a look cut short) is read again.
-        current.update((name, known[name]) for name in below if final(known[name][1]))
+        current.update((name, known[name]) for name in below if final is not None and final(known[name][1]))
         fresh = [name for name in tags if name not in current] + [name for name in below if name not in current]
         read = self.store.read_many([f"{folder}/{name}" if folder else name for name in fresh])
         new = {name: (tags.get(name) or known[name][0], self.parse(read[key])) for name in fresh
