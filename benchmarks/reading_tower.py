@@ -2,7 +2,7 @@
 question: can the reader's tower learn glyphs that sit anywhere, at any size, in any typeface?).
 
     python benchmarks/reading_tower.py [--pages 2000] [--heldout 256] [--steps 2000] [--eval-every 250]
-                                       [--configs frozen reader wide deep patch7 fast] [--kind typeset]
+                                       [--configs frozen reader wide deep patch7 fast stem cnn] [--kind typeset]
 
 Each config is a Qwen2.5-VL vision tower built from random weights (``reader``: the reader's own, 4 blocks of 128,
 patches of 14 pixels merged into tokens of 28) with a small MLP head on its tokens, taught with no language model
@@ -11,7 +11,10 @@ typeset page), from where the generator drew each glyph (``olmocr.synth.layout.g
 typeset lines and paragraphs of mixed words (``reading_type=typeset``, seeds 31 and 32); held-out pages are other
 seeds (41, 42). ``frozen`` keeps the tower at its random weights and trains the head alone: the control, what the
 features of a tower nothing taught already tell. ``--kind grid`` is the sanity check: on the patch grid the frozen
-tower's tokens tell their two characters at once (F1 near 1 within a few hundred steps).
+tower's tokens tell their two characters at once (F1 near 1 within a few hundred steps). ``stem`` replaces the
+tower's linear patch embedding with a small convolutional net over the whole page, pooled to the patch grid
+(:class:`ConvStem`): what a glyph's strokes look like is learnt once for every place they stand. ``cnn`` is that
+net alone, pooled to the token grid and read by the head with no tower: what the convolutions learn by themselves.
 
 Prints, per config and eval: steps, seconds a step, held-out character F1 over tokens (each character in a token's
 set a prediction) and the share of tokens holding characters whose set is exactly right, and the same F1 on as many
@@ -30,7 +33,8 @@ import time
 CHARS = [chr(c) for c in range(33, 127)] + ["\u201c", "\u201d"]
 INDEX = {c: i for i, c in enumerate(CHARS)}
 CONFIGS = {"frozen": {"frozen": True}, "reader": {}, "wide": {"hidden": 256}, "deep": {"depth": 8},
-           "patch7": {"patch": 7, "merge": 4}, "fast": {"lr": 3e-3}}
+           "patch7": {"patch": 7, "merge": 4}, "fast": {"lr": 3e-3}, "stem": {"stem": "patches"},
+           "cnn": {"stem": "tokens"}}
 
 
 def pages(kind: str, seed: int, level: str, count: int) -> list[tuple]:
@@ -56,9 +60,48 @@ def pages(kind: str, seed: int, level: str, count: int) -> list[tuple]:
     return out
 
 
+def conv_stem(hidden: int, patch: int, merge: int, grid: str):
+    """A convolutional net in place of a tower's linear patch embedding (``grid="patches"``: one feature a patch,
+    in the processor's order) or of the whole tower (``"tokens"``: one a merged token, row by row)."""
+    import torch
+    from torch import nn
+
+    def block(cin: int, cout: int) -> list:
+        return [nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    class ConvStem(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # Three 3 x 3 layers at a quarter of the resolution see 28 pixels, a glyph and its neighbours, before
+            # the pooling to the grid: the pooled feature says which glyph is near, wherever in the cell it stands.
+            self.body = nn.Sequential(*block(3, 16), nn.MaxPool2d(2), *block(16, 32), nn.MaxPool2d(2),
+                                      *block(32, 64), *block(64, 64), *block(64, 96))
+            self.top = nn.Sequential(*block(96, 128), nn.Conv2d(128, hidden, 1))
+            self.grid_thw = None  # set by the tower's forward pre-hook (the patches alone do not say the image's shape)
+
+        def forward(self, patches):
+            out, at = [], 0
+            for t, h, w in self.grid_thw.tolist():
+                count = t * h * w
+                # the processor's rows: (t, h/merge, w/merge, merge, merge) patches of (channel, frame, y, x)
+                x = patches[at:at + count].view(t, h // merge, w // merge, merge, merge, 3, 2, patch, patch)[..., 0, :, :]
+                image = x.permute(0, 5, 1, 3, 6, 2, 4, 7).reshape(t, 3, h * patch, w * patch)
+                cells = (h, w) if grid == "patches" else (h // merge, w // merge)
+                f = self.top(nn.functional.adaptive_max_pool2d(self.body(image), cells))
+                if grid == "patches":  # back to the processor's order
+                    f = f.view(t, hidden, h // merge, merge, w // merge, merge).permute(0, 2, 4, 3, 5, 1)
+                else:
+                    f = f.permute(0, 2, 3, 1)
+                out.append(f.reshape(-1, hidden))
+                at += count
+            return torch.cat(out)
+
+    return ConvStem()
+
+
 class Probe:
     def __init__(self, hidden: int = 128, depth: int = 4, patch: int = 14, merge: int = 2, lr: float = 1e-3,
-                 frozen: bool = False, target: str = "centre"):
+                 frozen: bool = False, target: str = "centre", stem: str | None = None):
         import torch
         from torch import nn
         from transformers import Qwen2VLImageProcessor
@@ -77,11 +120,30 @@ class Probe:
             depth=depth, hidden_size=hidden, num_heads=4, patch_size=patch, spatial_merge_size=merge,
             temporal_patch_size=2, out_hidden_size=128, intermediate_size=2 * hidden,
             fullatt_block_indexes=[depth - 1], window_size=112))
+        self.cnn = None
+        if stem == "patches":
+            self.tower.patch_embed = conv_stem(hidden, patch, merge, "patches")
+            self.tower.register_forward_pre_hook(self.grid_of(self.tower.patch_embed), with_kwargs=True)
+        elif stem == "tokens":
+            self.cnn = self.tower = conv_stem(128, patch, merge, "tokens")
         self.head = nn.Sequential(nn.LayerNorm(128), nn.Linear(128, 512), nn.GELU(), nn.Linear(512, len(CHARS)))
         params = list(self.head.parameters()) + ([] if frozen else list(self.tower.parameters()))
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         # a token holds a few of ~100 characters: positives weigh more, or the head learns to say none
         self.weight = torch.full((len(CHARS),), 10.0)
+
+    @staticmethod
+    def grid_of(stem):
+        def hook(module, args, kwargs):
+            stem.grid_thw = kwargs["grid_thw"] if "grid_thw" in kwargs else args[1]
+        return hook
+
+    def features(self, pixels, grids):
+        if self.cnn is not None:
+            self.cnn.grid_thw = grids
+            return self.cnn(pixels)
+        out = self.tower(pixels, grid_thw=grids)
+        return getattr(out, "pooler_output", out)
 
     def encode(self, batch: list[tuple]):
         """Pixel patches, grid sizes and each token's multi-hot target of the pages of ``batch``."""
@@ -114,16 +176,14 @@ class Probe:
         return torch.cat(pixels), torch.cat(grids), torch.cat(targets)
 
     def logits(self, pixels, grids):
-        out = self.tower(pixels, grid_thw=grids)
-        return self.head(getattr(out, "pooler_output", out))
+        return self.head(self.features(pixels, grids))
 
     def step(self, batch) -> float:
         import torch
 
         pixels, grids, target = self.encode(batch)
         with torch.set_grad_enabled(not self.frozen):
-            features = self.tower(pixels, grid_thw=grids)
-        features = getattr(features, "pooler_output", features)
+            features = self.features(pixels, grids)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(self.head(features), target,
                                                                     pos_weight=self.weight)
         self.optimizer.zero_grad()
@@ -136,6 +196,7 @@ class Probe:
         import torch
 
         tp = fp = fn = exact = holding = 0
+        self.tower.eval()
         with torch.no_grad():
             for pixels, grids, target in encoded:
                 guess = (self.logits(pixels, grids) > 0).float()
@@ -145,6 +206,7 @@ class Probe:
                 full = target.sum(-1) > 0
                 holding += int(full.sum())
                 exact += int(((guess == target).all(-1) & full).sum())
+        self.tower.train()
         return 2 * tp / max(2 * tp + fp + fn, 1), exact / max(holding, 1)
 
 

@@ -205,10 +205,10 @@ def test_reading_tower_runs(monkeypatch, capsys):
     """The tower probe's chain at toy sizes: pages rendered, each config taught and scored on held-out pages (the
     figures mean nothing after two steps; the probe must run and print what it measured)."""
     out = in_process("reading_tower.py", ["--pages", "6", "--heldout", "4", "--steps", "2", "--eval-every", "1",
-                                          "--configs", "frozen", "reader"], monkeypatch, capsys)
+                                          "--configs", "frozen", "reader", "stem", "cnn"], monkeypatch, capsys)
     assert "6 training and 4 held-out typeset pages rendered" in out
-    rows = dict(re.findall(r"^(frozen|reader)\s+2\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+[\d. ]+$", out, re.M))
-    assert set(rows) == {"frozen", "reader"} and all(0 <= float(f1) <= 1 for f1 in rows.values()), out
+    rows = dict(re.findall(r"^(frozen|reader|stem|cnn)\s+2\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s+[\d. ]+$", out, re.M))
+    assert set(rows) == {"frozen", "reader", "stem", "cnn"} and all(0 <= float(f1) <= 1 for f1 in rows.values()), out
 
 
 def test_the_structure_benchmark_scores_layout_text_and_furniture_on_what_each_row_wrote(tmp_path, capsys):
