@@ -13,8 +13,9 @@ seeds (41, 42). ``frozen`` keeps the tower at its random weights and trains the 
 features of a tower nothing taught already tell. ``--kind grid`` is the sanity check: on the patch grid the frozen
 tower's tokens tell their two characters at once (F1 near 1 within a few hundred steps). ``stem`` replaces the
 tower's linear patch embedding with a small convolutional net over the whole page, pooled to the patch grid
-(:class:`ConvStem`): what a glyph's strokes look like is learnt once for every place they stand. ``cnn`` is that
+(:func:`conv_stem`): what a glyph's strokes look like is learnt once for every place they stand. ``cnn`` is that
 net alone, pooled to the token grid and read by the head with no tower: what the convolutions learn by themselves.
+Both are scored as a served model would run them, their BatchNorm by its running statistics.
 
 Prints, per config and eval: steps, seconds a step, held-out character F1 over tokens (each character in a token's
 set a prediction) and the share of tokens holding characters whose set is exactly right, and the same F1 on as many
@@ -72,7 +73,7 @@ def conv_stem(hidden: int, patch: int, merge: int, grid: str):
     class ConvStem(nn.Module):
         def __init__(self):
             super().__init__()
-            # Three 3 x 3 layers at a quarter of the resolution see 28 pixels, a glyph and its neighbours, before
+            # After three 3 x 3 layers at a quarter of the resolution a feature sees 34 pixels, a glyph and its edges, before
             # the pooling to the grid: the pooled feature says which glyph is near, wherever in the cell it stands.
             self.body = nn.Sequential(*block(3, 16), nn.MaxPool2d(2), *block(16, 32), nn.MaxPool2d(2),
                                       *block(32, 64), *block(64, 64), *block(64, 96))
